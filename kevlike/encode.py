@@ -1,0 +1,166 @@
+"""Token ids of a request: one encoder, shared by serving and training (DESIGN.md §2, §5).
+
+Reserved delimiters are added to the tokenizer as special tokens and inserted *as ids*; user text
+(state, instructions, keys, descriptions) is tokenized with ``split_special_tokens=True``, so a
+literal ``</opt><opt>`` or ``<|im_end|>`` in user text becomes ordinary tokens and can never create
+an option slot (PITFALLS.md #5). Each text piece is tokenized on its own, in one batched call, so
+the ids of a piece never depend on its neighbours (PITFALLS.md #6; pinned by a golden-ids test).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .render import lm_answers, lm_prompt, lm_state, option_text, render_text
+from .schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError
+
+DELIMITERS = ("<state>", "<q>", "<opt>", "</opt>", "<decide>")
+
+
+@dataclass(frozen=True)
+class EncodedBranch:
+    """One branch's token ids and the local indices its readout reads.
+
+    ``decide``: pointer template: index of ``<decide>``; LM template: index of the last prompt token
+    (the answer tokens ``ids[decide + 1:]`` are scored). ``options``: pointer template: index of each
+    option's ``</opt>``, in option order; empty for LM branches. ``question``: index of the question
+    in the request; ``option``: LM template only, which option this branch scores (else -1).
+    """
+
+    ids: tuple[int, ...]
+    decide: int
+    options: tuple[int, ...]
+    question: int
+    option: int = -1
+
+
+@dataclass(frozen=True)
+class EncodedRequest:
+    state_ids: tuple[int, ...]
+    branches: tuple[EncodedBranch, ...]
+    n_questions: int
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens of the packed sequence (state once, every branch once)."""
+        return len(self.state_ids) + sum(len(b.ids) for b in self.branches)
+
+    def only_question(self, q: int) -> "EncodedRequest":
+        """The same state with only question ``q``'s branches (renumbered to question 0): the
+        separate ``[state][branch]`` run that a packed branch must equal."""
+        branches = tuple(
+            EncodedBranch(b.ids, b.decide, b.options, 0, b.option) for b in self.branches if b.question == q
+        )
+        return EncodedRequest(self.state_ids, branches, 1)
+
+
+class Encoder:
+    """Turns validated :class:`~kevlike.schema.Request` objects into token ids.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer; the delimiters of :data:`DELIMITERS` are added to it as
+            special tokens if missing (the caller resizes the model's embeddings, see
+            :func:`kevlike.backbones.ensure_embedding_rows`).
+        context_limit: the backbone's trained context (``max_position_embeddings``); the state plus the
+            longest branch must fit ``min(limits.max_branch_context, context_limit)`` tokens.
+        limits: request limits; the packed sequence must fit ``limits.max_request_tokens``.
+    """
+
+    def __init__(self, tokenizer, context_limit: int | None = None, limits: Limits = DEFAULT_LIMITS):
+        missing = [t for t in DELIMITERS if t not in tokenizer.get_vocab()]
+        if missing:
+            tokenizer.add_special_tokens({"extra_special_tokens": list(DELIMITERS)},
+                                         replace_extra_special_tokens=False)
+        self.tokenizer = tokenizer
+        ids = tokenizer.convert_tokens_to_ids(list(DELIMITERS))
+        self.state_id, self.q_id, self.opt_id, self.end_opt_id, self.decide_id = ids
+        self.delimiter_ids = tuple(ids)
+        self.limits = limits
+        self.branch_limit = min(limits.max_branch_context, context_limit or limits.max_branch_context)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
+
+    def text_ids(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each user text, with special-token splitting on (no text yields a reserved id)."""
+        if not texts:
+            return []
+        out = self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return [list(x) for x in out]
+
+    # -- pointer template ------------------------------------------------------------------
+    def encode(self, request: Request) -> EncodedRequest:
+        """Pointer-template ids: ``<state> s`` then per question
+        ``<q> instr (<opt> key: desc </opt>)… <decide>``.
+
+        Raises:
+            RequestError: status 413 when the packed sequence or state + a branch exceeds a limit.
+        """
+        texts = [render_text(request.state)]
+        for q in request.questions:
+            texts.append(" " + render_text(q.instructions))
+            texts.extend(" " + option_text(o) for o in q.options)
+        pieces = iter(self.text_ids(texts))
+        state_ids = (self.state_id, *next(pieces))
+        branches = []
+        for qi, q in enumerate(request.questions):
+            ids = [self.q_id, *next(pieces)]
+            opt_at = []
+            for _ in q.options:
+                ids.append(self.opt_id)
+                ids.extend(next(pieces))
+                opt_at.append(len(ids))
+                ids.append(self.end_opt_id)
+            ids.append(self.decide_id)
+            branches.append(EncodedBranch(tuple(ids), len(ids) - 1, tuple(opt_at), qi))
+        enc = EncodedRequest(state_ids, tuple(branches), len(request.questions))
+        self.check_budget(enc, request)
+        return enc
+
+    # -- LM readout template ---------------------------------------------------------------
+    def encode_lm(self, request: Request) -> EncodedRequest:
+        """Plain-text ids for the LM readout: the state, then one branch per (question, option)
+        holding the question prompt followed by that option's answer text. No reserved id appears.
+
+        Raises:
+            RequestError: status 413 as for :meth:`encode`.
+        """
+        texts = [lm_state(request.state)]
+        for q in request.questions:
+            texts.append(lm_prompt(q))
+            texts.extend(lm_answers(q))
+        pieces = iter(self.text_ids(texts))
+        state_ids = tuple(next(pieces))
+        branches = []
+        for qi, q in enumerate(request.questions):
+            prompt = next(pieces)
+            for oi in range(len(q.options)):
+                answer = next(pieces)
+                branches.append(EncodedBranch(tuple(prompt + answer), len(prompt) - 1, (), qi, oi))
+        enc = EncodedRequest(state_ids, tuple(branches), len(request.questions))
+        self.check_budget(enc, request)
+        return enc
+
+    def check_budget(self, enc: EncodedRequest, request: Request) -> None:
+        """Raise a 413 :class:`RequestError` naming the limit; never truncate."""
+        total = enc.n_tokens
+        if total > self.limits.max_request_tokens:
+            raise RequestError([{
+                "loc": ["body"], "type": "tokens_exceeded",
+                "msg": f"request is {total} tokens packed (state + all branches); the limit is "
+                       f"{self.limits.max_request_tokens}",
+            }], status=413)
+        S = len(enc.state_ids)
+        if S + 1 > self.branch_limit:
+            raise RequestError([{
+                "loc": ["body", "state"], "type": "tokens_exceeded",
+                "msg": f"state is {S} tokens; state + longest branch must fit {self.branch_limit} tokens "
+                       f"(the backbone's context)",
+            }], status=413)
+        for b in enc.branches:
+            if S + len(b.ids) > self.branch_limit:
+                qid = request.questions[b.question].id
+                raise RequestError([{
+                    "loc": ["body", "questions", qid], "type": "tokens_exceeded",
+                    "msg": f"state ({S} tokens) + this question's branch ({len(b.ids)} tokens) = {S + len(b.ids)} "
+                           f"tokens; the limit is {self.branch_limit} (the backbone's context)",
+                }], status=413)

@@ -1,0 +1,186 @@
+"""The engine: a request in, Jev answers out, in one packed forward pass (DESIGN.md §2).
+
+    request → schema.validate → encode → pack → kernels mask → backbone → readout → z / T → answers
+
+Readouts: a trained decision model answers with its pointer head; a bare backbone answers with the
+training-free LM readout (mean log-probability of each option's answer text).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import torch
+
+from .answers import answer
+from .backbones import DEFAULT_MODEL, ensure_embedding_rows, load_backbone, resolve_model
+from .calibrate import TemperatureTable
+from .encode import EncodedRequest, Encoder
+from .heads import PointerHead, lm_option_scores, pointer_logits
+from .kernels import attention_mask_for, default_backend
+from .pack import pack
+from .schema import DEFAULT_LIMITS, Limits, Request, RequestError, parse_request, validate_request
+
+MODES = ("packed", "separate")
+
+
+def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
+    """Accept a validated :class:`Request`, a decoded JSON object, or raw JSON text/bytes.
+
+    Raises:
+        RequestError: the request violates the wire format.
+    """
+    if isinstance(request, Request):
+        return request
+    if isinstance(request, (str, bytes)):
+        return parse_request(request, limits)
+    return validate_request(request, limits)
+
+
+class Engine:
+    """Answers typed questions about a state.
+
+    Args:
+        model: a Hugging Face causal LM (Llama, Qwen2, …) in eval mode.
+        tokenizer: its tokenizer (the delimiter tokens are added to it).
+        name: the model name reported in responses.
+        head: a trained :class:`PointerHead`; ``None`` selects the training-free LM readout.
+        temperatures: per (type, K-bucket) temperatures; default all 1.
+        backend: ``"sdpa"`` (dense bool mask) or ``"flex_attention"`` (BlockMask); default by device.
+        limits: request limits.
+    """
+
+    def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
+                 temperatures: TemperatureTable | None = None, backend: str | None = None,
+                 limits: Limits = DEFAULT_LIMITS):
+        self.model = model
+        self.name = name
+        self.head = head
+        self.temperatures = temperatures or TemperatureTable()
+        self.device = next(model.parameters()).device
+        self.backend = backend or default_backend(self.device)
+        if getattr(model.config, "_attn_implementation", None) != self.backend:
+            model.set_attn_implementation(self.backend)
+        self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits)
+        if head is not None:
+            ensure_embedding_rows(model, len(tokenizer))
+        self.limits = limits
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, dtype: str = "float32",
+                        device: str | torch.device | None = None, backend: str | None = None,
+                        limits: Limits = DEFAULT_LIMITS) -> "Engine":
+        """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
+        any HF causal-decoder directory. The embedded backbone is set up on first use.
+
+        Raises:
+            kevlike.backbones.ModelNotFoundError: unknown name or path.
+            ValueError: unknown dtype or backend.
+        """
+        resolved = resolve_model(name_or_path)
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        backend = backend or default_backend(device)
+        model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
+        if resolved.artifact_dir is not None:
+            from .artifact import load_decision_model
+
+            head, temperatures = load_decision_model(resolved.artifact_dir, model, tok)
+            return cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
+                       backend=backend, limits=limits)
+        return cls(model, tok, name=resolved.name, backend=backend, limits=limits)
+
+    @property
+    def readout(self) -> str:
+        """``"pointer"`` (trained decision model) or ``"lm"`` (training-free LM readout)."""
+        return "lm" if self.head is None else "pointer"
+
+    # -- the forward pass ------------------------------------------------------------------
+    def encode(self, request: Request) -> EncodedRequest:
+        return self.encoder.encode(request) if self.head is not None else self.encoder.encode_lm(request)
+
+    def hidden_states(self, input_ids: torch.Tensor, segment_ids: torch.Tensor,
+                      position_ids: torch.Tensor) -> torch.Tensor:
+        """Backbone body with the branch mask and restarted positions: ``[B, L]`` ids -> ``[B, L, d]``.
+        The mask is always passed (without it transformers infers packed documents from the position
+        jumps and branches 2+ lose the state, PITFALLS.md #1)."""
+        mask = attention_mask_for(self.backend, self.model.config, segment_ids, position_ids)
+        out = self.model.get_decoder()(input_ids=input_ids, attention_mask=mask,
+                                       position_ids=position_ids, use_cache=False)
+        return out.last_hidden_state
+
+    def question_logits(self, encoded: Sequence[EncodedRequest], padding_side: str = "right") -> list[list[torch.Tensor]]:
+        """One packed forward over B encoded requests; uncalibrated logits per request, per question,
+        each ``[K_q]`` float32 on CPU (pointer logits, or LM mean log-probabilities)."""
+        batch = pack(encoded, self.encoder.pad_id, padding_side).to(self.device)
+        hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids)
+        out: list[list[torch.Tensor]] = []
+        if self.head is not None:
+            z = pointer_logits(self.head, hidden, batch).cpu()                  # (B, NB, K)
+            for b, enc in enumerate(encoded):
+                out.append([z[b, j, :len(br.options)] for j, br in enumerate(enc.branches)])
+            return out
+        s = lm_option_scores(hidden, batch, self.model.get_output_embeddings()).cpu()  # (B, NB)
+        for b, enc in enumerate(encoded):
+            per_q: list[list[float]] = [[] for _ in range(enc.n_questions)]
+            for j, br in enumerate(enc.branches):
+                per_q[br.question].append(s[b, j])
+            out.append([torch.stack(v) for v in per_q])
+        return out
+
+    # -- public API ------------------------------------------------------------------------
+    def decide(self, request: Any, *, mode: str = "packed") -> dict:
+        """Answer one request (dict, JSON text or :class:`Request`); returns the Jev response dict.
+
+        Raises:
+            RequestError: invalid request (422) or over a token budget (413).
+            ValueError: unknown ``mode``.
+        """
+        return self.decide_batch([request], mode=mode)[0]
+
+    @torch.inference_mode()
+    def decide_batch(self, requests: Sequence[Any], *, mode: str = "packed") -> list[dict]:
+        """Answer several requests. ``packed``: all requests padded into one batch, one forward pass;
+        ``separate``: the reference path, one ``[state][branch]`` forward per question.
+
+        Raises:
+            RequestError: the first invalid request; error locations are prefixed with its index
+                when more than one request is given.
+            ValueError: unknown ``mode``.
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        parsed, encoded = [], []
+        for i, r in enumerate(requests):
+            try:
+                req = as_request(r, self.limits)
+                encoded.append(self.encode(req))
+            except RequestError as e:
+                if len(requests) > 1:
+                    for err in e.errors:
+                        err["loc"] = [err["loc"][0], i, *err["loc"][1:]]
+                    raise RequestError(e.errors, e.status) from None
+                raise
+            parsed.append(req)
+        if not encoded:
+            return []
+        if mode == "packed":
+            logits = self.question_logits(encoded)
+            tokens = [e.n_tokens for e in encoded]
+        else:
+            logits, tokens = [], []
+            for enc in encoded:
+                singles = [enc.only_question(q) for q in range(enc.n_questions)]
+                logits.append([self.question_logits([s])[0][0] for s in singles])
+                tokens.append(sum(s.n_tokens for s in singles))
+        return [self._respond(req, z, n) for req, z, n in zip(parsed, logits, tokens)]
+
+    def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Calibrated probabilities per question: ``softmax(z / T(type, K))``."""
+        return [torch.softmax(z / self.temperatures.lookup(q.type, len(q.options)), dim=-1)
+                for q, z in zip(request.questions, logits)]
+
+    def _respond(self, request: Request, logits: list[torch.Tensor], n_tokens: int) -> dict:
+        probs = self.probabilities(request, logits)
+        answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
+        return {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0}}

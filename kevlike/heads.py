@@ -1,0 +1,85 @@
+"""Readouts: the pointer head (the product's) and the training-free LM readout (DESIGN.md §7).
+
+Notation: B requests, L packed length, d hidden size, NB branches, K options (padded).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .pack import PackedBatch
+
+
+def gather_positions(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``hidden [B, L, d]``, ``index [B, *rest]`` long -> ``[B, *rest, d]`` (hidden at those positions)."""
+    B, L, d = hidden.shape
+    flat = index.reshape(B, -1)                                   # (B, N)
+    out = torch.gather(hidden, 1, flat.unsqueeze(-1).expand(B, flat.shape[1], d))  # (B, N, d)
+    return out.reshape(*index.shape, d)
+
+
+class PointerHead(nn.Module):
+    """``z_k = (W_q h_dec) · (W_k h_k) / √d_head`` with h_dec the hidden state at ``<decide>`` and h_k the
+    hidden state at option k's ``</opt>``. Parameters are shared across positions, so one head serves any
+    K and any label set. Scaled by 1/√d_head (unscaled scores drove training into denormals, DESIGN §6).
+
+    Args:
+        d_model: backbone hidden size d.
+        d_head: projection size (default d_model).
+    """
+
+    def __init__(self, d_model: int, d_head: int | None = None):
+        super().__init__()
+        self.d_model = d_model
+        self.d_head = d_head or d_model
+        self.w_q = nn.Linear(d_model, self.d_head, bias=False)
+        self.w_k = nn.Linear(d_model, self.d_head, bias=False)
+
+    def forward(self, h_decide: torch.Tensor, h_options: torch.Tensor, option_mask: torch.Tensor) -> torch.Tensor:
+        """``h_decide [B, NB, d]``, ``h_options [B, NB, K, d]``, ``option_mask [B, NB, K]`` bool ->
+        logits ``[B, NB, K]`` float32, ``-inf`` on padded options."""
+        q = self.w_q(h_decide.to(self.w_q.weight.dtype))              # (B, NB, dh)
+        k = self.w_k(h_options.to(self.w_k.weight.dtype))             # (B, NB, K, dh)
+        z = torch.einsum("bnd,bnkd->bnk", q, k).float() / math.sqrt(self.d_head)
+        return z.masked_fill(~option_mask, float("-inf"))
+
+
+def pointer_logits(head: PointerHead, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """Pointer logits ``[B, NB, K]`` (float32, -inf on padding) from backbone hidden states ``[B, L, d]``."""
+    h_dec = gather_positions(hidden, batch.decide_index)         # (B, NB, d)
+    h_opt = gather_positions(hidden, batch.option_index)         # (B, NB, K, d)
+    return head(h_dec, h_opt, batch.option_mask)
+
+
+def lm_option_scores(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Module) -> torch.Tensor:
+    """LM readout: mean log-probability of each branch's answer tokens, ``[B, NB]`` float32.
+
+    Branch j's answer tokens are ``input_ids[start + decide + 1 : end]``; token t is scored by the
+    hidden state at t − 1 (inside the same branch, so it has read the state and the prompt only).
+    The LM head is applied only at those positions, not at all L. Absent branches get 0.
+    """
+    B, NB = batch.decide_index.shape
+    rows, cols, group = [], [], []
+    for b in range(B):
+        for j in range(NB):
+            if not batch.branch_mask[b, j]:
+                continue
+            first, end = int(batch.decide_index[b, j]), int(batch.branch_end[b, j])
+            for p in range(first, end - 1):
+                rows.append(b)
+                cols.append(p)
+                group.append(b * NB + j)
+    dev = hidden.device
+    rows_t = torch.tensor(rows, dtype=torch.long, device=dev)
+    cols_t = torch.tensor(cols, dtype=torch.long, device=dev)
+    group_t = torch.tensor(group, dtype=torch.long, device=dev)
+    h = hidden[rows_t, cols_t]                                          # (N, d)
+    logp = torch.log_softmax(lm_head(h).float(), dim=-1)                # (N, V)
+    target = batch.input_ids.to(dev)[rows_t, cols_t + 1]                # (N,)
+    tok = logp.gather(1, target[:, None]).squeeze(1)                    # (N,)
+    total = torch.zeros(B * NB, device=dev).index_add_(0, group_t, tok)
+    count = torch.zeros(B * NB, device=dev).index_add_(0, group_t, torch.ones_like(tok))
+    return (total / count.clamp_min(1)).reshape(B, NB)
