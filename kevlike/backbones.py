@@ -230,9 +230,16 @@ def load_backbone(path: str | os.PathLike, dtype: str = "float32", attn_implemen
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation=attn_implementation)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a local load takes ~2 s: no bar on every `kevlike decide`
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation=attn_implementation)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     return model.to(device).eval(), tok
 
 

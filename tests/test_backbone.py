@@ -1,0 +1,81 @@
+"""Tests on the real embedded backbone (SmolLM2-135M-Instruct), set up by `kevlike fetch`."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kevlike.heads import PointerHead
+from kevlike.schema import validate_request
+
+from test_parity import all_probs, max_abs_diff
+from tiny import REQUEST
+
+pytestmark = pytest.mark.backbone
+GOLDEN = Path(__file__).parent / "golden" / "smollm2_request.json"
+EXAMPLES = sorted(p for p in (Path(__file__).parents[1] / "examples").glob("*.json") if not p.name.endswith(".meta.json"))
+
+
+def test_golden_token_ids(backbone_engine):
+    """The one encoder's output for a fixed request is pinned (regenerate: tests/golden/regenerate.py)."""
+    from golden.regenerate import encode_all
+
+    assert encode_all() == json.loads(GOLDEN.read_text())["encoded"]
+
+
+def test_packed_equals_separate_lm_readout(backbone_engine):
+    for path in EXAMPLES[:2]:
+        req = json.loads(path.read_text())
+        assert max_abs_diff(backbone_engine.decide(req), backbone_engine.decide(req, mode="separate")) <= 1e-5
+
+
+@torch.inference_mode()
+def test_packed_equals_separate_pointer_readout(backbone_engine):
+    """A (random) pointer head on the real backbone: the packed pass reads the same hidden states."""
+    eng = backbone_engine
+    enc = eng.encoder.encode(validate_request(json.loads(EXAMPLES[0].read_text())))
+    torch.manual_seed(0)
+    head = PointerHead(eng.model.config.hidden_size).eval()
+    from kevlike.backbones import ensure_embedding_rows
+    from kevlike.heads import pointer_logits
+    from kevlike.pack import pack
+
+    ensure_embedding_rows(eng.model, len(eng.encoder.tokenizer))
+
+    def logits(e):
+        b = pack([e], eng.encoder.pad_id)
+        return pointer_logits(head, eng.hidden_states(b.input_ids, b.segment_ids, b.position_ids), b)[0]
+
+    z = logits(enc)
+    for q in range(enc.n_questions):
+        zs = logits(enc.only_question(q))[0]
+        K = len(enc.branches[q].options)
+        assert (torch.softmax(z[q, :K], -1) - torch.softmax(zs[:K], -1)).abs().max() <= 1e-5
+
+
+def test_response_shape_on_examples(backbone_engine):
+    for path in EXAMPLES:
+        req = json.loads(path.read_text())
+        out = backbone_engine.decide(req)
+        assert out["model"] == "kevlike-default"
+        assert list(out["answers"]) == list(req["questions"])
+        for qid, a in out["answers"].items():
+            q = req["questions"][qid]
+            assert a["type"] == q["type"]
+            if q["type"] == "noul":
+                assert 0.0 <= a["noul"] <= 1.0
+            else:
+                assert sum(a["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+            if q["type"] == "choice":
+                assert list(a["probabilities"]) == list(q["criteria"])
+        assert out["usage"]["input_tokens"] > 100
+
+
+def test_bfloat16_close_to_float32(backbone_engine):
+    from kevlike import Engine
+
+    bf16 = Engine.from_pretrained("kevlike-default", dtype="bfloat16")
+    req = json.loads(EXAMPLES[0].read_text())
+    d = max_abs_diff(backbone_engine.decide(req), bf16.decide(req))
+    assert d <= 0.1, d  # bf16 rounding through 30 layers; fp32 is the reference

@@ -1,0 +1,32 @@
+"""DESIGN §3: nothing is installed under the top-level names kernels / training / eval."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_transformers_and_kevlike_import_together():
+    import transformers
+    from transformers import AutoModelForCausalLM  # noqa: F401  (transformers probes a `kernels` package)
+
+    import kevlike.eval
+    import kevlike.kernels
+    import kevlike.training
+
+    assert kevlike.kernels.__name__ == "kevlike.kernels"
+    assert Path(kevlike.kernels.__file__).parent.name == "kernels"
+    assert transformers.__version__
+
+
+def test_no_top_level_kernels_training_eval_from_us(tmp_path):
+    """From a neutral directory, the installed environment resolves none of the three names to our code."""
+    code = ("import importlib.util, json; "
+            "print(json.dumps({n: str((importlib.util.find_spec(n) or type('x', (), {'origin': None})).origin) "
+            "for n in ('kernels', 'training', 'eval')}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    import json
+
+    for name, origin in json.loads(out).items():
+        assert str(ROOT) not in origin, f"`import {name}` resolves to our {origin}"

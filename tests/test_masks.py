@@ -1,0 +1,81 @@
+"""The branch mask_mod vs an independent numpy reference, exactly, at awkward lengths (PITFALLS #2, #3)."""
+
+import numpy as np
+import pytest
+import torch
+
+from kevlike.kernels import (block_mask, dense_mask, packed_mask_mod, reference_block_reduce, reference_mask)
+
+LENGTHS = [1, 127, 129, 137, 2046]
+
+
+def random_layout(L: int, seed: int, pad: int = 0):
+    """segment_ids / position_ids ``[1, L]`` for a state and random branches, ``pad`` trailing padding."""
+    g = np.random.default_rng(seed)
+    real = L - pad
+    S = int(g.integers(1, max(2, real // 3 + 1))) if real > 0 else 0
+    S = min(S, real)
+    seg = [0] * S
+    pos = list(range(S))
+    k = 0
+    while len(seg) < real:
+        k += 1
+        n = int(min(real - len(seg), g.integers(1, max(2, real // 4 + 2))))
+        seg += [k] * n
+        pos += list(range(S, S + n))
+    seg += [-1] * pad
+    pos += [0] * pad
+    return torch.tensor([seg]), torch.tensor([pos])
+
+
+@pytest.mark.parametrize("L", LENGTHS)
+@pytest.mark.parametrize("window", [None, 5])
+def test_dense_mask_equals_reference(L, window):
+    pad = L // 10
+    seg, pos = random_layout(L, seed=L, pad=pad)
+    got = dense_mask(seg, pos, window)
+    assert got.shape == (1, 1, L, L) and got.dtype == torch.bool
+    ref = reference_mask(seg.numpy(), pos.numpy(), window)
+    assert np.array_equal(got[:, 0].numpy(), ref)
+    assert got.any(-1).all(), "every row (padding included) attends somewhere: no NaN softmax rows"
+
+
+@pytest.mark.parametrize("L", LENGTHS)
+def test_block_mask_equals_block_reduced_reference(L):
+    seg, pos = random_layout(L, seed=L + 1, pad=L // 7)
+    bm = block_mask(seg, pos)
+    ref = reference_block_reduce(reference_mask(seg.numpy(), pos.numpy()))
+    assert np.array_equal(bm.to_dense()[:, 0].bool().numpy(), ref)
+
+
+def test_mask_values_on_hand_layout():
+    # state of 2, branch 1 of 2, branch 2 of 1, one padding token
+    seg = torch.tensor([[0, 0, 1, 1, 2, -1]])
+    m = dense_mask(seg)[0, 0].int().tolist()
+    assert m == [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0],   # branch 2 sees the state and itself, not branch 1
+        [0, 0, 0, 0, 0, 1],   # padding: itself only
+    ]
+
+
+def test_sliding_window_uses_restarted_positions():
+    # state 0..2, branch 1 at positions 3..4, branch 2 at positions 3..4 (packed indices 5..6)
+    seg = torch.tensor([[0, 0, 0, 1, 1, 2, 2]])
+    pos = torch.tensor([[0, 1, 2, 3, 4, 3, 4]])
+    m = dense_mask(seg, pos, window=3)[0, 0]
+    # last token of branch 2 (pos 4) sees pos 2,3,4: state index 2 and its own two tokens;
+    # on packed indices it would have seen nothing of the state.
+    assert m[6].nonzero().flatten().tolist() == [2, 5, 6]
+    assert m[4].nonzero().flatten().tolist() == [2, 3, 4]
+
+
+def test_mask_mod_never_reads_past_the_real_length():
+    # create_block_mask evaluates the mask on the padded tail of the last tile: this must not index out of range
+    seg = torch.zeros((1, 129), dtype=torch.long)
+    mod = packed_mask_mod(seg)
+    q = torch.tensor(255)
+    assert bool(mod(torch.tensor(0), torch.tensor(0), q, q))  # tail reads as padding: attends to itself

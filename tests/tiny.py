@@ -1,0 +1,71 @@
+"""Tiny random Qwen2 / Llama models and an in-memory byte-level BPE tokenizer (nothing downloaded)."""
+
+from __future__ import annotations
+
+import torch
+
+from kevlike import Engine
+from kevlike.heads import PointerHead
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Customer: I was charged twice for my March invoice and nobody answers the phone.",
+    "Does this need a reply within the hour? Which team should handle this? billing sales tech",
+    "How angry is the customer? Calm Frustrated Very angry true false yes no Options Answer",
+    "Text: Question: Levels (0 = lowest, 1 = highest): 0 1 2 3 4 5 6 7 8 9 { } [ ] \" : ,",
+]
+
+
+def make_tokenizer():
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(CORPUS * 20, vocab_size=400, min_frequency=1,
+                            special_tokens=["<|pad|>", "<|im_end|>"], show_progress=False)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, pad_token="<|pad|>", eos_token="<|im_end|>")
+
+
+def make_model(arch: str, vocab: int = 420, sliding_window: int | None = None, seed: int = 0):
+    """A tiny randomly initialised model of a real architecture (fp32, eval mode, sdpa)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+    if arch == "qwen2":
+        if sliding_window:
+            cfg = Qwen2Config(**common, use_sliding_window=True, sliding_window=sliding_window, max_window_layers=1)
+        else:
+            cfg = Qwen2Config(**common)
+    elif arch == "llama":
+        cfg = LlamaConfig(**common)
+    else:
+        raise ValueError(arch)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
+
+
+def make_engine(arch: str = "llama", readout: str = "pointer", sliding_window: int | None = None, **kw) -> Engine:
+    model = make_model(arch, sliding_window=sliding_window)
+    tok = make_tokenizer()
+    head = None
+    if readout == "pointer":
+        torch.manual_seed(1)
+        head = PointerHead(model.config.hidden_size).eval()
+    return Engine(model, tok, name=f"tiny-{arch}", head=head, **kw)
+
+
+REQUEST = {
+    "model": "kevlike-default",
+    "state": "Customer: I was charged twice for my March invoice and nobody answers the phone.",
+    "questions": {
+        "urgent": {"type": "noul", "instructions": "Does this need a reply within the hour?",
+                   "criteria": {"true": "customer is blocked or losing money", "false": None}},
+        "team": {"type": "choice", "instructions": "Which team should handle this?",
+                 "criteria": {"billing": "invoices, charges, refunds", "sales": None, "tech": None}},
+        "anger": {"type": "score", "instructions": "How angry is the customer?",
+                  "criteria": ["Calm", "Frustrated", "Very angry"]},
+        "lazy": {"type": "noul", "instructions": "Is a fox mentioned?"},
+    },
+}
