@@ -35,13 +35,15 @@ def sliding_window_of(config) -> int | None:
     return None
 
 
-def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor):
+def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor,
+                       option_ids: torch.Tensor | None = None):
     """The ``attention_mask`` argument for the stock HF model.
 
     Args:
         backend: ``"sdpa"`` (dense bool ``[B, 1, L, L]``) or ``"flex_attention"`` (``BlockMask``).
         config: the backbone's HF config (read for sliding-window layers).
         segment_ids, position_ids: ``[B, L]`` long, from :func:`kevlike.pack.pack`.
+        option_ids: ``[B, L]`` long or None: option sub-branches (see :mod:`.masks`).
 
     Returns:
         the mask, or ``{"full_attention": mask, "sliding_attention": windowed mask}`` for backbones
@@ -56,8 +58,9 @@ def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position
         build = block_mask
     else:
         raise ValueError(f"attention backend must be one of {BACKENDS}, got {backend!r}")
-    full = build(segment_ids)
+    full = build(segment_ids, option_ids=option_ids)
     window = sliding_window_of(config)
     if window is None:
         return full
-    return {"full_attention": full, "sliding_attention": build(segment_ids, position_ids, window)}
+    return {"full_attention": full,
+            "sliding_attention": build(segment_ids, position_ids, window, option_ids=option_ids)}

@@ -7,6 +7,11 @@ The one definition of who may attend to whom (B requests, L packed tokens)::
 
 and, for sliding-window layers, additionally ``pos[q] - pos[kv] < window`` on the *restarted*
 position ids (so every branch gets the window of its separate run, whatever its packed offset).
+
+One level down (sub-branches: the LM readout's answers, DESIGN §5 set mode), ``opt`` is o ≥ 1 on
+the tokens of option o of a branch and 0 elsewhere; inside one branch a token additionally needs
+``opt[kv] = 0 or opt[q] = 0 or opt[kv] = opt[q]``: an option sees the question text and itself,
+never a sibling option, while a question-level token placed after the options may read them all.
 Padding rows attend to themselves, so no row is fully masked (no NaN, PITFALLS.md #3).
 
 A ``mask_mod`` has FlexAttention's signature ``(b, h, q_idx, kv_idx) -> bool``. The factories pad
@@ -40,20 +45,34 @@ def padding_self_mod(segment_ids: torch.Tensor, block_size: int = BLOCK_SIZE):
     return padding_self
 
 
-def branch_causal_mod(segment_ids: torch.Tensor, block_size: int = BLOCK_SIZE):
-    """mask_mod: causal, and a branch token sees the state and its own branch only.
+def branch_causal_mod(segment_ids: torch.Tensor, option_ids: torch.Tensor | None = None,
+                      block_size: int = BLOCK_SIZE):
+    """mask_mod: causal, and a branch token sees the state and its own branch only (and, with
+    ``option_ids``, not a sibling option sub-branch).
 
     Args:
         segment_ids: ``[B, L]`` long, 0 = state, k ≥ 1 = branch k, -1 = padding.
+        option_ids: ``[B, L]`` long or None, o ≥ 1 = option sub-branch o, 0 = state / question text.
     """
     seg = _padded(segment_ids, block_size, -1)
+    if option_ids is None:
+        def branch_causal(b, h, q_idx, kv_idx):
+            sq = seg[b, q_idx]
+            sk = seg[b, kv_idx]
+            return (sq != -1) & (sk != -1) & (kv_idx <= q_idx) & ((sk == 0) | (sk == sq))
 
-    def branch_causal(b, h, q_idx, kv_idx):
+        return branch_causal
+    opt = _padded(option_ids, block_size, 0)
+
+    def branch_option_causal(b, h, q_idx, kv_idx):
         sq = seg[b, q_idx]
         sk = seg[b, kv_idx]
-        return (sq != -1) & (sk != -1) & (kv_idx <= q_idx) & ((sk == 0) | (sk == sq))
+        oq = opt[b, q_idx]
+        ok = opt[b, kv_idx]
+        same = (sk == sq) & ((ok == 0) | (oq == 0) | (ok == oq))
+        return (sq != -1) & (sk != -1) & (kv_idx <= q_idx) & ((sk == 0) | same)
 
-    return branch_causal
+    return branch_option_causal
 
 
 def sliding_window_mod(position_ids: torch.Tensor, window: int, block_size: int = BLOCK_SIZE):
@@ -73,9 +92,10 @@ def sliding_window_mod(position_ids: torch.Tensor, window: int, block_size: int 
 
 
 def packed_mask_mod(segment_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
-                    window: int | None = None, block_size: int = BLOCK_SIZE):
+                    window: int | None = None, option_ids: torch.Tensor | None = None,
+                    block_size: int = BLOCK_SIZE):
     """The packed-branch mask_mod: padding-self OR (branch-causal AND optional sliding window)."""
-    inner = branch_causal_mod(segment_ids, block_size)
+    inner = branch_causal_mod(segment_ids, option_ids, block_size)
     if window is not None:
         if position_ids is None:
             raise ValueError("a sliding-window mask needs position_ids")
@@ -84,34 +104,39 @@ def packed_mask_mod(segment_ids: torch.Tensor, position_ids: torch.Tensor | None
 
 
 def dense_mask(segment_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
-               window: int | None = None) -> torch.Tensor:
+               window: int | None = None, option_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The mask_mod materialised element by element: bool ``[B, 1, L, L]``, True = attend
     (what sdpa takes). Built with torch's ``create_mask`` from the same mask_mod as the BlockMask."""
     B, L = segment_ids.shape
-    mod = packed_mask_mod(segment_ids, position_ids, window)
+    mod = packed_mask_mod(segment_ids, position_ids, window, option_ids)
     return create_mask(mod, B, None, L, L, device=segment_ids.device)
 
 
 def block_mask(segment_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
-               window: int | None = None, block_size: int = BLOCK_SIZE):
+               window: int | None = None, option_ids: torch.Tensor | None = None,
+               block_size: int = BLOCK_SIZE):
     """FlexAttention ``BlockMask`` of the same mask_mod (fully masked 128×128 tiles are skipped)."""
     B, L = segment_ids.shape
-    mod = packed_mask_mod(segment_ids, position_ids, window, block_size)
+    mod = packed_mask_mod(segment_ids, position_ids, window, option_ids, block_size)
     return create_block_mask(mod, B, None, L, L, device=segment_ids.device, BLOCK_SIZE=block_size)
 
 
 def reference_mask(segment_ids: np.ndarray, position_ids: np.ndarray | None = None,
-                   window: int | None = None) -> np.ndarray:
+                   window: int | None = None, option_ids: np.ndarray | None = None) -> np.ndarray:
     """Independent numpy reference of the same rule, bool ``[B, L, L]``; used only by tests."""
     seg = np.asarray(segment_ids)
     B, L = seg.shape
+    opts = np.zeros_like(seg) if option_ids is None else np.asarray(option_ids)
     q = np.arange(L)[:, None]
     kv = np.arange(L)[None, :]
     out = np.zeros((B, L, L), dtype=bool)
     for b in range(B):
         sq = seg[b][:, None]
         sk = seg[b][None, :]
-        allowed = (sq != -1) & (sk != -1) & (kv <= q) & ((sk == 0) | (sk == sq))
+        oq = opts[b][:, None]
+        ok = opts[b][None, :]
+        same_branch = (sk == sq) & ((ok == 0) | (oq == 0) | (ok == oq))
+        allowed = (sq != -1) & (sk != -1) & (kv <= q) & ((sk == 0) | same_branch)
         if window is not None:
             pos = np.asarray(position_ids)[b]
             allowed &= (pos[:, None] - pos[None, :]) < window

@@ -9,7 +9,7 @@ the ids of a piece never depend on its neighbours (PITFALLS.md #6; pinned by a g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .render import lm_answers, lm_prompt, lm_state, option_text, render_text
 from .schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError
@@ -21,17 +21,30 @@ DELIMITERS = ("<state>", "<q>", "<opt>", "</opt>", "<decide>")
 class EncodedBranch:
     """One branch's token ids and the local indices its readout reads.
 
-    ``decide``: pointer template: index of ``<decide>``; LM template: index of the last prompt token
-    (the answer tokens ``ids[decide + 1:]`` are scored). ``options``: pointer template: index of each
-    option's ``</opt>``, in option order; empty for LM branches. ``question``: index of the question
-    in the request; ``option``: LM template only, which option this branch scores (else -1).
+    Pointer template: ``ids`` is the whole branch, ``decide`` the index of ``<decide>`` and
+    ``options`` the index of each option's ``</opt>``, in option order.
+
+    LM template: ``ids`` is the question prompt, ``decide`` its last token, and ``answers`` holds each
+    option's answer tokens as a *sub-branch* packed after the prompt: it sees the state, the prompt
+    and itself, not the other answers, and its positions restart right after the prompt — exactly
+    the positions and context of a separate ``[state][prompt][answer]`` run, with the prompt encoded once.
+    ``question`` is the index of the question in the request.
     """
 
     ids: tuple[int, ...]
     decide: int
-    options: tuple[int, ...]
-    question: int
-    option: int = -1
+    options: tuple[int, ...] = ()
+    answers: tuple[tuple[int, ...], ...] = ()
+    question: int = 0
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.ids) + sum(len(a) for a in self.answers)
+
+    @property
+    def span(self) -> int:
+        """Positions the branch occupies after the state (prompt + longest sub-branch)."""
+        return len(self.ids) + max((len(a) for a in self.answers), default=0)
 
 
 @dataclass(frozen=True)
@@ -43,14 +56,12 @@ class EncodedRequest:
     @property
     def n_tokens(self) -> int:
         """Tokens of the packed sequence (state once, every branch once)."""
-        return len(self.state_ids) + sum(len(b.ids) for b in self.branches)
+        return len(self.state_ids) + sum(b.n_tokens for b in self.branches)
 
     def only_question(self, q: int) -> "EncodedRequest":
-        """The same state with only question ``q``'s branches (renumbered to question 0): the
+        """The same state with only question ``q``'s branch (renumbered to question 0): the
         separate ``[state][branch]`` run that a packed branch must equal."""
-        branches = tuple(
-            EncodedBranch(b.ids, b.decide, b.options, 0, b.option) for b in self.branches if b.question == q
-        )
+        branches = tuple(replace(b, question=0) for b in self.branches if b.question == q)
         return EncodedRequest(self.state_ids, branches, 1)
 
 
@@ -111,15 +122,15 @@ class Encoder:
                 opt_at.append(len(ids))
                 ids.append(self.end_opt_id)
             ids.append(self.decide_id)
-            branches.append(EncodedBranch(tuple(ids), len(ids) - 1, tuple(opt_at), qi))
+            branches.append(EncodedBranch(tuple(ids), len(ids) - 1, tuple(opt_at), question=qi))
         enc = EncodedRequest(state_ids, tuple(branches), len(request.questions))
         self.check_budget(enc, request)
         return enc
 
     # -- LM readout template ---------------------------------------------------------------
     def encode_lm(self, request: Request) -> EncodedRequest:
-        """Plain-text ids for the LM readout: the state, then one branch per (question, option)
-        holding the question prompt followed by that option's answer text. No reserved id appears.
+        """Plain-text ids for the LM readout: the state, then per question its prompt with one answer
+        sub-branch per option (see :class:`EncodedBranch`). No reserved id appears.
 
         Raises:
             RequestError: status 413 as for :meth:`encode`.
@@ -132,10 +143,9 @@ class Encoder:
         state_ids = tuple(next(pieces))
         branches = []
         for qi, q in enumerate(request.questions):
-            prompt = next(pieces)
-            for oi in range(len(q.options)):
-                answer = next(pieces)
-                branches.append(EncodedBranch(tuple(prompt + answer), len(prompt) - 1, (), qi, oi))
+            prompt = tuple(next(pieces))
+            answers = tuple(tuple(next(pieces)) for _ in q.options)
+            branches.append(EncodedBranch(prompt, len(prompt) - 1, answers=answers, question=qi))
         enc = EncodedRequest(state_ids, tuple(branches), len(request.questions))
         self.check_budget(enc, request)
         return enc
@@ -157,10 +167,10 @@ class Encoder:
                        f"(the backbone's context)",
             }], status=413)
         for b in enc.branches:
-            if S + len(b.ids) > self.branch_limit:
+            if S + b.span > self.branch_limit:
                 qid = request.questions[b.question].id
                 raise RequestError([{
                     "loc": ["body", "questions", qid], "type": "tokens_exceeded",
-                    "msg": f"state ({S} tokens) + this question's branch ({len(b.ids)} tokens) = {S + len(b.ids)} "
+                    "msg": f"state ({S} tokens) + this question's branch ({b.span} tokens) = {S + b.span} "
                            f"tokens; the limit is {self.branch_limit} (the backbone's context)",
                 }], status=413)

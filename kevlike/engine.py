@@ -99,12 +99,13 @@ class Engine:
     def encode(self, request: Request) -> EncodedRequest:
         return self.encoder.encode(request) if self.head is not None else self.encoder.encode_lm(request)
 
-    def hidden_states(self, input_ids: torch.Tensor, segment_ids: torch.Tensor,
-                      position_ids: torch.Tensor) -> torch.Tensor:
+    def hidden_states(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor,
+                      option_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Backbone body with the branch mask and restarted positions: ``[B, L]`` ids -> ``[B, L, d]``.
+        ``option_ids`` (``[B, L]``) adds the sub-branch level of the mask (LM readout answers).
         The mask is always passed (without it transformers infers packed documents from the position
         jumps and branches 2+ lose the state, PITFALLS.md #1)."""
-        mask = attention_mask_for(self.backend, self.model.config, segment_ids, position_ids)
+        mask = attention_mask_for(self.backend, self.model.config, segment_ids, position_ids, option_ids)
         out = self.model.get_decoder()(input_ids=input_ids, attention_mask=mask,
                                        position_ids=position_ids, use_cache=False)
         return out.last_hidden_state
@@ -113,20 +114,15 @@ class Engine:
         """One packed forward over B encoded requests; uncalibrated logits per request, per question,
         each ``[K_q]`` float32 on CPU (pointer logits, or LM mean log-probabilities)."""
         batch = pack(encoded, self.encoder.pad_id, padding_side).to(self.device)
-        hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids)
-        out: list[list[torch.Tensor]] = []
         if self.head is not None:
-            z = pointer_logits(self.head, hidden, batch).cpu()                  # (B, NB, K)
-            for b, enc in enumerate(encoded):
-                out.append([z[b, j, :len(br.options)] for j, br in enumerate(enc.branches)])
-            return out
-        s = lm_option_scores(hidden, batch, self.model.get_output_embeddings()).cpu()  # (B, NB)
-        for b, enc in enumerate(encoded):
-            per_q: list[list[float]] = [[] for _ in range(enc.n_questions)]
-            for j, br in enumerate(enc.branches):
-                per_q[br.question].append(s[b, j])
-            out.append([torch.stack(v) for v in per_q])
-        return out
+            hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids)
+            z = pointer_logits(self.head, hidden, batch)                                   # (B, NB, K)
+        else:
+            hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids, batch.option_ids)
+            z = lm_option_scores(hidden, batch, self.model.get_output_embeddings())       # (B, NB, K)
+        z = z.cpu()
+        return [[z[b, j, :max(len(br.options), len(br.answers))] for j, br in enumerate(enc.branches)]
+                for b, enc in enumerate(encoded)]
 
     # -- public API ------------------------------------------------------------------------
     def decide(self, request: Any, *, mode: str = "packed") -> dict:

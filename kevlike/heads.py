@@ -55,31 +55,32 @@ def pointer_logits(head: PointerHead, hidden: torch.Tensor, batch: PackedBatch) 
 
 
 def lm_option_scores(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Module) -> torch.Tensor:
-    """LM readout: mean log-probability of each branch's answer tokens, ``[B, NB]`` float32.
+    """LM readout: mean log-probability of each option's answer tokens, ``[B, NB, K]`` float32,
+    ``-inf`` on padded options.
 
-    Branch j's answer tokens are ``input_ids[start + decide + 1 : end]``; token t is scored by the
-    hidden state at t − 1 (inside the same branch, so it has read the state and the prompt only).
-    The LM head is applied only at those positions, not at all L. Absent branches get 0.
+    Answer k of a branch occupies ``input_ids[option_index : option_end]`` (a sub-branch after the
+    question prompt). Its first token is scored by the hidden state of the prompt's last token
+    (``decide_index``), each later token by the previous answer token — inside the sub-branch, so it
+    has read the state, the prompt and its own answer only. The LM head is applied only at those
+    positions, not at all L.
     """
-    B, NB = batch.decide_index.shape
-    rows, cols, group = [], [], []
-    for b in range(B):
-        for j in range(NB):
-            if not batch.branch_mask[b, j]:
-                continue
-            first, end = int(batch.decide_index[b, j]), int(batch.branch_end[b, j])
-            for p in range(first, end - 1):
-                rows.append(b)
-                cols.append(p)
-                group.append(b * NB + j)
+    B, NB, K = batch.option_mask.shape
+    rows, cols, targets, group = [], [], [], []
+    for b, j, k in batch.option_mask.nonzero().tolist():
+        start, end = int(batch.option_index[b, j, k]), int(batch.option_end[b, j, k])
+        reads = [int(batch.decide_index[b, j]), *range(start, end - 1)]
+        rows.extend([b] * len(reads))
+        cols.extend(reads)
+        targets.extend(range(start, end))
+        group.extend([(b * NB + j) * K + k] * len(reads))
     dev = hidden.device
     rows_t = torch.tensor(rows, dtype=torch.long, device=dev)
-    cols_t = torch.tensor(cols, dtype=torch.long, device=dev)
     group_t = torch.tensor(group, dtype=torch.long, device=dev)
-    h = hidden[rows_t, cols_t]                                          # (N, d)
-    logp = torch.log_softmax(lm_head(h).float(), dim=-1)                # (N, V)
-    target = batch.input_ids.to(dev)[rows_t, cols_t + 1]                # (N,)
-    tok = logp.gather(1, target[:, None]).squeeze(1)                    # (N,)
-    total = torch.zeros(B * NB, device=dev).index_add_(0, group_t, tok)
-    count = torch.zeros(B * NB, device=dev).index_add_(0, group_t, torch.ones_like(tok))
-    return (total / count.clamp_min(1)).reshape(B, NB)
+    h = hidden[rows_t, torch.tensor(cols, dtype=torch.long, device=dev)]        # (N, d)
+    logp = torch.log_softmax(lm_head(h).float(), dim=-1)                       # (N, V)
+    target = batch.input_ids.to(dev)[rows_t, torch.tensor(targets, dtype=torch.long, device=dev)]  # (N,)
+    tok = logp.gather(1, target[:, None]).squeeze(1)                           # (N,)
+    total = torch.zeros(B * NB * K, device=dev).index_add_(0, group_t, tok)
+    count = torch.zeros(B * NB * K, device=dev).index_add_(0, group_t, torch.ones_like(tok))
+    scores = (total / count.clamp_min(1)).reshape(B, NB, K)
+    return scores.masked_fill(~batch.option_mask.to(dev), float("-inf"))

@@ -6,6 +6,10 @@ Notation: B requests, L packed length (longest request, plus padding), NB branch
 Layout of one request: ``[state][branch 1]…[branch NB]``. ``segment_ids`` are 0 for the state,
 k for branch k (1-based) and -1 for padding; ``position_ids`` run 0…S−1 over the state and restart
 at S for every branch, so each branch sees exactly the positions of its separate run.
+
+A branch with answer sub-branches (the LM readout) is laid out ``[prompt][answer 1]…[answer K]``;
+``option_ids`` are o ≥ 1 on answer o's tokens (0 elsewhere), and every answer's positions restart
+right after the prompt.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ class PackedBatch:
     input_ids: torch.Tensor      # [B, L] long
     segment_ids: torch.Tensor    # [B, L] long: 0 state, k ≥ 1 branch k, -1 padding
     position_ids: torch.Tensor   # [B, L] long: restarted at S for every branch; 0 on padding
+    option_ids: torch.Tensor     # [B, L] long: o ≥ 1 on answer sub-branch o, else 0
     branch_mask: torch.Tensor    # [B, NB] bool: branch exists
     decide_index: torch.Tensor   # [B, NB] long: packed index of each branch's read token (0 if absent)
-    option_index: torch.Tensor   # [B, NB, K] long: packed index of each option's </opt> (0 if absent)
+    option_index: torch.Tensor   # [B, NB, K] long: packed index of option k's </opt>, or of answer k's first token
+    option_end: torch.Tensor     # [B, NB, K] long: one past option k's last read token
     option_mask: torch.Tensor    # [B, NB, K] bool
-    branch_end: torch.Tensor     # [B, NB] long: packed index one past each branch's last token
     n_tokens: list[int]          # real (unpadded) tokens per request
 
     def to(self, device) -> "PackedBatch":
@@ -58,15 +63,16 @@ def pack(requests: Sequence[EncodedRequest], pad_id: int, padding_side: str = "r
     L = max(lengths)
     L = -(-L // pad_to_multiple) * pad_to_multiple
     NB = max(1, max(len(r.branches) for r in requests))
-    K = max(1, max((len(b.options) for r in requests for b in r.branches), default=1))
+    K = max(1, max((max(len(b.options), len(b.answers)) for r in requests for b in r.branches), default=1))
 
     input_ids = torch.full((B, L), pad_id, dtype=torch.long)
     segment_ids = torch.full((B, L), -1, dtype=torch.long)
     position_ids = torch.zeros((B, L), dtype=torch.long)
+    option_ids = torch.zeros((B, L), dtype=torch.long)
     branch_mask = torch.zeros((B, NB), dtype=torch.bool)
     decide_index = torch.zeros((B, NB), dtype=torch.long)
-    branch_end = torch.zeros((B, NB), dtype=torch.long)
     option_index = torch.zeros((B, NB, K), dtype=torch.long)
+    option_end = torch.zeros((B, NB, K), dtype=torch.long)
     option_mask = torch.zeros((B, NB, K), dtype=torch.bool)
 
     for i, r in enumerate(requests):
@@ -75,22 +81,34 @@ def pack(requests: Sequence[EncodedRequest], pad_id: int, padding_side: str = "r
         ids = list(r.state_ids)
         seg = [0] * S
         pos = list(range(S))
+        opt = [0] * S
         for k, b in enumerate(r.branches):
             start = off + len(ids)
             n = len(b.ids)
             ids.extend(b.ids)
             seg.extend([k + 1] * n)
             pos.extend(range(S, S + n))
+            opt.extend([0] * n)
             branch_mask[i, k] = True
             decide_index[i, k] = start + b.decide
-            branch_end[i, k] = start + n
             for j, o in enumerate(b.options):
                 option_index[i, k, j] = start + o
+                option_end[i, k, j] = start + o + 1
+                option_mask[i, k, j] = True
+            for j, a in enumerate(b.answers):
+                a_start = off + len(ids)
+                ids.extend(a)
+                seg.extend([k + 1] * len(a))
+                pos.extend(range(S + n, S + n + len(a)))
+                opt.extend([j + 1] * len(a))
+                option_index[i, k, j] = a_start
+                option_end[i, k, j] = a_start + len(a)
                 option_mask[i, k, j] = True
         n = len(ids)
         input_ids[i, off:off + n] = torch.tensor(ids, dtype=torch.long)
         segment_ids[i, off:off + n] = torch.tensor(seg, dtype=torch.long)
         position_ids[i, off:off + n] = torch.tensor(pos, dtype=torch.long)
+        option_ids[i, off:off + n] = torch.tensor(opt, dtype=torch.long)
 
-    return PackedBatch(input_ids, segment_ids, position_ids, branch_mask, decide_index,
-                       option_index, option_mask, branch_end, lengths)
+    return PackedBatch(input_ids, segment_ids, position_ids, option_ids, branch_mask, decide_index,
+                       option_index, option_end, option_mask, lengths)

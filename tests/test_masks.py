@@ -28,6 +28,21 @@ def random_layout(L: int, seed: int, pad: int = 0):
     return torch.tensor([seg]), torch.tensor([pos])
 
 
+def option_layout(seg: torch.Tensor, seed: int) -> torch.Tensor:
+    """option_ids ``[1, L]``: in each branch, the tail after a random prompt split into 1–3 sub-branches."""
+    g = np.random.default_rng(seed)
+    s = seg[0].tolist()
+    opt = [0] * len(s)
+    for k in set(s) - {0, -1}:
+        idx = [i for i, v in enumerate(s) if v == k]
+        cut = int(g.integers(0, len(idx)))
+        tail = idx[cut:]
+        n = int(g.integers(1, 4))
+        for j, i in enumerate(tail):
+            opt[i] = 1 + j * n // max(1, len(tail))
+    return torch.tensor([opt])
+
+
 @pytest.mark.parametrize("L", LENGTHS)
 @pytest.mark.parametrize("window", [None, 5])
 def test_dense_mask_equals_reference(L, window):
@@ -38,6 +53,35 @@ def test_dense_mask_equals_reference(L, window):
     ref = reference_mask(seg.numpy(), pos.numpy(), window)
     assert np.array_equal(got[:, 0].numpy(), ref)
     assert got.any(-1).all(), "every row (padding included) attends somewhere: no NaN softmax rows"
+
+
+@pytest.mark.parametrize("L", LENGTHS)
+def test_dense_mask_with_option_sub_branches_equals_reference(L):
+    seg, pos = random_layout(L, seed=L + 2, pad=L // 9)
+    opt = option_layout(seg, seed=L)
+    assert L < 100 or (opt > 1).any()
+    got = dense_mask(seg, pos, None, opt)
+    assert np.array_equal(got[:, 0].numpy(), reference_mask(seg.numpy(), pos.numpy(), None, opt.numpy()))
+    bm = block_mask(seg, pos, None, opt)
+    ref = reference_block_reduce(reference_mask(seg.numpy(), pos.numpy(), None, opt.numpy()))
+    assert np.array_equal(bm.to_dense()[:, 0].bool().numpy(), ref)
+
+
+def test_option_sub_branches_by_hand():
+    # state 1 token; branch 1: prompt 2 tokens, answer 1 (2 tokens), answer 2 (1 token), then a
+    # question-level token (option 0) after the answers that reads them all
+    seg = torch.tensor([[0, 1, 1, 1, 1, 1, 1]])
+    opt = torch.tensor([[0, 0, 0, 1, 1, 2, 0]])
+    m = dense_mask(seg, option_ids=opt)[0, 0].int().tolist()
+    assert m == [
+        [1, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0, 0],
+        [1, 1, 1, 0, 0, 1, 0],   # answer 2 does not see answer 1
+        [1, 1, 1, 1, 1, 1, 1],   # a question-level token after the options reads them all
+    ]
 
 
 @pytest.mark.parametrize("L", LENGTHS)

@@ -2,11 +2,12 @@
 on tiny random Qwen2 and Llama models with both readouts."""
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 
-from kevlike.encode import EncodedBranch, EncodedRequest
+from kevlike.encode import EncodedRequest
 from kevlike.pack import pack
 from kevlike.schema import validate_request
 
@@ -88,7 +89,7 @@ def test_changing_branch_2_leaves_branch_1_bit_identical(arch):
     keep = {b2.decide, *b2.options}
     new_ids = tuple(i if j in keep else (i * 7 + 3) % 250 for j, i in enumerate(b2.ids))
     assert new_ids != b2.ids
-    changed = EncodedRequest(enc.state_ids, (enc.branches[0], EncodedBranch(new_ids, b2.decide, b2.options, 1),
+    changed = EncodedRequest(enc.state_ids, (enc.branches[0], replace(b2, ids=new_ids),
                                              *enc.branches[2:]), enc.n_questions)
     z_a = engine.question_logits([enc])[0]
     z_b = engine.question_logits([changed])[0]
@@ -105,6 +106,26 @@ def test_changing_question_text_leaves_other_answers_identical():
         if key[0] != "team":
             assert abs(a[key] - b[key]) <= 1e-6, key
     assert max(abs(a[k] - b[k]) for k in a if k[0] == "team") > 1e-4
+
+
+@pytest.mark.parametrize("arch,window", [("llama", None), ("qwen2", 8)])
+@torch.inference_mode()
+def test_lm_readout_equals_stock_model_log_probs(arch, window):
+    """The LM readout (answers packed as sub-branches after a shared prompt, all questions in one
+    pass) equals the mean log-probability that the stock model, run plainly on each
+    ``[state][prompt][answer]`` text, gives the answer tokens."""
+    engine = make_engine(arch, "lm", sliding_window=window)
+    enc = engine.encode(validate_request(REQUEST))
+    packed = engine.question_logits([enc])[0]
+    lm = engine.model
+    for q, branch in enumerate(enc.branches):
+        for k, answer in enumerate(branch.answers):
+            ids = torch.tensor([[*enc.state_ids, *branch.ids, *answer]])
+            logp = torch.log_softmax(lm(input_ids=ids).logits[0].float(), -1)   # (T, V)
+            n = len(answer)
+            T = ids.shape[1]
+            want = logp[T - n - 1:T - 1].gather(1, ids[0, T - n:, None]).mean()
+            assert abs(packed[q][k].item() - want.item()) <= 1e-5, (q, k)
 
 
 @pytest.mark.parametrize("arch,window", [("llama", None), ("qwen2", None), ("qwen2", 8)])

@@ -32,7 +32,8 @@ def encode_all():
     for name, e in (("pointer", enc.encode(req)), ("lm", enc.encode_lm(req))):
         out[name] = {"state_ids": list(e.state_ids),
                      "branches": [{"ids": list(b.ids), "decide": b.decide, "options": list(b.options),
-                                   "question": b.question, "option": b.option} for b in e.branches]}
+                                   "answers": [list(a) for a in b.answers], "question": b.question}
+                                  for b in e.branches]}
     out["delimiter_ids"] = list(enc.delimiter_ids)
     return out
 
