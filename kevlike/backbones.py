@@ -190,7 +190,9 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
     * a registered name (:data:`MODELS`) or an embedded backbone name (:data:`EMBEDDED`): its cached
       backbone, fetched first if missing and ``auto_fetch``;
     * a directory holding ``kevlike.json``: a trained decision model (pointer head);
-    * a directory holding ``config.json``: any HF causal decoder, answered with the LM readout.
+    * a directory holding ``config.json``: any HF causal decoder, answered with the LM readout;
+    * ``owner/name`` that is no local path: a Hugging Face hub id, loaded by transformers (from its
+      cache, or the hub where one is reachable; :func:`load_backbone` raises if neither has it).
 
     Raises:
         ModelNotFoundError: none of the above (the message lists the known names).
@@ -212,9 +214,17 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
         return ResolvedModel(name, inner.backbone_dir, path)
     if (path / "config.json").is_file():
         return ResolvedModel(name, path, None)
+    if _looks_like_hub_id(name) and not path.exists():
+        return ResolvedModel(name, Path(name), None)  # loaded by transformers from its cache or the hub
     known = ", ".join([*MODELS, *EMBEDDED])
     raise ModelNotFoundError(f"unknown model {name!r}: not a registered name ({known}) and not a directory "
                              f"holding a decision model (kevlike.json) or an HF model (config.json)")
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    """``owner/name`` with no other path syntax (a hub id, where a hub is reachable)."""
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and "\\" not in name
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -222,17 +232,21 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 def load_backbone(path: str | os.PathLike, dtype: str = "float32", attn_implementation: str = "sdpa",
                   device: str | torch.device = "cpu"):
-    """Load ``(model, tokenizer)`` from a local HF directory, in eval mode.
+    """Load ``(model, tokenizer)`` from a local HF directory (or a hub id), in eval mode.
 
     Raises:
         ValueError: an unknown ``dtype`` (use ``float32`` or ``bfloat16``).
+        ModelNotFoundError: transformers cannot load it (e.g. a hub id with no hub reachable).
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    tok = AutoTokenizer.from_pretrained(path)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except OSError as e:  # transformers' "not a local folder and not on the hub / offline" errors
+        raise ModelNotFoundError(f"cannot load model {str(path)!r}: {str(e).splitlines()[0]}") from None
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a local load takes ~2 s: no bar on every `kevlike decide`
     try:

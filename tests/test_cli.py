@@ -45,3 +45,14 @@ def test_decide_example_end_to_end(backbone_engine):
     from test_parity import max_abs_diff
 
     assert max_abs_diff(out, json.loads(p2.stdout)) <= 1e-5
+
+
+def test_hub_id_without_hub_is_a_clear_error(tmp_path, monkeypatch):
+    req = tmp_path / "r.json"
+    req.write_text(json.dumps({"state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    p = run("decide", str(req), "--model", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "cannot load model 'HuggingFaceTB/SmolLM2-135M-Instruct'" in err, err
+    assert "Traceback" not in err

@@ -123,3 +123,20 @@ def test_mask_mod_never_reads_past_the_real_length():
     mod = packed_mask_mod(seg)
     q = torch.tensor(255)
     assert bool(mod(torch.tensor(0), torch.tensor(0), q, q))  # tail reads as padding: attends to itself
+
+
+def test_backend_and_mask_type_never_mix():
+    from transformers import LlamaConfig
+
+    from kevlike.kernels import attention_mask_for
+
+    seg = torch.tensor([[0, 0, 1, 2]])
+    pos = torch.tensor([[0, 1, 2, 2]])
+    cfg = LlamaConfig()
+    dense = attention_mask_for("sdpa", cfg, seg, pos)
+    assert isinstance(dense, torch.Tensor) and dense.dtype == torch.bool and dense.shape == (1, 1, 4, 4)
+    from torch.nn.attention.flex_attention import BlockMask
+
+    assert isinstance(attention_mask_for("flex_attention", cfg, seg, pos), BlockMask)
+    with pytest.raises(ValueError, match="eager"):
+        attention_mask_for("eager", cfg, seg, pos)
