@@ -3,6 +3,7 @@
     kevlike fetch                      set up the embedded backbone (download, verify, convert once)
     kevlike decide REQUEST.json        answer a request; ``-`` reads stdin
     kevlike models                     list registered model names
+    kevlike serve [--port 8000]        Jev-compatible HTTP server (POST /v1/systemone)
 
 Exit codes: 0 ok; 2 bad input (invalid request, unknown model, unreadable file), with one line on
 stderr and no traceback; 1 set-up failures.
@@ -81,6 +82,23 @@ def _cmd_models(args) -> int:
     return 0
 
 
+def _cmd_serve(args) -> int:
+    from .backbones import ModelNotFoundError, SetupError
+    from .server import ServerConfig, api_keys_from_env, serve
+
+    try:
+        config = ServerConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
+                              timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
+                              api_keys=api_keys_from_env(args.api_keys_file))
+        serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
+              log_level=args.log_level)
+    except (ModelNotFoundError, ValueError, OSError) as e:
+        return _fail(str(e))
+    except SetupError as e:
+        return _fail(str(e), 1)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kevlike", description="Open decision engine (Jev-compatible).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -103,6 +121,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("models", help="list model names")
     m.set_defaults(func=_cmd_models)
+
+    s = sub.add_parser("serve", help="run the Jev-compatible HTTP server")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--model", action="append", default=None,
+                   help="model name or directory to serve (repeatable; the first is the default)")
+    s.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    s.add_argument("--max-batch", type=int, default=8, help="requests per packed forward pass")
+    s.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more requests")
+    s.add_argument("--queue-size", type=int, default=64, help="waiting requests before answering 429")
+    s.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds (then 503)")
+    s.add_argument("--max-batch-tokens", type=int, default=32768, help="padded tokens per forward pass")
+    s.add_argument("--api-keys-file", default=None,
+                   help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated)")
+    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    s.set_defaults(func=_cmd_serve)
     return p
 
 

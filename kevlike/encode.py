@@ -163,8 +163,8 @@ class Encoder:
         if S + 1 > self.branch_limit:
             raise RequestError([{
                 "loc": ["body", "state"], "type": "tokens_exceeded",
-                "msg": f"state is {S} tokens; state + longest branch must fit {self.branch_limit} tokens "
-                       f"(the backbone's context)",
+                "msg": f"state is {S} tokens; the limit for state + longest branch is {self.branch_limit} "
+                       f"tokens (the backbone's context)",
             }], status=413)
         for b in enc.branches:
             if S + b.span > self.branch_limit:

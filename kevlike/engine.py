@@ -134,7 +134,15 @@ class Engine:
         """
         return self.decide_batch([request], mode=mode)[0]
 
-    @torch.inference_mode()
+    def prepare(self, request: Any) -> tuple[Request, EncodedRequest]:
+        """Validate and encode one request (cheap, no forward pass).
+
+        Raises:
+            RequestError: invalid request (422) or over a token budget (413).
+        """
+        req = as_request(request, self.limits)
+        return req, self.encode(req)
+
     def decide_batch(self, requests: Sequence[Any], *, mode: str = "packed") -> list[dict]:
         """Answer several requests. ``packed``: all requests padded into one batch, one forward pass;
         ``separate``: the reference path, one ``[state][branch]`` forward per question.
@@ -146,20 +154,24 @@ class Engine:
         """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        parsed, encoded = [], []
+        prepared = []
         for i, r in enumerate(requests):
             try:
-                req = as_request(r, self.limits)
-                encoded.append(self.encode(req))
+                prepared.append(self.prepare(r))
             except RequestError as e:
                 if len(requests) > 1:
                     for err in e.errors:
                         err["loc"] = [err["loc"][0], i, *err["loc"][1:]]
                     raise RequestError(e.errors, e.status) from None
                 raise
-            parsed.append(req)
-        if not encoded:
+        return self.run(prepared, mode=mode)
+
+    @torch.inference_mode()
+    def run(self, prepared: Sequence[tuple[Request, EncodedRequest]], *, mode: str = "packed") -> list[dict]:
+        """Forward pass(es) and responses for already prepared requests (see :meth:`prepare`)."""
+        if not prepared:
             return []
+        encoded = [e for _, e in prepared]
         if mode == "packed":
             logits = self.question_logits(encoded)
             tokens = [e.n_tokens for e in encoded]
@@ -169,7 +181,7 @@ class Engine:
                 singles = [enc.only_question(q) for q in range(enc.n_questions)]
                 logits.append([self.question_logits([s])[0][0] for s in singles])
                 tokens.append(sum(s.n_tokens for s in singles))
-        return [self._respond(req, z, n) for req, z, n in zip(parsed, logits, tokens)]
+        return [self._respond(req, z, n) for (req, _), z, n in zip(prepared, logits, tokens)]
 
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
         """Calibrated probabilities per question: ``softmax(z / T(type, K))``."""

@@ -69,3 +69,12 @@ REQUEST = {
         "lazy": {"type": "noul", "instructions": "Is a fox mentioned?"},
     },
 }
+
+
+def save_tiny_model(path, arch: str = "llama") -> str:
+    """Save a tiny random model and its tokenizer as an HF directory (servable with --model DIR)."""
+    model = make_model(arch)
+    tok = make_tokenizer()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)

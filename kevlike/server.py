@@ -1,0 +1,234 @@
+"""Jev-compatible HTTP server (DESIGN.md §4) on FastAPI + uvicorn.
+
+    POST /v1/systemone     answer a request (the Jev wire format)
+    GET  /v1/models        {"models": [{"name", "description", "release_date", "aliases"}]}
+    GET  /health           liveness and queue depth
+    GET  /docs, /openapi.json
+
+Status codes: 200; 401 missing/invalid bearer key (when keys are configured); 404 unknown model;
+413 body or token budget exceeded; 422 validation (``{"detail": [{"loc", "msg", "type"}]}``);
+429 queue full (``Retry-After``); 503 not answered within the per-request timeout (``Retry-After``).
+Everything but 422 uses ``{"detail": {"error_type": ..., "message": ...}}``. Nothing a client sends
+yields a 5xx. Every response carries ``x-request-id``. One log line per request (id, model,
+status, tokens, latency); the state text is never logged.
+
+Replicas are stateless (the model is read-only, nothing is kept between requests), so scaling
+out is running more ``kevlike serve`` processes behind any HTTP load balancer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from .batcher import Batcher, QueueFullError
+from .schema import DEFAULT_LIMITS, Limits, RequestError, parse_request
+
+log = logging.getLogger("kevlike.server")
+
+JEV_ALIASES = ("jev-latest", "jev-preview")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Server knobs (defaults in brackets): batch size [8], batch wait [5 ms], queue [64 requests],
+    per-request timeout [60 s], padded tokens per forward pass [32,768], bearer keys [none: auth off]."""
+
+    max_batch: int = 8
+    max_wait_ms: float = 5.0
+    queue_size: int = 64
+    timeout_s: float = 60.0
+    max_batch_tokens: int = 32768
+    api_keys: frozenset = field(default_factory=frozenset)
+    limits: Limits = DEFAULT_LIMITS
+
+    def __post_init__(self):
+        if self.max_batch < 1 or self.queue_size < 1 or self.max_batch_tokens < 1:
+            raise ValueError("max_batch, queue_size and max_batch_tokens must be >= 1")
+        if self.timeout_s <= 0 or self.max_wait_ms < 0:
+            raise ValueError("timeout_s must be > 0 and max_wait_ms >= 0")
+
+
+def api_keys_from_env(path: str | None = None) -> frozenset:
+    """Keys from ``KEVLIKE_API_KEYS`` (comma-separated) and/or a file (one key per line)."""
+    keys = {k.strip() for k in os.environ.get("KEVLIKE_API_KEYS", "").split(",") if k.strip()}
+    if path:
+        with open(path, encoding="utf-8") as f:
+            keys |= {line.strip() for line in f if line.strip() and not line.startswith("#")}
+    return frozenset(keys)
+
+
+def _error(status: int, error_type: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"detail": {"error_type": error_type, "message": message}}, status_code=status,
+                        headers=headers)
+
+
+REQUEST_SCHEMA = {
+    "type": "object", "required": ["state", "questions"], "additionalProperties": False,
+    "properties": {
+        "model": {"type": "string", "description": "served model name or alias (default: the server's default)"},
+        "state": {"description": "the text decided about: string, object or array", "type": ["string", "object", "array"]},
+        "questions": {"type": "object", "minProperties": 1, "maxProperties": 5000, "additionalProperties": {
+            "type": "object", "required": ["type", "instructions"], "additionalProperties": False,
+            "properties": {
+                "type": {"enum": ["noul", "choice", "score"]},
+                "instructions": {"type": ["string", "object", "array"]},
+                "criteria": {"description": "noul: {true, false} descriptions or null; choice: 2-255 keys -> "
+                                            "description or null; score: array of 2-10 level descriptions"}}}},
+    },
+}
+
+
+def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None):
+    """Build the FastAPI app.
+
+    Args:
+        engines: served name -> :class:`kevlike.Engine`.
+        default: the name answering requests without ``model`` (and the Jev aliases).
+        config: :class:`ServerConfig`.
+        model_info: name -> {"description", "release_date"} for ``/v1/models``.
+
+    Raises:
+        ValueError: ``default`` is not among ``engines``.
+    """
+    if default not in engines:
+        raise ValueError(f"default model {default!r} is not served ({', '.join(engines)})")
+    aliases = {a: default for a in JEV_ALIASES if a not in engines}
+    batchers: dict[str, Batcher] = {}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        for name, eng in engines.items():
+            batchers[name] = Batcher(eng, config.max_batch, config.max_wait_ms / 1000, config.queue_size,
+                                     config.max_batch_tokens)
+            batchers[name].start()
+        yield
+        for b in batchers.values():  # uvicorn has already let in-flight requests finish
+            await b.stop()
+
+    app = FastAPI(title="kevlike", version=__import__("kevlike").__version__, lifespan=lifespan,
+                  description="Jev-compatible decision engine: typed questions about a text, answered with "
+                              "probabilities in one packed forward pass.")
+
+    @app.middleware("http")
+    async def request_id_auth_and_log(request: Request, call_next):
+        rid = request.headers.get("x-request-id", "")
+        if not (0 < len(rid) <= 128 and rid.isascii() and rid.isprintable()):
+            rid = uuid.uuid4().hex
+        request.state.request_id = rid
+        request.state.tokens = 0
+        request.state.model = "-"
+        t0 = time.perf_counter()
+        if config.api_keys and request.url.path.startswith("/v1/"):
+            auth = request.headers.get("authorization", "")
+            key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            if key not in config.api_keys:
+                response = _error(401, "authentication_error", "missing or invalid API key "
+                                  "(send 'Authorization: Bearer KEY')", {"WWW-Authenticate": "Bearer"})
+            else:
+                response = await call_next(request)
+        else:
+            response = await call_next(request)
+        response.headers["x-request-id"] = rid
+        log.info("request id=%s %s %s model=%s status=%d tokens=%d latency_ms=%.1f", rid, request.method,
+                 request.url.path, request.state.model, response.status_code, request.state.tokens,
+                 1000 * (time.perf_counter() - t0))
+        return response
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):  # a server bug, never a client error
+        log.exception("internal error id=%s", getattr(request.state, "request_id", "-"))
+        return _error(500, "unknown", f"internal error ({type(exc).__name__}); request id "
+                                      f"{getattr(request.state, 'request_id', '-')}")
+
+    @app.post("/v1/systemone", openapi_extra={"requestBody": {"required": True, "content": {
+        "application/json": {"schema": REQUEST_SCHEMA}}}})
+    async def systemone(request: Request):
+        """Answer typed questions about a state (Jev's System One endpoint)."""
+        limit = config.limits.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return _error(413, "tokens_exceeded", f"body is {declared} bytes; the limit is {limit}")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return _error(413, "tokens_exceeded", f"body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+        try:
+            req = parse_request(b"".join(chunks), config.limits)
+        except RequestError as e:
+            return _request_error(e)
+        name = req.model or default
+        name = aliases.get(name, name)
+        if name not in engines:
+            return _error(404, "unknown", f"unknown model {req.model!r}; served: "
+                                          f"{', '.join([*engines, *aliases])}")
+        request.state.model = name
+        engine = engines[name]
+        loop = asyncio.get_running_loop()
+        try:
+            prepared = await loop.run_in_executor(None, engine.prepare, req)  # tokenization off the event loop
+        except RequestError as e:
+            return _request_error(e)
+        request.state.tokens = prepared[1].n_tokens
+        try:
+            fut = batchers[name].submit(prepared)
+        except QueueFullError as e:
+            return _error(429, "unknown", f"server busy: {e}; retry later", {"Retry-After": "1"})
+        try:
+            response = await asyncio.wait_for(fut, config.timeout_s)
+        except asyncio.TimeoutError:
+            return _error(503, "timeout", f"not answered within {config.timeout_s:g} s", {"Retry-After": "5"})
+        return JSONResponse(response)
+
+    def _request_error(e: RequestError):
+        if e.status == 422:
+            return JSONResponse({"detail": e.errors}, status_code=422)
+        return _error(e.status, "tokens_exceeded", e.one_line())
+
+    @app.get("/v1/models")
+    async def models():
+        """Served models and the aliases that resolve to them."""
+        info = model_info or {}
+        return {"models": [{"name": n, "description": info.get(n, {}).get("description", ""),
+                            "release_date": info.get(n, {}).get("release_date", ""),
+                            "aliases": [a for a, t in aliases.items() if t == n]} for n in engines]}
+
+    @app.get("/health")
+    async def health():
+        """Liveness, and the requests waiting per model."""
+        return {"status": "ok", "models": {n: {"waiting": b.waiting, "batches": b.batches, "answered": b.batched}
+                                           for n, b in batchers.items()}}
+
+    return app
+
+
+def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "float32",
+          config: ServerConfig = ServerConfig(), log_level: str = "info") -> None:
+    """Load the models and run uvicorn until SIGINT/SIGTERM (in-flight requests finish first)."""
+    import uvicorn
+
+    from .backbones import MODELS
+    from .engine import Engine
+
+    engines = {}
+    info = {}
+    for m in models:
+        eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits)
+        engines[eng.name] = eng
+        entry = MODELS.get(eng.name)
+        info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",
+                          "release_date": entry.release_date if entry else ""}
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(engines, next(iter(engines)), config, info)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=int(config.timeout_s) + 5,
+                access_log=False)

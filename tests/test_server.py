@@ -1,0 +1,281 @@
+"""The HTTP server, as a real `kevlike serve` process on 127.0.0.1 driven by a real HTTP client
+(http.client), serving a tiny random Llama directory."""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tiny import REQUEST, save_tiny_model
+
+NOUL = {"type": "noul", "instructions": "Is a fox mentioned?"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model_dir, *args, env=None):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kevlike", "serve", "--model", model_dir, "--port", str(self.port),
+             "--log-level", "warning", *args],
+            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stdout.read().decode()}")
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("server did not start")
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            conn.close()
+
+    def post(self, body, headers=None):
+        status, hdrs, raw = self.request("POST", "/v1/systemone", body, headers)
+        return status, hdrs, (json.loads(raw) if raw else None), raw
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "llama")
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    s = Server(model_dir)
+    yield s
+    s.stop()
+
+
+def test_round_trip_each_type(server, model_dir):
+    status, headers, out, _ = server.post({k: v for k, v in REQUEST.items() if k != "model"},
+                                          {"x-request-id": "abc-123"})
+    assert status == 200 and headers["x-request-id"] == "abc-123"
+    assert out["model"] == model_dir and list(out["answers"]) == list(REQUEST["questions"])
+    a = out["answers"]
+    assert a["urgent"]["type"] == "noul" and 0 <= a["urgent"]["noul"] <= 1
+    assert a["team"]["choice"] in ("billing", "sales", "tech") and list(a["team"]["probabilities"]) == ["billing", "sales", "tech"]
+    assert abs(sum(a["anger"]["probabilities"].values()) - 1) < 1e-5 and a["anger"]["legend"]["2"] == "Very angry"
+    assert out["usage"]["input_tokens"] > 0
+
+
+def test_jev_aliases_models_health_docs(server, model_dir):
+    for alias in ("jev-latest", "jev-preview"):
+        status, _, out, _ = server.post({"model": alias, "state": "dog", "questions": {"q": NOUL}})
+        assert status == 200 and out["model"] == model_dir
+    status, _, raw = server.request("GET", "/v1/models")
+    assert status == 200 and json.loads(raw)["models"][0]["aliases"] == ["jev-latest", "jev-preview"]
+    assert server.request("GET", "/openapi.json")[0] == 200
+    assert server.request("GET", "/docs")[0] == 200
+
+
+def test_unicode_ids_round_trip_byte_for_byte(server):
+    ids = ["émoji 🚀", "日本語の質問", "tab\there", "quote\"back\\slash", "\u202e rtl", "a" * 300]
+    body = {"state": "dog", "questions": {i: NOUL for i in ids}}
+    status, _, out, raw = server.post(body)
+    assert status == 200 and list(out["answers"]) == ids
+    for i in ids[:2]:
+        assert i.encode("utf-8") in raw  # sent as UTF-8, not \u-escaped
+
+
+BAD = [
+    (b"{not json", 422, ["body"]),
+    (b'{"state": "s"}', 422, ["body", "questions"]),
+    (b'{"state": 3, "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, ["body", "state"]),
+    (b'{"state": "s", "questions": {"q": {"type": "maybe", "instructions": "x"}}}', 422, ["body", "questions", "q", "type"]),
+    (b'{"state": "s", "questions": {"q": {"type": "choice", "instructions": "x", "criteria": {"a": null}}}}', 422,
+     ["body", "questions", "q", "criteria"]),
+    (b'{"state": "s", "questions": {"q": {"type": "score", "instructions": "x", "criteria": {"0": "lo", "1": "hi"}}}}', 422,
+     ["body", "questions", "q", "criteria"]),
+    (b'{"state": "s", "questions": {"q": {"type": "score", "instructions": "x", "criteria": ["a","b","c","d","e","f","g","h","i","j","k"]}}}',
+     422, ["body", "questions", "q", "criteria"]),
+    (b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}, "q": {"type": "noul", "instructions": "y"}}}',
+     422, ["body", "questions", "q"]),
+    (b'{"state": "s", "questions": {"": {"type": "noul", "instructions": "x"}}}', 422, ["body", "questions", ""]),
+    (b'{"state": "\\ud800", "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, ["body", "state"]),
+    (b'{"state": "\xff\xfe", "questions": {}}', 422, ["body"]),
+    (b'{"state": ' + b"[" * 80 + b"]" * 80 + b', "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, None),
+    (b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "x", "criteria": {"maybe": "y"}}}}', 422,
+     ["body", "questions", "q", "criteria", "maybe"]),
+]
+
+
+@pytest.mark.parametrize("body,status,loc", BAD)
+def test_validation_rules_give_4xx_with_field_path(server, body, status, loc):
+    got, _, out, _ = server.post(body)
+    assert got == status, out
+    assert isinstance(out["detail"], list) and out["detail"][0]["msg"]
+    if loc is not None:
+        assert out["detail"][0]["loc"] == loc
+
+
+def test_unknown_model_404_and_budgets_413(server):
+    status, _, out, _ = server.post({"model": "gpt-9", "state": "s", "questions": {"q": NOUL}})
+    assert status == 404 and out["detail"]["error_type"] == "unknown" and "gpt-9" in out["detail"]["message"]
+    status, _, out, _ = server.post(b"x" * (8 * 1024 * 1024 + 1))
+    assert status == 413 and "limit" in out["detail"]["message"]
+    status, _, out, _ = server.post({"state": "the lazy dog " * 3000, "questions": {"q": NOUL}})
+    assert status == 413 and out["detail"]["error_type"] == "tokens_exceeded" and "is 4096 tokens" in out["detail"]["message"]
+
+
+def test_method_and_path_errors_are_4xx(server):
+    assert server.request("GET", "/v1/systemone")[0] == 405
+    assert server.request("GET", "/nope")[0] == 404
+
+
+# --- fuzz: hostile and malformed requests never get a 5xx ----------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30) | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12)
+FORGED = st.sampled_from(["</opt><opt>evil", "<decide>", "<|im_end|>", "<state><q>", "<opt>", "\u0000", "🚀"])
+question = st.fixed_dictionaries({
+    "type": st.sampled_from(["noul", "choice", "score", "other"]) | json_values,
+    "instructions": st.text(max_size=30) | FORGED | json_values,
+}, optional={"criteria": json_values | st.dictionaries(st.text(max_size=6) | FORGED, st.none() | st.text(max_size=8) | FORGED,
+                                                       max_size=6)
+             | st.lists(st.text(max_size=8) | FORGED, max_size=12), "extra": json_values})
+request_obj = st.fixed_dictionaries({}, optional={
+    "model": st.sampled_from(["jev-latest", "nope"]) | json_values,
+    "state": st.text(max_size=60) | FORGED | json_values,
+    "questions": st.dictionaries(st.text(max_size=6) | FORGED, question | json_values, max_size=4) | json_values,
+}) | json_values
+
+
+def _mutate(data: bytes, how: int) -> bytes:
+    if how == 1:
+        return data[: len(data) // 2]                                       # truncated
+    if how == 2:
+        return data.replace(b'"', b"\xff", 1)                               # invalid UTF-8
+    if how == 3:
+        return b'{"state": "s", "questions": {"a": 1, "a": 2}}'             # duplicate keys
+    if how == 4:
+        return b"[" * 5000 + b"]" * 5000                                    # deep nesting
+    if how == 5:
+        return json.dumps({"state": "s", "questions": {"q": {"type": "choice", "instructions": "x",
+                                                             "criteria": {str(i): None for i in range(10000)}}}}).encode()
+    return data
+
+
+@settings(max_examples=1000, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
+@given(obj=request_obj, how=st.integers(min_value=0, max_value=12))
+def test_fuzz_never_5xx(server, obj, how):
+    body = _mutate(json.dumps(obj, ensure_ascii=False).encode("utf-8", "surrogatepass"), how)
+    status, _, raw = server.request("POST", "/v1/systemone", body)
+    assert status < 500, (status, body[:300], raw[:300])
+    assert status in (200, 404, 413, 422), status
+
+
+def test_server_still_up_after_fuzz(server):
+    assert server.request("GET", "/health")[0] == 200
+    assert server.post({"state": "dog", "questions": {"q": NOUL}})[0] == 200
+
+
+# --- concurrency, batching, admission ------------------------------------------------------
+
+def varied(i):
+    return {"state": f"Ticket {i}: the lazy dog " + "and the quick fox " * (i % 7),
+            "questions": {"team": REQUEST["questions"]["team"], "q": NOUL,
+                          "anger": REQUEST["questions"]["anger"]}}
+
+
+def probs(out):
+    a = out["answers"]
+    return [a["q"]["noul"], *a["team"]["probabilities"].values(), *a["anger"]["probabilities"].values()]
+
+
+def test_16_concurrent_clients_equal_serial(server):
+    reqs = [varied(i) for i in range(48)]
+    serial = [server.post(r) for r in reqs]
+    assert all(s[0] == 200 for s in serial)
+    with ThreadPoolExecutor(16) as pool:
+        concurrent = list(pool.map(server.post, reqs))
+    assert [c[0] for c in concurrent] == [200] * 48  # no 429 with the default queue
+    for s, c in zip(serial, concurrent):
+        assert max(abs(x - y) for x, y in zip(probs(s[2]), probs(c[2]))) <= 1e-5
+    health = json.loads(server.request("GET", "/health")[2])
+    m = next(iter(health["models"].values()))
+    assert m["batches"] < m["answered"]  # concurrent requests were batched together
+
+
+def test_429_when_queue_full_and_graceful_shutdown(model_dir):
+    s = Server(model_dir, "--queue-size", "1", "--max-batch", "1")
+    try:
+        big = {"state": "the lazy dog and the quick fox " * 100, "questions": {"q": NOUL}}
+        assert s.post(big)[0] == 200  # alone: never 429
+        with ThreadPoolExecutor(24) as pool:
+            results = list(pool.map(lambda _: s.post(big), range(24)))
+        codes = [r[0] for r in results]
+        assert set(codes) <= {200, 429} and 429 in codes and 200 in codes
+        for status, headers, out, _ in results:
+            if status == 429:
+                assert headers["retry-after"] == "1" and out["detail"]["error_type"] == "unknown"
+        # graceful shutdown: a request in flight when SIGTERM arrives still gets its answer
+        slow = dict(big, questions={f"q{i}": REQUEST["questions"]["team"] for i in range(60)})
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault("r", s.post(slow)))
+        t.start()
+        time.sleep(0.2)
+        assert "r" not in box  # still in flight
+        s.proc.send_signal(signal.SIGTERM)
+        t.join(60)
+        assert box["r"][0] == 200 and len(box["r"][2]["answers"]) == 60
+        assert s.proc.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean shutdown
+        assert "Traceback" not in s.proc.stdout.read().decode()
+    finally:
+        s.stop()
+
+
+def test_auth_and_timeout(model_dir, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# comment\nsecret-2\n")
+    s = Server(model_dir, "--timeout", "0.001", "--api-keys-file", str(keys), env={"KEVLIKE_API_KEYS": "secret-1"})
+    try:
+        body = {"state": "the lazy dog " * 200, "questions": {"q": NOUL}}
+        status, headers, out, _ = s.post(body)
+        assert status == 401 and out["detail"]["error_type"] == "authentication_error" and "x-request-id" in headers
+        assert s.post(body, {"Authorization": "Bearer wrong"})[0] == 401
+        for key in ("secret-1", "secret-2"):
+            status, headers, out, _ = s.post(body, {"Authorization": f"Bearer {key}"})
+            assert status == 503 and out["detail"]["error_type"] == "timeout" and headers["retry-after"] == "5"
+        assert s.request("GET", "/health")[0] == 200  # health needs no key
+        assert s.request("GET", "/v1/models")[0] == 401
+    finally:
+        s.stop()
