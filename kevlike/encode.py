@@ -9,6 +9,7 @@ the ids of a piece never depend on its neighbours (PITFALLS.md #6; pinned by a g
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 
 from .render import lm_answers, lm_prompt, lm_state, option_text, render_text
@@ -87,15 +88,21 @@ class Encoder:
         self.state_id, self.q_id, self.opt_id, self.end_opt_id, self.decide_id = ids
         self.delimiter_ids = tuple(ids)
         self.limits = limits
+        # fast tokenizers are one shared Rust object that transformers reconfigures on every call:
+        # concurrent calls from threads have raised "RuntimeError: Already borrowed" (transformers
+        # #47085, tokenizers #537); serialising costs nothing here and guards every version
+        self._lock = threading.Lock()
         self.branch_limit = min(limits.max_branch_context, context_limit or limits.max_branch_context)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
 
     def text_ids(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of each user text, with special-token splitting on (no text yields a reserved id)."""
+        """Token ids of each user text, with special-token splitting on (no text yields a reserved id).
+        Thread-safe (serialised: the server prepares requests on several threads)."""
         if not texts:
             return []
-        out = self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        with self._lock:
+            out = self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         return [list(x) for x in out]
 
     # -- pointer template ------------------------------------------------------------------

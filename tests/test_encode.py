@@ -124,3 +124,15 @@ def test_encoder_adds_delimiters_once():
     a = Encoder(tok)
     b = Encoder(tok)
     assert len(tok) == n0 + 5 and a.delimiter_ids == b.delimiter_ids
+
+
+def test_encoder_is_thread_safe():
+    """The server tokenizes on several threads; a shared fast tokenizer must not raise 'Already borrowed'."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    enc = Encoder(make_tokenizer())
+    req = validate_request(REQUEST)
+    want = enc.encode(req)
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: enc.encode(req), range(400)))
+    assert all(g == want for g in got)
