@@ -191,8 +191,9 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
       backbone, fetched first if missing and ``auto_fetch``;
     * a directory holding ``kevlike.json``: a trained decision model (pointer head);
     * a directory holding ``config.json``: any HF causal decoder, answered with the LM readout;
-    * ``owner/name`` that is no local path: a Hugging Face hub id, loaded by transformers (from its
-      cache, or the hub where one is reachable; :func:`load_backbone` raises if neither has it).
+    * ``owner/name`` that is no local path: a Hugging Face hub id, loaded by transformers from its
+      local cache (or downloaded, only with ``KEVLIKE_ALLOW_DOWNLOAD=1``; :func:`load_backbone` raises
+      if it cannot).
 
     Raises:
         ModelNotFoundError: none of the above (the message lists the known names).
@@ -243,14 +244,18 @@ def load_backbone(path: str | os.PathLike, dtype: str = "float32", attn_implemen
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    # a hub id is read from the local Hugging Face cache only, unless downloads are allowed explicitly
+    local_only = not Path(path).is_dir() and os.environ.get("KEVLIKE_ALLOW_DOWNLOAD", "") != "1"
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
     except OSError as e:  # transformers' "not a local folder and not on the hub / offline" errors
-        raise ModelNotFoundError(f"cannot load model {str(path)!r}: {str(e).splitlines()[0]}") from None
+        hint = " (not in the local Hugging Face cache; set KEVLIKE_ALLOW_DOWNLOAD=1 to download it)" if local_only else ""
+        raise ModelNotFoundError(f"cannot load model {str(path)!r}{hint}: {str(e).splitlines()[0]}") from None
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a local load takes ~2 s: no bar on every `kevlike decide`
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation=attn_implementation)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation=attn_implementation,
+                                                     local_files_only=local_only)
     finally:
         if bars:
             hf_logging.enable_progress_bar()

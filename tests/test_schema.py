@@ -206,3 +206,26 @@ def test_all_errors_are_reported():
 def test_limits_validate_on_construction():
     with pytest.raises(ValueError, match="max_options"):
         Limits(max_options=0)
+
+
+def test_python_api_rejects_non_json_values():
+    e = only_error({"state": "x", "questions": {1: {"type": "noul", "instructions": "x"}}})
+    assert e["type"] == "key_type" and e["loc"] == ["body", "questions", "1"]
+    assert only_error({"state": {1: "a"}, "questions": REQUEST["questions"]})["type"] == "key_type"
+    err = errors_of({"state": {"v": float("nan"), "w": [float("-inf")]}, "questions": REQUEST["questions"]})
+    assert [x["loc"] for x in err.errors] == [["body", "state", "v"], ["body", "state", "w", 0]]
+    assert only_error({"state": {"s": {1, 2}}, "questions": REQUEST["questions"]})["type"] == "json_invalid"
+
+
+def test_bom_is_accepted_and_huge_numbers_explained():
+    body = json.dumps(REQUEST).encode()
+    assert parse_request(b"\xef\xbb\xbf" + body) == parse_request(body)
+    e = only_error('{"state": ' + "9" * 5000 + ', "questions": {}}')
+    assert "more than 4300 digits" in e["msg"] and "sys." not in e["msg"]
+
+
+def test_messages_use_json_spelling_and_visible_paths():
+    e = only_error(with_question({"type": None, "instructions": "x"}))
+    assert "unknown question type null" in e["msg"]
+    err = errors_of(with_question({"type": "choice", "instructions": "x", "criteria": {"": None, "b": None}}))
+    assert 'body.questions.q.criteria[""]: option key must be a non-empty string' in str(err)
