@@ -93,12 +93,14 @@ def _cmd_models(args) -> int:
 
 def _cmd_serve(args) -> int:
     from .backbones import ModelNotFoundError, SetupError
+    from .schema import Limits
     from .server import ServerConfig, api_keys_from_env, serve
 
     try:
         config = ServerConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
                               timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
-                              api_keys=api_keys_from_env(args.api_keys_file))
+                              api_keys=api_keys_from_env(args.api_keys_file),
+                              limits=Limits(max_request_tokens=args.max_request_tokens))
         serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
               log_level=args.log_level)
     except (ModelNotFoundError, ValueError, OSError) as e:
@@ -145,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queue-size", type=int, default=64, help="waiting requests before answering 429")
     s.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds (then 503)")
     s.add_argument("--max-batch-tokens", type=int, default=32768, help="padded tokens per forward pass")
+    s.add_argument("--max-request-tokens", type=int, default=65536,
+                   help="token budget of one packed request (413 above it); lower it to bound the cost of one request")
     s.add_argument("--api-keys-file", default=None,
                    help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

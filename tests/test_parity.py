@@ -196,3 +196,8 @@ def test_padded_batch_gives_finite_outputs_and_gradients():
     loss.backward()
     grads = [p.grad for p in [*engine.model.parameters(), *engine.head.parameters()] if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
+
+
+def test_engine_refuses_backends_that_misread_the_mask():
+    with pytest.raises(ValueError, match="eager"):
+        make_engine("llama", "pointer", backend="eager")

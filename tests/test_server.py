@@ -266,15 +266,19 @@ def test_429_when_queue_full_and_graceful_shutdown(model_dir):
 def test_auth_and_timeout(model_dir, tmp_path):
     keys = tmp_path / "keys"
     keys.write_text("# comment\nsecret-2\n")
-    s = Server(model_dir, "--timeout", "0.001", "--api-keys-file", str(keys), env={"KEVLIKE_API_KEYS": "secret-1"})
+    s = Server(model_dir, "--timeout", "0.001", "--api-keys-file", str(keys), "--max-request-tokens", "500",
+               env={"KEVLIKE_API_KEYS": "secret-1"})
     try:
-        body = {"state": "the lazy dog " * 200, "questions": {"q": NOUL}}
+        body = {"state": "the lazy dog " * 50, "questions": {"q": NOUL}}
         status, headers, out, _ = s.post(body)
         assert status == 401 and out["detail"]["error_type"] == "authentication_error" and "x-request-id" in headers
         assert s.post(body, {"Authorization": "Bearer wrong"})[0] == 401
         for key in ("secret-1", "secret-2"):
             status, headers, out, _ = s.post(body, {"Authorization": f"Bearer {key}"})
             assert status == 503 and out["detail"]["error_type"] == "timeout" and headers["retry-after"] == "5"
+        status, _, out, _ = s.post({"state": "the lazy dog " * 400, "questions": {"q": NOUL}},
+                                   {"Authorization": "Bearer secret-1"})
+        assert status == 413 and "limit is 500" in out["detail"]["message"]  # --max-request-tokens
         assert s.request("GET", "/health")[0] == 200  # health needs no key
         assert s.request("GET", "/v1/models")[0] == 401
     finally:
