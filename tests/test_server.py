@@ -131,6 +131,18 @@ BAD = [
     (b'{"state": ' + b"[" * 80 + b"]" * 80 + b', "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, None),
     (b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "x", "criteria": {"maybe": "y"}}}}', 422,
      ["body", "questions", "q", "criteria", "maybe"]),
+    (b'{"state": "s", "stream": true, "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, ["body", "stream"]),
+    (b'{"model": 7, "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, ["body", "model"]),
+    (b'{"state": "s", "questions": {}}', 422, ["body", "questions"]),
+    (b'{"state": "s", "questions": {"q": {"type": "noul"}}}', 422, ["body", "questions", "q", "instructions"]),
+    (b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "x", "critera": null}}}', 422,
+     ["body", "questions", "q", "critera"]),
+    (b'{"state": NaN, "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, ["body"]),
+    (json.dumps({"state": "s", "questions": {"q": {"type": "choice", "instructions": "x",
+                                                   "criteria": {str(i): None for i in range(256)}}}}).encode(),
+     422, ["body", "questions", "q", "criteria"]),
+    (json.dumps({"state": "s", "questions": {str(i): {"type": "noul", "instructions": "x"} for i in range(5001)}}).encode(),
+     422, ["body", "questions"]),
 ]
 
 
