@@ -110,6 +110,21 @@ def _cmd_serve(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    from .backbones import ModelNotFoundError
+    from .bench import run
+
+    def ints(v):
+        return [int(x) for x in v.split(",")] if v else None
+
+    try:
+        run(args.model, args.quick, args.reps, args.batch, args.dtype, args.json, args.plot,
+            ints(args.S), ints(args.Q), ints(args.K))
+    except ModelNotFoundError as e:
+        return _fail(str(e))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -153,6 +168,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     s.set_defaults(func=_cmd_serve)
+
+    b = sub.add_parser("bench", help="packed vs separate vs prefix-cache vs batched, one process (see kevlike/bench.py)")
+    b.add_argument("--model", default=None)
+    b.add_argument("--quick", action="store_true", help="small grid: S=256, Q=1,4,16, K=4")
+    b.add_argument("--S", default=None, help="state lengths, e.g. 256,1024,4096")
+    b.add_argument("--Q", default=None, help="questions per request, e.g. 1,4,16,64")
+    b.add_argument("--K", default=None, help="options per question, e.g. 4,16")
+    b.add_argument("--reps", type=int, default=5, help="timed repetitions per mode (after one warm-up)")
+    b.add_argument("--batch", type=int, default=4, help="requests per forward pass in the batched mode")
+    b.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    b.add_argument("--json", default=None, help="write the results here")
+    b.add_argument("--plot", default=None, help="write a PNG of speed-up vs the FLOP model (needs matplotlib)")
+    b.set_defaults(func=_cmd_bench)
     return p
 
 

@@ -1,0 +1,192 @@
+"""``kevlike bench``: packed vs the real alternatives, same process, same run (DESIGN.md §1).
+
+For each state length S, question count Q and option count K, one synthetic request (the
+``examples/`` texts repeated to S tokens; Q choice questions of K options each, pointer template)
+is answered by four modes:
+
+1. ``packed``: one forward pass over ``[state][branch 1]…[branch Q]`` (ours);
+2. ``separate``: one ``[state][branch]`` forward per question;
+3. ``prefix``: the state encoded once into a transformers KV cache, a copy of it extended by each
+   question's branch (the strongest naive alternative);
+4. ``batched``: ``--batch`` copies of the request padded into one packed forward (per-request figures).
+
+Reported per mode: ms per request (p50, p95 over ``--reps`` repetitions after a warm-up),
+requests/s, tokens processed, peak resident memory during the mode (MiB, sampled every 5 ms), and
+``flop_ratio = (Q·S + Σ L_q) / (S + Σ L_q)`` — what the FLOP model predicts for separate/packed —
+next to the measured ``speedup = separate / packed``. The readout is a pointer head with seeded
+random weights: speed does not depend on trained values. ``prefix`` answers are checked against
+``packed`` (max |Δz| printed). Results go to ``--json`` and, with matplotlib installed, ``--plot``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from .encode import EncodedRequest
+from .heads import PointerHead, pointer_logits
+from .schema import validate_request
+
+QUICK = {"S": [256], "Q": [1, 4, 16], "K": [4]}
+FULL = {"S": [256, 1024, 4096], "Q": [1, 4, 16, 64], "K": [4, 16]}
+
+
+class PeakRSS:
+    """Peak resident set size of this process while the block runs (MiB), sampled every 5 ms."""
+
+    def __enter__(self):
+        import psutil
+
+        self._proc = psutil.Process()
+        self.peak = self._proc.memory_info().rss
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.peak_mib = self.peak / 2**20
+
+
+def synthetic_request(engine, S: int, Q: int, K: int, texts: list[str]) -> EncodedRequest:
+    """Pointer-template request with exactly S state tokens (``<state>`` + S − 1 text tokens)."""
+    questions = {f"q{q}": {"type": "choice", "instructions": f"Which category fits this text best? (aspect {q})",
+                           "criteria": {f"option_{k}": f"the text is mainly about topic number {k}" for k in range(K)}}
+                 for q in range(Q)}
+    enc = engine.encoder.encode(validate_request({"state": "", "questions": questions}))
+    ids = engine.encoder.text_ids([" ".join(texts)])[0]
+    while len(ids) < S - 1:
+        ids = ids + ids
+    return replace(enc, state_ids=(enc.state_ids[0], *ids[:S - 1]))
+
+
+def _time(fn, reps: int) -> list[float]:
+    fn()  # warm-up
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out.append(1000 * (time.perf_counter() - t0))
+    return out
+
+
+@torch.inference_mode()
+def prefix_cache_logits(engine, enc: EncodedRequest) -> list[torch.Tensor]:
+    """The state through the stock model once (``use_cache=True``), then per question a deep copy of
+    that cache extended by the branch; pointer logits per question ``[K_q]``."""
+    dev = engine.device
+    body = engine.model.get_decoder()
+    S = len(enc.state_ids)
+    state = torch.tensor([enc.state_ids], device=dev)
+    cache = body(input_ids=state, use_cache=True).cache  # transformers 5: `cache` (was past_key_values)
+    logits = []
+    for b in enc.branches:
+        ids = torch.tensor([b.ids], device=dev)
+        pos = torch.arange(S, S + len(b.ids), device=dev)[None]
+        h = body(input_ids=ids, cache=copy.deepcopy(cache), position_ids=pos, use_cache=True).last_hidden_state
+        h_dec = h[:, [b.decide]]                                         # (1, 1, d) = (B, NB, d)
+        h_opt = h[:, list(b.options)].unsqueeze(0)                       # (1, 1, K, d)
+        mask = torch.ones((1, 1, len(b.options)), dtype=torch.bool, device=dev)
+        logits.append(engine.head(h_dec, h_opt, mask)[0, 0].cpu())
+    return logits
+
+
+def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int) -> dict:
+    S = len(enc.state_ids)
+    lens = [len(b.ids) for b in enc.branches]
+    Q = len(lens)
+    singles = [enc.only_question(q) for q in range(Q)]
+    modes = {
+        "packed": (lambda: engine.question_logits([enc]), 1, S + sum(lens)),
+        "separate": (lambda: [engine.question_logits([s]) for s in singles], 1, Q * S + sum(lens)),
+        "prefix": (lambda: prefix_cache_logits(engine, enc), 1, S + sum(lens)),
+        f"batched x{batch}": (lambda: engine.question_logits([enc] * batch), batch, batch * (S + sum(lens))),
+    }
+    row = {"S": S, "Q": Q, "K": len(enc.branches[0].options), "branch_tokens": sum(lens),
+           "flop_ratio": (Q * S + sum(lens)) / (S + sum(lens)), "modes": {}}
+    with torch.inference_mode():
+        z_packed = engine.question_logits([enc])[0]
+    z_prefix = prefix_cache_logits(engine, enc)
+    row["prefix_max_abs_dz"] = max((a - b).abs().max().item() for a, b in zip(z_packed, z_prefix))
+    for name, (fn, per, tokens) in modes.items():
+        with PeakRSS() as mem:
+            ms = _time(fn, reps)
+        ms = [m / per for m in ms]
+        row["modes"][name] = {"p50_ms": statistics.median(ms), "p95_ms": sorted(ms)[min(len(ms) - 1, int(0.95 * len(ms)))],
+                              "requests_per_s": 1000 / statistics.mean(ms), "tokens": tokens / per,
+                              "peak_rss_mib": mem.peak_mib}
+    row["speedup_separate_over_packed"] = row["modes"]["separate"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
+    row["speedup_prefix_over_packed"] = row["modes"]["prefix"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
+    return row
+
+
+def plot(results: list[dict], path: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for S in sorted({r["S"] for r in results}):
+        rows = [r for r in results if r["S"] == S and r["K"] == results[0]["K"]]
+        Qs = [r["Q"] for r in rows]
+        ax.plot(Qs, [r["speedup_separate_over_packed"] for r in rows], "o-", label=f"measured, S={S}")
+        ax.plot(Qs, [r["flop_ratio"] for r in rows], "--", label=f"FLOP model, S={S}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("questions per request Q")
+    ax.set_ylabel("separate / packed time")
+    ax.set_title(f"packed vs separate (K={results[0]['K']})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_path: str | None,
+        plot_path: str | None, S: list[int] | None = None, Q: list[int] | None = None, K: list[int] | None = None) -> list[dict]:
+    from .engine import Engine
+
+    grid = dict(QUICK if quick else FULL)
+    grid.update({k: v for k, v in (("S", S), ("Q", Q), ("K", K)) if v})
+    eng = Engine.from_pretrained(model, dtype=dtype)
+    torch.manual_seed(0)
+    head = PointerHead(eng.model.config.hidden_size).to(eng.device).eval()
+    eng = type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=eng.backend)
+    texts = [json.loads(p.read_text())["state"] for p in sorted(Path("examples").glob("*.json"))
+             if not p.name.endswith(".meta.json")] or ["The quick brown fox jumps over the lazy dog."]
+    results = []
+    print(f"model={eng.name} dtype={dtype} backend={eng.backend} threads={torch.get_num_threads()} reps={reps}")
+    print(f"{'S':>5} {'Q':>3} {'K':>3} {'mode':>11} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>7} {'tokens':>7} {'peak MiB':>8}")
+    for s in grid["S"]:
+        for k in grid["K"]:
+            for q in grid["Q"]:
+                row = bench_cell(eng, synthetic_request(eng, s, q, k, texts), reps, batch)
+                results.append(row)
+                for name, m in row["modes"].items():
+                    print(f"{s:5d} {q:3d} {k:3d} {name:>11} {m['p50_ms']:9.1f} {m['p95_ms']:9.1f} "
+                          f"{m['requests_per_s']:7.2f} {m['tokens']:7.0f} {m['peak_rss_mib']:8.0f}")
+                print(f"{'':13} separate/packed {row['speedup_separate_over_packed']:.2f}x "
+                      f"(FLOP model {row['flop_ratio']:.2f}x, {row['speedup_separate_over_packed'] / row['flop_ratio']:.0%}); "
+                      f"prefix/packed {row['speedup_prefix_over_packed']:.2f}x; prefix max|dz| {row['prefix_max_abs_dz']:.1e}",
+                      flush=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps({"model": eng.name, "dtype": dtype, "threads": torch.get_num_threads(),
+                                               "reps": reps, "results": results}, indent=2))
+    if plot_path and not plot(results, plot_path):
+        print("plot skipped: matplotlib is not installed (pip install matplotlib)")
+    return results
