@@ -104,6 +104,7 @@ def prefix_cache_logits(engine, enc: EncodedRequest) -> list[torch.Tensor]:
     return logits
 
 
+@torch.inference_mode()  # every mode without autograd (a grad-enabled forward keeps all activations)
 def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int) -> dict:
     S = len(enc.state_ids)
     lens = [len(b.ids) for b in enc.branches]
@@ -117,8 +118,7 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int) -> dict:
     }
     row = {"S": S, "Q": Q, "K": len(enc.branches[0].options), "branch_tokens": sum(lens),
            "flop_ratio": (Q * S + sum(lens)) / (S + sum(lens)), "modes": {}}
-    with torch.inference_mode():
-        z_packed = engine.question_logits([enc])[0]
+    z_packed = engine.question_logits([enc])[0]
     z_prefix = prefix_cache_logits(engine, enc)
     row["prefix_max_abs_dz"] = max((a - b).abs().max().item() for a, b in zip(z_packed, z_prefix))
     for name, (fn, per, tokens) in modes.items():

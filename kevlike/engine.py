@@ -114,6 +114,7 @@ class Engine:
                                        position_ids=position_ids, use_cache=False)
         return out.last_hidden_state
 
+    @torch.inference_mode()
     def question_logits(self, encoded: Sequence[EncodedRequest], padding_side: str = "right") -> list[list[torch.Tensor]]:
         """One packed forward over B encoded requests; uncalibrated logits per request, per question,
         each ``[K_q]`` float32 on CPU (pointer logits, or LM mean log-probabilities)."""

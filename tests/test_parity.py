@@ -201,3 +201,11 @@ def test_padded_batch_gives_finite_outputs_and_gradients():
 def test_engine_refuses_backends_that_misread_the_mask():
     with pytest.raises(ValueError, match="eager"):
         make_engine("llama", "pointer", backend="eager")
+
+
+def test_question_logits_builds_no_autograd_graph():
+    """Inference paths keep no activations for backward (a grad-enabled forward of a 2k-token
+    request on the real backbone held >20 GB and was OOM-killed in the benchmark)."""
+    engine = make_engine("llama", "pointer")
+    z = engine.question_logits([engine.encode(validate_request(REQUEST))])[0]
+    assert all(t.is_inference() and not t.requires_grad for t in z)
