@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kevlike.encode import EncodedRequest
+from kevlike.eval.parity import answer_probabilities
 from kevlike.pack import pack
 from kevlike.schema import validate_request
 
@@ -17,15 +18,7 @@ ARCHS = ["qwen2", "llama"]
 READOUTS = ["pointer", "lm"]
 
 
-def all_probs(response):
-    """{(qid, key): p} over every answer's distribution."""
-    out = {}
-    for qid, a in response["answers"].items():
-        if a["type"] == "noul":
-            out[(qid, "true")] = a["noul"]
-        else:
-            out.update({(qid, k): p for k, p in a["probabilities"].items()})
-    return out
+all_probs = answer_probabilities  # {(question id, option key): p} over every answer
 
 
 def max_abs_diff(a, b):
