@@ -26,6 +26,17 @@ def default_backend(device: torch.device | str) -> str:
     return "flex_attention" if torch.device(device).type == "cuda" else "sdpa"
 
 
+def check_backend(backend: str) -> str:
+    """Return ``backend`` if it is one of :data:`BACKENDS`.
+
+    Raises:
+        ValueError: any other backend (``eager`` would silently misread a bool mask).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"attention backend must be one of {BACKENDS}, got {backend!r}")
+    return backend
+
+
 def sliding_window_of(config) -> int | None:
     """The window of the backbone's sliding layers, or None when it has none."""
     layer_types = getattr(config, "layer_types", None) or ()
@@ -52,12 +63,7 @@ def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position
     Raises:
         ValueError: any other backend (``eager`` would silently misread a bool mask).
     """
-    if backend == "sdpa":
-        build = dense_mask
-    elif backend == "flex_attention":
-        build = block_mask
-    else:
-        raise ValueError(f"attention backend must be one of {BACKENDS}, got {backend!r}")
+    build = dense_mask if check_backend(backend) == "sdpa" else block_mask
     full = build(segment_ids, option_ids=option_ids)
     window = sliding_window_of(config)
     if window is None:

@@ -18,7 +18,7 @@ from .backbones import DEFAULT_MODEL, ensure_embedding_rows, load_backbone, reso
 from .calibrate import TemperatureTable
 from .encode import EncodedRequest, Encoder
 from .heads import PointerHead, lm_option_scores, pointer_logits
-from .kernels import BACKENDS, attention_mask_for, default_backend
+from .kernels import attention_mask_for, check_backend, default_backend
 from .pack import pack
 from .schema import DEFAULT_LIMITS, Limits, Request, RequestError, parse_request, validate_request
 
@@ -59,9 +59,7 @@ class Engine:
         self.head = head
         self.temperatures = temperatures or TemperatureTable()
         self.device = next(model.parameters()).device
-        self.backend = backend or default_backend(self.device)
-        if self.backend not in BACKENDS:  # eager would silently misread a bool mask (DESIGN §6)
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        self.backend = check_backend(backend or default_backend(self.device))  # never eager (DESIGN §6)
         if getattr(model.config, "_attn_implementation", None) != self.backend:
             model.set_attn_implementation(self.backend)
         self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits)
@@ -81,9 +79,7 @@ class Engine:
             ValueError: unknown dtype or backend.
         """
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        backend = backend or default_backend(device)
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        backend = check_backend(backend or default_backend(device))  # before loading any weights
         resolved = resolve_model(name_or_path)
         model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
         if resolved.artifact_dir is not None:

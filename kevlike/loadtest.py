@@ -77,14 +77,14 @@ def run_cell(host: str, port: int, bodies: list[bytes], concurrency: int, n_requ
             "statuses": {str(k): v for k, v in sorted(statuses.items())}}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def _spawn(model: str | None, extra: list[str]) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "kevlike", "serve", "--port", str(port), "--log-level", "warning", *extra]
     if model:
         cmd += ["--model", model]

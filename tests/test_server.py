@@ -5,7 +5,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,15 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kevlike.loadtest import free_port
+
 from tiny import REQUEST, save_tiny_model
 
 NOUL = {"type": "noul", "instructions": "Is a fox mentioned?"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
