@@ -1,11 +1,14 @@
 """Decision-model directory (DESIGN.md §11): what turns a backbone into a trained decision model.
 
-    kevlike.json          manifest: backbone name or path, delimiter tokens and ids, head shape, format version
+    kevlike.json          manifest: backbone name or path (and its hash), delimiter tokens and ids,
+                          head shape, format version, training config and metrics
+    adapter/              the peft LoRA adapter (optional; absent = the frozen backbone)
     head.safetensors      pointer head weights (w_q, w_k)
     delimiters.safetensors  the input-embedding rows of the delimiter ids
     calibration.json      temperatures (see :mod:`kevlike.calibrate`)
 
-Loading restores bit-identical head weights and delimiter rows.
+Loading restores bit-identical head weights and delimiter rows; the adapter is merged into the
+backbone's weights (``merge_and_unload``), so serving runs the stock model with no peft layer.
 """
 
 from __future__ import annotations
@@ -24,15 +27,22 @@ FORMAT = 1
 
 
 def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, head: PointerHead,
-                        temperatures: TemperatureTable | None = None, extra: dict | None = None) -> Path:
-    """Write the directory. ``model`` is the backbone whose embeddings hold the trained delimiter rows."""
+                        temperatures: TemperatureTable | None = None, extra: dict | None = None,
+                        adapter=None) -> Path:
+    """Write the directory. ``model`` is the backbone (or the peft model) whose input embeddings give the
+    trained delimiter rows; ``adapter`` a peft model whose LoRA adapter is saved under ``adapter/``
+    (without the embedding matrix: only the delimiter rows are trained, DESIGN §11)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     enc = Encoder(tokenizer)
     ids = list(enc.delimiter_ids)
+    if adapter is not None:
+        adapter.save_pretrained(str(path / "adapter"), save_embedding_layers=False)
     save_file({"w_q": head.w_q.weight.detach().cpu().contiguous(), "w_k": head.w_k.weight.detach().cpu().contiguous()},
               str(path / "head.safetensors"))
-    rows = model.get_input_embeddings().weight[ids].detach().cpu().contiguous()
+    emb = model.get_input_embeddings()
+    with torch.no_grad():  # through the module, so peft's trainable-token rows are the ones read
+        rows = emb(torch.tensor(ids, device=next(model.parameters()).device)).detach().float().cpu().contiguous()
     save_file({"rows": rows}, str(path / "delimiters.safetensors"))
     t = temperatures or TemperatureTable()
     (path / "calibration.json").write_text(json.dumps({
@@ -46,11 +56,13 @@ def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, he
     return path
 
 
-def load_decision_model(path: str | Path, model, tokenizer) -> tuple[PointerHead, TemperatureTable]:
-    """Restore head and delimiter rows onto ``model`` in place.
+def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, PointerHead, TemperatureTable]:
+    """Apply a decision model to a loaded backbone: merge the LoRA adapter (if any), restore the
+    delimiter rows and the head. Returns ``(model, head, temperatures)``; use the returned model (the
+    backbone with the adapter merged into its weights).
 
     Raises:
-        ValueError: unknown format, delimiter ids that differ from the tokenizer's, or an adapter.
+        ValueError: unknown format, or delimiter ids that differ from the tokenizer's.
     """
     path = Path(path)
     manifest = json.loads((path / "kevlike.json").read_text())
@@ -64,7 +76,10 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[PointerHead
 
     ensure_embedding_rows(model, len(tokenizer))
     if (path / "adapter").exists():
-        raise ValueError(f"{path}: LoRA adapters are not loadable yet (the training issue adds them)")
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(path / "adapter")).merge_and_unload()
+        model.eval()
     rows = load_file(str(path / "delimiters.safetensors"))["rows"]
     emb = model.get_input_embeddings().weight
     with torch.no_grad():
@@ -76,4 +91,4 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[PointerHead
     cal = json.loads((path / "calibration.json").read_text())
     temps = TemperatureTable(by_bucket={(r["type"], r["bucket"]): r["temperature"] for r in cal["by_bucket"]},
                              by_type=cal["by_type"], source=cal["source"])
-    return head, temps
+    return model, head, temps

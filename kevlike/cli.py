@@ -4,6 +4,8 @@
     kevlike decide REQUEST.json        answer a request; ``-`` reads stdin
     kevlike models                     list registered model names
     kevlike serve [--port 8000]        Jev-compatible HTTP server (POST /v1/systemone)
+    kevlike train CONFIG.yaml [k=v]    train a decision model (LoRA + pointer head); --resume RUN_DIR
+    kevlike eval --model DIR           held-out metrics of a decision model (writes a run directory)
 
 Exit codes: 0 ok; 2 bad input (invalid request, unknown model, unreadable file), with one line on
 stderr and no traceback; 1 set-up failures.
@@ -125,6 +127,37 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _cmd_train(args) -> int:
+    from .backbones import ModelNotFoundError
+    from .training.config import ConfigError
+    from .training.data import DataUnavailableError
+
+    if not args.config and not args.resume:
+        return _fail("give a config file (e.g. configs/default.yaml) or --resume RUN_DIR")
+    if args.resume and (args.config or args.overrides):
+        return _fail("--resume continues a run with its saved config; drop the config file and overrides")
+    from .training.train import train
+
+    try:
+        train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
+    except (ConfigError, FileNotFoundError, ModelNotFoundError, DataUnavailableError) as e:
+        return _fail(str(e))
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    from .backbones import ModelNotFoundError
+    from .training.data import DataUnavailableError
+
+    from .eval.heldout import run_suite
+
+    try:
+        run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet)
+    except (ModelNotFoundError, DataUnavailableError, ValueError) as e:
+        return _fail(str(e))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -181,6 +214,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", default=None, help="write the results here")
     b.add_argument("--plot", default=None, help="write a PNG of speed-up vs the FLOP model (needs matplotlib)")
     b.set_defaults(func=_cmd_bench)
+
+    t = sub.add_parser("train", help="train a decision model from a YAML config (see configs/README.md)")
+    t.add_argument("config", nargs="?", default=None, help="configs/NAME.yaml")
+    t.add_argument("overrides", nargs="*", help="key=value overrides, dotted keys (optim.lr=1e-4)")
+    t.add_argument("--resume", default=None, help="continue the run in this run directory")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(func=_cmd_train)
+
+    e = sub.add_parser("eval", help="held-out metrics on official test splits (writes a run directory)")
+    e.add_argument("--model", default=None, help="decision-model directory or name (default: kevlike-default)")
+    e.add_argument("--suite", default="heldout", help="heldout (default) or quick")
+    e.add_argument("--n", type=int, default=None, help="override the suite's examples per dataset")
+    e.add_argument("--batch", type=int, default=4, help="requests per forward pass")
+    e.add_argument("--out", default="runs", help="parent folder of the run directory")
+    e.add_argument("--quiet", action="store_true")
+    e.set_defaults(func=_cmd_eval)
     return p
 
 

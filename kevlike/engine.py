@@ -38,6 +38,16 @@ def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
     return validate_request(request, limits)
 
 
+def backbone_hidden(model, backend: str, input_ids: torch.Tensor, segment_ids: torch.Tensor,
+                    position_ids: torch.Tensor, option_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The stock decoder body (no LM head) under the packed mask: ``[B, L]`` ids -> hidden ``[B, L, d]``.
+    Shared by serving (:class:`Engine`) and training, so both run exactly the same mask and positions.
+    ``model`` is an HF causal LM (possibly with LoRA layers injected by peft)."""
+    mask = attention_mask_for(backend, model.config, segment_ids, position_ids, option_ids)
+    out = model.get_decoder()(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False)
+    return out.last_hidden_state
+
+
 class Engine:
     """Answers typed questions about a state.
 
@@ -85,7 +95,7 @@ class Engine:
         if resolved.artifact_dir is not None:
             from .artifact import load_decision_model
 
-            head, temperatures = load_decision_model(resolved.artifact_dir, model, tok)
+            model, head, temperatures = load_decision_model(resolved.artifact_dir, model, tok)
             return cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
                        backend=backend, limits=limits)
         return cls(model, tok, name=resolved.name, backend=backend, limits=limits)
@@ -105,10 +115,7 @@ class Engine:
         ``option_ids`` (``[B, L]``) adds the sub-branch level of the mask (LM readout answers).
         The mask is always passed (without it transformers infers packed documents from the position
         jumps and branches 2+ lose the state, PITFALLS.md #1)."""
-        mask = attention_mask_for(self.backend, self.model.config, segment_ids, position_ids, option_ids)
-        out = self.model.get_decoder()(input_ids=input_ids, attention_mask=mask,
-                                       position_ids=position_ids, use_cache=False)
-        return out.last_hidden_state
+        return backbone_hidden(self.model, self.backend, input_ids, segment_ids, position_ids, option_ids)
 
     @torch.inference_mode()
     def question_logits(self, encoded: Sequence[EncodedRequest], padding_side: str = "right") -> list[list[torch.Tensor]]:

@@ -1,0 +1,108 @@
+"""Training configuration: YAML files in ``configs/`` over :data:`DEFAULTS`, plus ``key=value``
+command-line overrides (dotted keys, YAML-typed values: ``optim.lr=1e-4 tasks.spam.weight=0``)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+DEFAULTS: dict = {
+    "name": "run",
+    "backbone": "smollm2-135m-instruct",   # registry name or a local HF directory
+    "seed": 0,
+    "output_dir": "runs",
+    "device": None,                        # None: what accelerate picks (cuda if present, else cpu)
+    "mixed_precision": "no",               # "no" | "bf16" (autocast; see the README for CPU speed)
+    "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": LORA_TARGETS},
+    "head": {"d_head": None},              # None: the backbone's hidden size
+    "train_delimiters": True,              # the five delimiter embedding rows are trainable
+    # task -> sampling weight and augmentation (kevlike.training.data.make_example)
+    "tasks": {
+        "banking77": {"weight": 1.0, "negatives": 23, "full_set": 0.0, "perm_twin": 0.25,
+                      "irrelevant": 0.1, "noul_twins": 1},
+        "spam": {"weight": 0.2},
+        "sentiment": {"weight": 0.3},
+    },
+    "loss": {"perm": 0.5, "ord": 1.0},     # λ_perm (symmetric KL between twins), λ_ord (RPS)
+    "optim": {"lr": 3e-4, "head_lr": 1e-3, "weight_decay": 0.01, "warmup": 0.1, "grad_clip": 1.0},
+    "batch_size": 4,                       # requests per micro-batch (one packed forward)
+    "grad_accum": 1,
+    "max_steps": 1000,                     # optimizer steps; the LR schedule spans them
+    "max_minutes": None,                   # optional wall-clock stop (the schedule is unchanged)
+    "eval_every": 200,                     # optimizer steps between validation rounds (and at the end)
+    "validation": {"n": 48, "tasks": None},  # per task, from the validation split; None: training tasks
+    "patience": 3,                         # validation rounds without a better NLL before stopping
+    "checkpoint_every": 100,               # optimizer steps between resumable checkpoints (0: off)
+}
+
+
+class ConfigError(ValueError):
+    """A config file or override that names an unknown key or has a bad value."""
+
+
+def _merge(base: dict, over: dict, where: str, open_keys: tuple = ("tasks",)) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        path = f"{where}{k}"
+        if k not in base and where.rstrip(".") not in open_keys:
+            raise ConfigError(f"unknown config key {path!r} (known: {', '.join(sorted(base))})")
+        if k == "tasks" and not where:
+            out[k] = copy.deepcopy(v)  # a config's task list replaces the default one
+        elif isinstance(base.get(k), dict) and isinstance(v, dict):
+            out[k] = _merge(base[k], v, f"{path}.", open_keys)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_override(item: str) -> tuple[list[str], object]:
+    """``"optim.lr=1e-4"`` -> ``(["optim", "lr"], 0.0001)``.
+
+    Raises:
+        ConfigError: no ``=``, or an empty key.
+    """
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not key=value")
+    key, value = item.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"override {item!r} has an empty key")
+    return parts, yaml.safe_load(value) if value.strip() else None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> dict:
+    """Resolved config: :data:`DEFAULTS` <- YAML file <- overrides.
+
+    Raises:
+        ConfigError: unknown keys, a non-mapping file, or a bad override.
+        FileNotFoundError: no such file.
+    """
+    cfg = copy.deepcopy(DEFAULTS)
+    if path is not None:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a config must be a YAML mapping")
+        cfg = _merge(cfg, data, "")
+    for item in overrides:
+        parts, value = parse_override(item)
+        node = cfg
+        for i, p in enumerate(parts[:-1]):
+            if not isinstance(node.get(p), dict):
+                if parts[0] == "tasks" and i == 1:
+                    node[p] = {}
+                else:
+                    raise ConfigError(f"unknown config key {'.'.join(parts[:i + 1])!r}")
+            node = node[p]
+        if parts[-1] not in node and parts[0] != "tasks":
+            raise ConfigError(f"unknown config key {'.'.join(parts)!r}")
+        node[parts[-1]] = value
+    if cfg["mixed_precision"] not in ("no", "bf16"):
+        raise ConfigError(f"mixed_precision must be 'no' or 'bf16', got {cfg['mixed_precision']!r}")
+    for k in ("batch_size", "grad_accum", "max_steps"):
+        if not isinstance(cfg[k], int) or cfg[k] < 1:
+            raise ConfigError(f"{k} must be a positive integer, got {cfg[k]!r}")
+    return cfg

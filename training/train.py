@@ -1,0 +1,373 @@
+"""The training loop (DESIGN.md §8): LoRA (peft) + trainable delimiter rows + pointer head, on the
+same encode → pack → mask → backbone path as serving; accelerate drives the device(s).
+
+``kevlike train configs/NAME.yaml [key=value ...]`` writes a run directory::
+
+    runs/NAME-YYYYmmdd-HHMMSS/
+        config.yaml        resolved config (defaults <- file <- overrides)
+        meta.json          seed, git commit, versions, machine, start time
+        metrics.jsonl      one line per log interval and per validation round
+        loss.png           training loss and validation NLL (if matplotlib is installed)
+        checkpoint/        resumable state (trainable weights, optimizer, scheduler, data stream)
+        artifact/          the decision model with the best validation NLL (DESIGN §11)
+
+``kevlike train --resume RUN_DIR`` continues from ``checkpoint/`` and ends where an uninterrupted
+run would (the data stream and the RNG are restored).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from torch import nn
+
+from kevlike.engine import Engine, backbone_hidden
+from kevlike.heads import PointerHead, pointer_logits
+from kevlike.pack import PackedBatch, pack
+from kevlike.schema import validate_request
+
+from .config import load_config
+from .data import Example, TaskMixture, eval_examples
+from .losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
+
+# text whose mean token embedding initialises each delimiter row (a frozen backbone then reads the
+# delimiters as the plain-text cues it already knows)
+DELIMITER_INIT = {"<state>": "Text:", "<q>": "\nQuestion:", "<opt>": "\n-", "</opt>": ";", "<decide>": "\nAnswer:"}
+
+
+class DecisionModel(nn.Module):
+    """The trainable decision model: a (peft-wrapped) causal LM and a :class:`PointerHead`.
+
+    ``forward(batch)`` returns pointer logits ``[B, NB, K]`` (float32, ``-inf`` on padded options).
+    """
+
+    def __init__(self, lm: nn.Module, head: PointerHead, backend: str = "sdpa"):
+        super().__init__()
+        self.lm = lm
+        self.head = head
+        self.backend = backend
+
+    def causal_lm(self):
+        """The HF causal LM inside the peft wrapper (LoRA layers injected in place)."""
+        return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        hidden = backbone_hidden(self.causal_lm(), self.backend, batch.input_ids, batch.segment_ids, batch.position_ids)
+        return pointer_logits(self.head, hidden, batch)
+
+
+def build_model(cfg: dict, device: str | None = None):
+    """Backbone + tokenizer with delimiters, LoRA and head. Returns ``(DecisionModel, tokenizer, resolved)``."""
+    from peft import LoraConfig, get_peft_model
+
+    from kevlike.backbones import ensure_embedding_rows, load_backbone, resolve_model
+    from kevlike.encode import DELIMITERS, Encoder
+
+    resolved = resolve_model(cfg["backbone"])
+    if resolved.artifact_dir is not None:
+        raise ValueError(f"backbone {cfg['backbone']!r} is a decision model; train from a backbone")
+    model, tok = load_backbone(resolved.backbone_dir, "float32", "sdpa", device or "cpu")
+    enc = Encoder(tok)
+    ensure_embedding_rows(model, len(tok))
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        for name, tid in zip(DELIMITERS, enc.delimiter_ids):
+            hint = tok(DELIMITER_INIT[name], add_special_tokens=False)["input_ids"]
+            emb[tid] = emb[hint].mean(0)
+    lora = cfg["lora"]
+    peft_cfg = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+                          target_modules=list(lora["target_modules"]), bias="none",
+                          trainable_token_indices=({"embed_tokens": list(enc.delimiter_ids)}
+                                                   if cfg["train_delimiters"] else None))
+    lm = get_peft_model(model, peft_cfg)
+    d = model.config.hidden_size
+    torch.manual_seed(cfg["seed"])
+    head = PointerHead(d, cfg["head"]["d_head"] or d)
+    return DecisionModel(lm, head), tok, resolved
+
+
+# --- batches ---------------------------------------------------------------------------------
+
+def make_batch(examples: list[Example], encoder, device) -> tuple[PackedBatch, dict]:
+    """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]`` and the twin pairs
+    (``pairs_a``, ``pairs_b`` as ``(b, j)`` indices and ``perm [P, K]`` aligning b's options to a's)."""
+    reqs = [validate_request(e.request) for e in examples]
+    encoded = [encoder.encode(r) for r in reqs]
+    batch = pack(encoded, encoder.pad_id).to(device)
+    B, NB, K = batch.option_mask.shape
+    targets = torch.zeros(B, NB, K)
+    is_score = torch.zeros(B, NB, dtype=torch.bool)
+    a_idx, b_idx, perms = [], [], []
+    for b, (ex, req) in enumerate(zip(examples, reqs)):
+        pos = {q.id: j for j, q in enumerate(req.questions)}
+        for j, q in enumerate(req.questions):
+            t = ex.targets[q.id]
+            targets[b, j, :len(t)] = torch.tensor(t)
+            is_score[b, j] = q.type == "score"
+        for qa, qb in ex.twins:
+            ja, jb = pos[qa], pos[qb]
+            keys_b = [o.key for o in req.questions[jb].options]
+            perm = [keys_b.index(o.key) for o in req.questions[ja].options]
+            perms.append(perm + list(range(len(perm), K)))
+            a_idx.append((b, ja))
+            b_idx.append((b, jb))
+    aux = {"targets": targets.to(device), "is_score": is_score.to(device), "a": a_idx, "b": b_idx,
+           "perm": torch.tensor(perms, dtype=torch.long, device=device) if perms else None}
+    return batch, aux
+
+
+def loss_terms(logits: torch.Tensor, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
+    """``{"loss", "ce", "perm", "ord"}``: mean CE over questions + λ_perm · mean symmetric KL over twin
+    pairs + λ_ord · mean RPS over score questions (0 where a batch has none)."""
+    valid = batch.branch_mask
+    z = logits[valid]                                     # (N, K)
+    y = aux["targets"][valid]
+    ce = soft_cross_entropy(z, y).mean()
+    zero = logits.new_zeros(())
+    perm = zero
+    if aux["perm"] is not None:
+        za = torch.stack([logits[b, j] for b, j in aux["a"]])
+        zb = torch.stack([logits[b, j] for b, j in aux["b"]]).gather(1, aux["perm"])
+        perm = symmetric_kl(za, zb).mean()
+    ordq = zero
+    s = aux["is_score"] & valid
+    if s.any():
+        ordq = ranked_probability_score(logits[s], aux["targets"][s]).mean()
+    loss = ce + cfg["loss"]["perm"] * perm + cfg["loss"]["ord"] * ordq
+    return {"loss": loss, "ce": ce.detach(), "perm": perm.detach(), "ord": ordq.detach()}
+
+
+# --- validation ------------------------------------------------------------------------------
+
+def validation_set(cfg: dict) -> list[Example]:
+    tasks = cfg["validation"]["tasks"] or list(cfg["tasks"])
+    out = []
+    for t in tasks:
+        out.extend(eval_examples(t, "validation", cfg["validation"]["n"], seed=cfg["seed"]))
+    return out
+
+
+def validate(engine: Engine, examples: list[Example], batch_size: int = 4) -> dict:
+    """Mean NLL (nats) and accuracy per source and overall, through the serving engine."""
+    from kevlike.eval.metrics import records_from_logits, summarize
+
+    records = records_from_logits(engine, examples, batch_size)
+    return summarize(records)
+
+
+# --- run directory ---------------------------------------------------------------------------
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, timeout=10,
+                               cwd=Path(__file__).resolve().parent).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def trainable_state(model: DecisionModel) -> dict:
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, metrics: dict) -> Path:
+    from kevlike.artifact import save_decision_model
+    from kevlike.backbones import EMBEDDED
+
+    backbone = cfg["backbone"]
+    extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
+             "training": {"config": cfg, "metrics": metrics, "git_commit": git_commit()}}
+    return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
+                               extra=extra, adapter=model.lm)
+
+
+def plot_metrics(run_dir: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    tr = [r for r in rows if r["kind"] == "train"]
+    va = [r for r in rows if r["kind"] == "validation"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if tr:
+        ax.plot([r["step"] for r in tr], [r["loss"] for r in tr], label="train loss")
+    if va:
+        ax.plot([r["step"] for r in va], [r["nll"] for r in va], "o-", label="validation NLL")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("nats")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(run_dir / "loss.png", dpi=100)
+    plt.close(fig)
+
+
+# --- the loop --------------------------------------------------------------------------------
+
+def train(config_path: str | None = None, overrides: list[str] = (), resume: str | None = None,
+          quiet: bool = False) -> Path:
+    """Train a decision model; returns the run directory (its ``artifact/`` is the best model).
+
+    Raises:
+        kevlike.training.config.ConfigError: bad config.
+        kevlike.training.data.DataUnavailableError: a data package is missing.
+    """
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+    from transformers import get_linear_schedule_with_warmup
+
+    if resume:
+        run_dir = Path(resume)
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        ckpt = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
+    else:
+        cfg = load_config(config_path, list(overrides))
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(cfg["output_dir"]) / f"{cfg['name']}-{stamp}"
+        run_dir.mkdir(parents=True, exist_ok=False)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        ckpt = None
+    random.seed(cfg["seed"])
+    np.random.seed(cfg["seed"])
+    torch.manual_seed(cfg["seed"])
+    accelerator = Accelerator(mixed_precision=cfg["mixed_precision"], gradient_accumulation_steps=cfg["grad_accum"],
+                              cpu=cfg["device"] == "cpu")
+    model, tok, resolved = build_model(cfg, str(accelerator.device))
+    if not resume:
+        (run_dir / "meta.json").write_text(json.dumps({
+            "seed": cfg["seed"], "git_commit": git_commit(), "started": datetime.now(timezone.utc).isoformat(),
+            "backbone_dir": str(resolved.backbone_dir), "device": str(accelerator.device),
+            "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
+                        "torch_threads": torch.get_num_threads(),
+                        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+            "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                         **{m: __import__(m).__version__ for m in ("transformers", "peft", "accelerate")}},
+        }, indent=2))
+    from kevlike.encode import Encoder
+
+    encoder = Encoder(tok, getattr(model.causal_lm().config, "max_position_embeddings", None))
+    mixture = TaskMixture(cfg["tasks"], "train", cfg["seed"])
+    val_examples = validation_set(cfg)
+    o = cfg["optim"]
+    head_params = list(model.head.parameters())
+    lora_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" in n]
+    token_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" not in n]
+    optimizer = torch.optim.AdamW([
+        {"params": lora_params, "lr": o["lr"]},
+        {"params": head_params + token_params, "lr": o["head_lr"]},
+    ], weight_decay=o["weight_decay"])
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(o["warmup"] * cfg["max_steps"]), cfg["max_steps"])
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    inner = accelerator.unwrap_model(model)
+    step, best, bad_rounds, history = 0, math.inf, 0, []
+    if ckpt is not None:
+        inner.load_state_dict(ckpt["trainable"], strict=False)
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        mixture.load_state_dict(ckpt["mixture"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        step, best, bad_rounds = ckpt["step"], ckpt["best"], ckpt["bad_rounds"]
+    metrics_f = open(run_dir / "metrics.jsonl", "a")
+
+    def log(row: dict) -> None:
+        metrics_f.write(json.dumps(row) + "\n")
+        metrics_f.flush()
+
+    engine = Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend="sdpa")
+
+    def run_validation() -> dict:
+        inner.eval()
+        summary = validate(engine, val_examples)
+        inner.train()
+        return summary
+
+    def save_checkpoint() -> None:
+        (run_dir / "checkpoint").mkdir(exist_ok=True)
+        tmp = run_dir / "checkpoint" / "state.pt.tmp"
+        torch.save({"trainable": trainable_state(inner), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "mixture": mixture.state_dict(),
+                    "torch_rng": torch.get_rng_state(), "step": step, "best": best, "bad_rounds": bad_rounds}, tmp)
+        os.replace(tmp, run_dir / "checkpoint" / "state.pt")
+
+    t0 = time.monotonic()
+    deadline = t0 + 60 * cfg["max_minutes"] if cfg["max_minutes"] else math.inf
+    inner.train()
+    bar = tqdm(total=cfg["max_steps"], initial=step, desc=f"train {cfg['name']}", unit="step",
+               disable=quiet, dynamic_ncols=True)
+    stop_reason = "max_steps"
+    window: list[dict] = []
+    tokens = 0
+    while step < cfg["max_steps"]:
+        for _ in range(cfg["grad_accum"]):
+            examples = mixture.take(cfg["batch_size"])
+            batch, aux = make_batch(examples, encoder, accelerator.device)
+            tokens += sum(batch.n_tokens)
+            with accelerator.accumulate(model):
+                logits = model(batch)
+                terms = loss_terms(logits, batch, aux, cfg)
+                accelerator.backward(terms["loss"])
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), o["grad_clip"])
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            window.append({k: float(v.detach()) for k, v in terms.items()})
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{np.mean([w['loss'] for w in window[-20:]]):.3f}", best_val=f"{best:.3f}")
+        if step % 10 == 0 or step == cfg["max_steps"]:
+            log({"kind": "train", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), "tokens": tokens,
+                 "lr": scheduler.get_last_lr()[0],
+                 **{k: float(np.mean([w[k] for w in window])) for k in window[0]}})
+            window = []
+        last = step == cfg["max_steps"] or time.monotonic() > deadline
+        if step % cfg["eval_every"] == 0 or last:
+            summary = run_validation()
+            row = {"kind": "validation", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), **summary["overall"],
+                   "per_source": summary["per_source"]}
+            log(row)
+            history.append(row)
+            if summary["overall"]["nll"] < best:
+                best, bad_rounds = summary["overall"]["nll"], 0
+                write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row)
+            else:
+                bad_rounds += 1
+            bar.write(f"step {step}: validation nll {summary['overall']['nll']:.4f} "
+                      f"accuracy {summary['overall']['accuracy']:.3f} (best nll {best:.4f})")
+            if bad_rounds >= cfg["patience"]:
+                stop_reason = f"early stop: no better validation NLL in {cfg['patience']} rounds"
+                break
+        if cfg["checkpoint_every"] and step % cfg["checkpoint_every"] == 0:
+            save_checkpoint()
+        if time.monotonic() > deadline:
+            stop_reason = f"max_minutes={cfg['max_minutes']} reached"
+            break
+    bar.close()
+    if cfg["checkpoint_every"]:
+        save_checkpoint()
+    metrics_f.close()
+    wall = time.monotonic() - t0
+    (run_dir / "summary.json").write_text(json.dumps({
+        "steps": step, "stop_reason": stop_reason, "wall_s": round(wall, 1), "tokens": tokens,
+        "best_validation_nll": best, "validation": history[-1] if history else None}, indent=2))
+    plot_metrics(run_dir)
+    if not quiet:
+        print(f"{stop_reason} after {step} steps in {wall / 60:.1f} min; best validation NLL {best:.4f}; "
+              f"artifact: {run_dir / 'artifact'}")
+    return run_dir
