@@ -4,6 +4,7 @@ command-line overrides (dotted keys, YAML-typed values: ``optim.lr=1e-4 tasks.sp
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import yaml
@@ -33,11 +34,27 @@ DEFAULTS: dict = {
     "grad_accum": 1,
     "max_steps": 1000,                     # optimizer steps; the LR schedule spans them
     "max_minutes": None,                   # optional wall-clock stop (the schedule is unchanged)
+    "stop_after": None,                    # end this session after N more optimizer steps (checkpointed;
+                                           # `kevlike train --resume RUN_DIR` continues the same schedule)
     "eval_every": 200,                     # optimizer steps between validation rounds (and at the end)
     "validation": {"n": 48, "tasks": None},  # per task, from the validation split; None: training tasks
     "patience": 3,                         # validation rounds without a better NLL before stopping
     "checkpoint_every": 100,               # optimizer steps between resumable checkpoints (0: off)
 }
+
+
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+
+
+def _numbers(value):
+    """PyYAML reads ``1e-4`` (no dot) as a string (YAML 1.1); read it as the float everyone means."""
+    if isinstance(value, str) and _FLOAT.match(value.strip()):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    return value
 
 
 class ConfigError(ValueError):
@@ -71,7 +88,7 @@ def parse_override(item: str) -> tuple[list[str], object]:
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(f"override {item!r} has an empty key")
-    return parts, yaml.safe_load(value) if value.strip() else None
+    return parts, _numbers(yaml.safe_load(value)) if value.strip() else None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> dict:
@@ -83,7 +100,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
     """
     cfg = copy.deepcopy(DEFAULTS)
     if path is not None:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = _numbers(yaml.safe_load(Path(path).read_text()) or {})
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a config must be a YAML mapping")
         cfg = _merge(cfg, data, "")
@@ -102,7 +119,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
         node[parts[-1]] = value
     if cfg["mixed_precision"] not in ("no", "bf16"):
         raise ConfigError(f"mixed_precision must be 'no' or 'bf16', got {cfg['mixed_precision']!r}")
-    for k in ("batch_size", "grad_accum", "max_steps"):
-        if not isinstance(cfg[k], int) or cfg[k] < 1:
+    for k in ("batch_size", "grad_accum", "max_steps", "eval_every"):
+        if not isinstance(cfg[k], int) or isinstance(cfg[k], bool) or cfg[k] < 1:
             raise ConfigError(f"{k} must be a positive integer, got {cfg[k]!r}")
+    for k, v in cfg["optim"].items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"optim.{k} must be a non-negative number, got {v!r}")
     return cfg

@@ -305,6 +305,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                     "torch_rng": torch.get_rng_state(), "step": step, "best": best, "bad_rounds": bad_rounds}, tmp)
         os.replace(tmp, run_dir / "checkpoint" / "state.pt")
 
+    start_step = step
     t0 = time.monotonic()
     deadline = t0 + 60 * cfg["max_minutes"] if cfg["max_minutes"] else math.inf
     inner.train()
@@ -357,6 +358,9 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             save_checkpoint()
         if time.monotonic() > deadline:
             stop_reason = f"max_minutes={cfg['max_minutes']} reached"
+            break
+        if cfg["stop_after"] and step - start_step >= cfg["stop_after"] and step < cfg["max_steps"]:
+            stop_reason = f"stop_after={cfg['stop_after']} (resume with: kevlike train --resume {run_dir})"
             break
     bar.close()
     if cfg["checkpoint_every"]:

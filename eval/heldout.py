@@ -1,0 +1,140 @@
+"""Held-out evaluation on official test splits (DESIGN.md §8, §12): ``kevlike eval --model DIR --suite NAME``.
+
+Each dataset contributes a fixed, seeded sample of its *test* split (:func:`kevlike.training.data.eval_examples`:
+intents are asked over their full label set, in sorted order, with the first prompt). The run
+directory ``runs/eval-SUITE-YYYYmmdd-HHMMSS/`` holds ``metrics.json`` (overall, per dataset, per type,
+ECE bin counts), ``records.jsonl`` (one line per question: logits, probabilities, gold), ``report.md``
+and a reliability diagram per question type (``reliability_TYPE.png``, if matplotlib is installed).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from .metrics import N_BINS, summarize
+
+# dataset -> examples sampled from its test split (seed 0)
+SUITES = {
+    "heldout": {"banking77": 500, "clinc150": 250, "spam": 500, "sentiment": 500},
+    "full": {"banking77": None, "clinc150": None, "hwu64": None, "spam": None, "sentiment": None},
+    "quick": {"banking77": 16, "spam": 16, "sentiment": 16},
+}
+
+COLUMNS = ("n", "accuracy", "nll", "brier", "ece", "confident_error", "coverage_at_5pct", "mae")
+
+
+def table(summary: dict) -> str:
+    """Markdown table: one row per dataset, then per type, then overall."""
+    lines = ["| set | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+
+    def row(name: str, s: dict) -> str:
+        cells = []
+        for c in COLUMNS:
+            v = s.get(c)
+            cells.append("" if v is None else (str(v) if c == "n" else f"{v:.3f}"))
+        return f"| {name} | " + " | ".join(cells) + " |"
+
+    for k, s in summary["per_source"].items():
+        lines.append(row(k, s))
+    for k, s in summary["per_type"].items():
+        lines.append(row(f"type: {k}", s))
+    lines.append(row("**overall**", summary["overall"]))
+    return "\n".join(lines)
+
+
+def reliability_plots(records: list[dict], out: Path) -> list[str]:
+    """One reliability diagram per question type (accuracy vs mean confidence per bin, bin counts)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    from .metrics import ece
+
+    written = []
+    for qtype in sorted({r["type"] for r in records}):
+        recs = [r for r in records if r["type"] == qtype]
+        e, bins = ece(recs)
+        fig, ax = plt.subplots(figsize=(4.2, 4))
+        ax.plot([0, 1], [0, 1], "--", color="grey", lw=1)
+        xs = [(b["lo"] + b["hi"]) / 2 for b in bins if b["count"]]
+        ax.bar(xs, [b["accuracy"] for b in bins if b["count"]], width=1 / N_BINS, alpha=0.6, edgecolor="k",
+               label="accuracy")
+        ax.plot([b["confidence"] for b in bins if b["count"]], [b["accuracy"] for b in bins if b["count"]], "o",
+                color="C3", label="(confidence, accuracy)")
+        for b, x in zip([b for b in bins if b["count"]], xs):
+            ax.annotate(str(b["count"]), (x, 0.02), ha="center", fontsize=7)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("top-label confidence")
+        ax.set_ylabel("accuracy")
+        ax.set_title(f"{qtype}: ECE {e:.3f} (n = {len(recs)})")
+        ax.legend(loc="upper left", fontsize=8)
+        fig.tight_layout()
+        name = f"reliability_{qtype}.png"
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+        written.append(name)
+    return written
+
+
+def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
+              batch_size: int = 4, quiet: bool = False, engine=None) -> Path:
+    """Evaluate ``model`` (or an already loaded ``engine``) on a suite; returns the run directory.
+
+    Raises:
+        ValueError: unknown suite, or a model without a trained pointer head.
+        kevlike.backbones.ModelNotFoundError: unknown model.
+        kevlike.training.data.DataUnavailableError: a data package is missing.
+    """
+    from kevlike.engine import Engine
+    from kevlike.training.data import eval_examples
+
+    from .metrics import records_from_logits
+
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
+    if engine is None:
+        engine = Engine.from_pretrained(model)
+    if engine.readout != "pointer":
+        raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
+    sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
+    run_dir = Path(out) / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    records, timing = [], {}
+    for name, size in sizes.items():
+        examples = eval_examples(name, "test", size, seed=0)
+        t0 = time.perf_counter()
+        if not quiet:
+            print(f"{name}: {len(examples)} test requests", file=sys.stderr)
+        records.extend(records_from_logits(engine, examples, batch_size, progress=not quiet))
+        timing[name] = round(time.perf_counter() - t0, 1)
+    summary = summarize(records)
+    from kevlike.training.train import git_commit
+
+    meta = {"model": engine.name, "suite": suite, "sizes": sizes, "seed": 0, "git_commit": git_commit(),
+            "machine": platform.platform(), "device": str(engine.device), "seconds": timing,
+            "temperatures": engine.temperatures.source}
+    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+    with open(run_dir / "records.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    plots = reliability_plots(records, run_dir)
+    md = table(summary)
+    sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
+    (run_dir / "report.md").write_text(
+        f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n"
+        f"Test splits, seeded samples ({sample_sizes}); "
+        f"probabilities with the model's temperatures ({engine.temperatures.source}). Commit {meta['git_commit']}; "
+        f"{meta['machine']}; seconds per dataset {timing}.\n\n{md}\n\n"
+        + "".join(f"![{p}]({p})\n" for p in plots))
+    if not quiet:
+        print(md)
+        print(f"run directory: {run_dir}")
+    return run_dir

