@@ -44,16 +44,21 @@ def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, he
     with torch.no_grad():  # through the module, so peft's trainable-token rows are the ones read
         rows = emb(torch.tensor(ids, device=next(model.parameters()).device)).detach().float().cpu().contiguous()
     save_file({"rows": rows}, str(path / "delimiters.safetensors"))
-    t = temperatures or TemperatureTable()
-    (path / "calibration.json").write_text(json.dumps({
-        "source": t.source, "by_type": t.by_type,
-        "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in t.by_bucket.items()],
-    }, indent=2))
+    save_calibration(path, temperatures or TemperatureTable())
     (path / "kevlike.json").write_text(json.dumps({
         "format": FORMAT, "backbone": str(backbone), "delimiters": list(DELIMITERS), "delimiter_ids": ids,
         "head": {"d_model": head.d_model, "d_head": head.d_head}, **(extra or {}),
     }, indent=2))
     return path
+
+
+def save_calibration(path: str | Path, table: TemperatureTable, report: dict | None = None) -> None:
+    """Write ``calibration.json`` (temperatures, their source and the fit report) into a decision-model dir."""
+    (Path(path) / "calibration.json").write_text(json.dumps({
+        "source": table.source, "by_type": table.by_type,
+        "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in table.by_bucket.items()],
+        **({"fit": report} if report else {}),
+    }, indent=2))
 
 
 def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, PointerHead, TemperatureTable]:

@@ -72,11 +72,21 @@ class ModelEntry:
 
 DEFAULT_MODEL = "kevlike-default"
 
+DEFAULT_ARTIFACT = Path(__file__).resolve().parent / "models" / "default"
+
 MODELS = {
     DEFAULT_MODEL: ModelEntry(
         name=DEFAULT_MODEL,
         backbone="smollm2-135m-instruct",
-        description="SmolLM2-135M-Instruct with the training-free LM readout (no trained decision model shipped yet)",
+        description="SmolLM2-135M-Instruct + LoRA r=16 + pointer head, trained on Banking77, CLINC150, SMS spam and "
+                    "VADER ratings (model card: kevlike/models/default/MODEL_CARD.md)",
+        release_date="2026-11-30",
+        artifact=str(DEFAULT_ARTIFACT),
+    ),
+    "smollm2-135m-instruct": ModelEntry(
+        name="smollm2-135m-instruct",
+        backbone="smollm2-135m-instruct",
+        description="the bare embedded backbone with the training-free LM readout (baseline)",
         release_date="2026-11-30",
     ),
 }
@@ -207,6 +217,8 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
                 raise ModelNotFoundError(f"backbone {backbone!r} is not set up; run `kevlike fetch`")
             fetch_backbone(backbone)
         artifact = Path(entry.artifact) if entry and entry.artifact else None
+        if artifact is not None and not (artifact / "kevlike.json").is_file():
+            raise SetupError(f"model {name!r}: its decision-model directory {artifact} is missing from this install")
         return ResolvedModel(name, backbone_dir(backbone), artifact)
     path = Path(name).expanduser()
     if (path / "kevlike.json").is_file():

@@ -6,6 +6,7 @@
     kevlike serve [--port 8000]        Jev-compatible HTTP server (POST /v1/systemone)
     kevlike train CONFIG.yaml [k=v]    train a decision model (LoRA + pointer head); --resume RUN_DIR
     kevlike eval --model DIR           held-out metrics of a decision model (writes a run directory)
+    kevlike calibrate DIR              fit temperatures on validation data, write calibration.json
 
 Exit codes: 0 ok; 2 bad input (invalid request, unknown model, unreadable file), with one line on
 stderr and no traceback; 1 set-up failures.
@@ -158,6 +159,18 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _cmd_calibrate(args) -> int:
+    from .training.data import DataUnavailableError
+
+    from .eval.calibration import calibrate_artifact
+
+    try:
+        calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet)
+    except (DataUnavailableError, ValueError, FileNotFoundError) as e:
+        return _fail(str(e))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -230,6 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", default="runs", help="parent folder of the run directory")
     e.add_argument("--quiet", action="store_true")
     e.set_defaults(func=_cmd_eval)
+
+    c = sub.add_parser("calibrate", help="fit temperatures per (type, K-bucket) on validation data (DESIGN §9)")
+    c.add_argument("artifact", help="decision-model directory (its calibration.json is rewritten)")
+    c.add_argument("--n", type=int, default=200, help="validation requests per training task")
+    c.add_argument("--records", default=None, help="reuse validation logits from this records JSONL")
+    c.add_argument("--batch", type=int, default=4)
+    c.add_argument("--quiet", action="store_true")
+    c.set_defaults(func=_cmd_calibrate)
     return p
 
 

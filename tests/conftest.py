@@ -12,4 +12,10 @@ def backbone_engine():
 
     if not is_fetched("smollm2-135m-instruct"):
         pytest.skip("embedded backbone not set up: run `kevlike fetch` (the README's first command does)")
+    return Engine.from_pretrained("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def default_engine(backbone_engine):
+    """The shipped default decision model (fp32, pointer head) on the embedded backbone."""
     return Engine.from_pretrained("kevlike-default")

@@ -58,7 +58,7 @@ def test_response_shape_on_examples(backbone_engine):
     for path in EXAMPLES:
         req = json.loads(path.read_text())
         out = backbone_engine.decide(req)
-        assert out["model"] == "kevlike-default"
+        assert out["model"] == "smollm2-135m-instruct"
         assert list(out["answers"]) == list(req["questions"])
         for qid, a in out["answers"].items():
             q = req["questions"][qid]
@@ -75,7 +75,7 @@ def test_response_shape_on_examples(backbone_engine):
 def test_bfloat16_close_to_float32(backbone_engine):
     from kevlike import Engine
 
-    bf16 = Engine.from_pretrained("kevlike-default", dtype="bfloat16")
+    bf16 = Engine.from_pretrained("smollm2-135m-instruct", dtype="bfloat16")
     req = json.loads(EXAMPLES[0].read_text())
     d = max_abs_diff(backbone_engine.decide(req), bf16.decide(req))
     assert d <= 0.1, d  # bf16 rounding through 30 layers; fp32 is the reference

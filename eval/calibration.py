@@ -1,0 +1,62 @@
+"""``kevlike calibrate ARTIFACT``: fit the temperatures of a decision model on validation data
+(DESIGN.md §9) and write them into its ``calibration.json``.
+
+Validation questions come from the *validation* splits of the tasks the artifact was trained on
+(never test), asked as in evaluation (intents over their full label set). The uncalibrated logits
+are fitted per (type, K-bucket) by :func:`kevlike.calibrate.fit_table`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
+                       batch_size: int = 4, quiet: bool = False, min_count: int | None = None) -> dict:
+    """Fit and write temperatures; returns the fit report (with validation NLL at T = 1 and fitted).
+
+    ``records_path``: a ``records.jsonl`` of validation logits written by an earlier call (skips the
+    forward passes). Raises ValueError if ``artifact`` is not a decision-model directory.
+    """
+    from kevlike.artifact import save_calibration
+    from kevlike.calibrate import MIN_BUCKET, fit_table
+
+    artifact = Path(artifact)
+    manifest_path = artifact / "kevlike.json"
+    if not manifest_path.is_file():
+        raise ValueError(f"{artifact} is not a decision-model directory (no kevlike.json)")
+    manifest = json.loads(manifest_path.read_text())
+    tasks = sorted((manifest.get("training", {}).get("config", {}).get("tasks") or {"banking77": {}}).keys())
+    if records_path is not None:
+        records = [json.loads(x) for x in Path(records_path).read_text().splitlines() if x.strip()]
+    else:
+        from kevlike.engine import Engine
+        from kevlike.training.data import eval_examples
+
+        from .metrics import records_from_logits
+
+        engine = Engine.from_pretrained(artifact)
+        records = []
+        for t in tasks:
+            exs = eval_examples(t, "validation", n, seed=0)
+            if not quiet:
+                print(f"{t}: {len(exs)} validation requests", file=sys.stderr)
+            records.extend(records_from_logits(engine, exs, batch_size, progress=not quiet, calibrated=False))
+        with open(artifact / "calibration_records.jsonl", "w") as f:
+            for r in records:
+                f.write(json.dumps({k: r[k] for k in ("source", "type", "logits", "gold")}) + "\n")
+    sizes = {}
+    for r in records:
+        sizes[r["source"]] = sizes.get(r["source"], 0) + 1
+    source = "fitted on validation splits (" + ", ".join(f"{k}: {v}" for k, v in sorted(sizes.items())) + ")"
+    table, report = fit_table(records, min_count if min_count is not None else MIN_BUCKET, source)
+    save_calibration(artifact, table, report)
+    if not quiet:
+        for t, e in report["types"].items():
+            print(f"{t}: n={e['n']} NLL at T=1 {e['nll_t1']:.4f}"
+                  + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e else f" ({e['fallback']})"))
+        for b, e in report["buckets"].items():
+            print(f"  {b}: n={e['n']} " + (f"T={e['temperature']:.3f}" if "temperature" in e else e["fallback"]))
+    return report

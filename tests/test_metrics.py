@@ -1,0 +1,90 @@
+"""Metrics and temperature fitting against hand-computed values."""
+
+import math
+
+import pytest
+import torch
+
+from kevlike.calibrate import TemperatureTable, fit_table, fit_temperature, nll_at
+from kevlike.eval.metrics import coverage_at, ece, summarize, summary
+
+
+def rec(probs, gold, qtype="choice", source="s"):
+    target = [1.0 if i == gold else 0.0 for i in range(len(probs))]
+    return {"probs": probs, "gold": gold, "target": target, "type": qtype, "source": source}
+
+
+def test_summary_hand_computed():
+    rs = [rec([0.7, 0.2, 0.1], 0), rec([0.6, 0.3, 0.1], 1), rec([0.95, 0.05], 1, "noul"), rec([0.1, 0.2, 0.7], 2, "score")]
+    s = summary(rs)
+    assert s["n"] == 4
+    assert s["accuracy"] == pytest.approx(2 / 4)
+    assert s["nll"] == pytest.approx(-(math.log(0.7) + math.log(0.3) + math.log(0.05) + math.log(0.7)) / 4)
+    # Brier: multi-class sums; noul is binary (p_true − y_true)²
+    briers = [0.3 ** 2 + 0.2 ** 2 + 0.1 ** 2, 0.6 ** 2 + 0.7 ** 2 + 0.1 ** 2, 0.95 ** 2, 0.1 ** 2 + 0.2 ** 2 + 0.3 ** 2]
+    assert s["brier"] == pytest.approx(sum(briers) / 4)
+    # confident error: the noul answer at 0.95 is wrong
+    assert s["confident_error"] == pytest.approx(1 / 4)
+    # ordinal MAE of the expected level: 0.2 + 1.4 = 1.6 vs gold 2
+    assert s["mae"] == pytest.approx(0.4)
+    # ECE bins: 0.7 (right), 0.6 (wrong), 0.95 (wrong), 0.7 (right)
+    # bin [0.6, 0.7): 0.6 wrong -> |0 − 0.6|; bin [0.7, 0.8): two right at 0.7 -> |1 − 0.7|; bin [0.9, 1]: |0 − 0.95|
+    assert s["ece"] == pytest.approx((0.6 + 2 * 0.3 + 0.95) / 4)
+    assert s["ece_bins"] == [0, 0, 0, 0, 0, 0, 1, 2, 0, 1]
+
+
+def test_ece_last_bin_is_closed_and_empty_set():
+    e, bins = ece([rec([1.0, 0.0], 0)])
+    assert e == pytest.approx(0.0) and bins[-1]["count"] == 1
+    assert summary([]) == {"n": 0}
+
+
+def test_coverage_at_error_budget():
+    # by confidence: right, right, wrong, right … the prefix of 3 has error 1/3 > 5 %
+    rs = [rec([0.99, 0.01], 0), rec([0.98, 0.02], 0), rec([0.97, 0.03], 1), rec([0.9, 0.1], 0)]
+    assert coverage_at(rs) == pytest.approx(2 / 4)
+    assert coverage_at([rec([0.9, 0.1], 1)]) == 0.0
+    many = [rec([0.99, 0.01], 0)] * 19 + [rec([0.6, 0.4], 1)]
+    assert coverage_at(many) == pytest.approx(1.0)   # 1 error in 20 = 5 % is within budget
+
+
+def test_summarize_groups_by_source_and_type():
+    s = summarize([rec([0.7, 0.3], 0, "noul", "a"), rec([0.2, 0.8], 0, "choice", "b")])
+    assert set(s["per_source"]) == {"a", "b"} and set(s["per_type"]) == {"noul", "choice"}
+    assert s["per_source"]["a"]["accuracy"] == 1.0 and s["per_source"]["b"]["accuracy"] == 0.0
+
+
+def test_temperature_fit_recovers_a_known_temperature():
+    torch.manual_seed(0)
+    zs, gs = [], []
+    for _ in range(2000):
+        z = torch.randn(4) * 4
+        gs.append(int(torch.multinomial(torch.softmax(z / 2.5, -1), 1)))   # calibrated at T = 2.5
+        zs.append(z.tolist())
+    t = fit_temperature(zs, gs)
+    assert t == pytest.approx(2.5, rel=0.08)
+    assert nll_at(zs, gs, t) < nll_at(zs, gs, 1.0)
+    # all-correct logits: NLL keeps falling as T shrinks (to the float floor), never below the 0.05 bound
+    t = fit_temperature([[10.0, 0.0]] * 50, [0] * 50)
+    assert 0.05 <= t < 0.5 and nll_at([[10.0, 0.0]], [0], t) < 1e-12
+    # all-wrong logits push T up, never above the 20 bound
+    assert 10 < fit_temperature([[0.0, 10.0]] * 50, [0] * 50) <= 20
+
+
+def test_fit_table_fallbacks():
+    torch.manual_seed(1)
+    recs = []
+    for _ in range(300):                       # choice, K = 4: enough for its own bucket
+        z = torch.randn(4) * 3
+        recs.append({"type": "choice", "logits": z.tolist(), "gold": int(torch.multinomial(torch.softmax(z / 2, -1), 1))})
+    for _ in range(50):                        # choice, K = 8: too few -> the type's temperature
+        z = torch.randn(8) * 3
+        recs.append({"type": "choice", "logits": z.tolist(), "gold": int(z.argmin())})
+    recs += [{"type": "noul", "logits": [3.0, 0.0], "gold": 0}] * 300   # no errors -> T = 1
+    table, report = fit_table(recs)
+    assert ("choice", "3-5") in table.by_bucket and ("choice", "6-20") not in table.by_bucket
+    assert "choice" in table.by_type and "noul" not in table.by_type
+    assert report["buckets"]["choice/6-20"]["fallback"] == "type choice's temperature"
+    assert report["buckets"]["noul/2"]["fallback"] == "T = 1"
+    assert table.lookup("choice", 8) == table.by_type["choice"] and table.lookup("noul", 2) == 1.0
+    assert isinstance(table, TemperatureTable)
