@@ -40,7 +40,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         engine = Engine.from_pretrained(artifact)
         records = []
         for t in tasks:
-            exs = eval_examples(t, "validation", n, seed=0)
+            exs = eval_examples(t, "validation", n, seed=0, noul_twins=1)  # intents also feed the noul temperature
             if not quiet:
                 print(f"{t}: {len(exs)} validation requests", file=sys.stderr)
             records.extend(records_from_logits(engine, exs, batch_size, progress=not quiet, calibrated=False))

@@ -84,9 +84,24 @@ def reliability_plots(records: list[dict], out: Path) -> list[str]:
     return written
 
 
+def rescore(records: list[dict], table) -> list[dict]:
+    """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table
+    (logits do not depend on temperatures, so no forward pass is needed)."""
+    import torch
+
+    out = []
+    for r in records:
+        z = torch.tensor(r["logits"], dtype=torch.float32)
+        t = table.lookup(r["type"], len(r["logits"]))
+        out.append({**r, "probs": torch.softmax(z / t, -1).tolist()})
+    return out
+
+
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
-              batch_size: int = 4, quiet: bool = False, engine=None) -> Path:
+              batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``) on a suite; returns the run directory.
+    ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
+    temperatures (e.g. before vs after ``kevlike calibrate``), without a forward pass.
 
     Raises:
         ValueError: unknown suite, or a model without a trained pointer head.
@@ -100,6 +115,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
 
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
+    if reuse is not None:
+        return _rescore_run(model, Path(reuse), Path(out), quiet)
     if engine is None:
         engine = Engine.from_pretrained(model)
     if engine.readout != "pointer":
@@ -133,6 +150,37 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         f"Test splits, seeded samples ({sample_sizes}); "
         f"probabilities with the model's temperatures ({engine.temperatures.source}). Commit {meta['git_commit']}; "
         f"{meta['machine']}; seconds per dataset {timing}.\n\n{md}\n\n"
+        + "".join(f"![{p}]({p})\n" for p in plots))
+    if not quiet:
+        print(md)
+        print(f"run directory: {run_dir}")
+    return run_dir
+
+
+def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path:
+    from kevlike.artifact import load_temperatures
+    from kevlike.backbones import resolve_model
+
+    resolved = resolve_model(model, auto_fetch=False)
+    if resolved.artifact_dir is None:
+        raise ValueError(f"model {model!r} is not a decision model (no temperatures to apply)")
+    temps = load_temperatures(resolved.artifact_dir)
+    old = json.loads((reuse / "metrics.json").read_text())
+    records = rescore([json.loads(x) for x in (reuse / "records.jsonl").read_text().splitlines() if x.strip()], temps)
+    run_dir = out / f"eval-{old['meta']['suite']}-rescored-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    summary = summarize(records)
+    meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
+            "temperatures": temps.source}
+    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+    with open(run_dir / "records.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    plots = reliability_plots(records, run_dir)
+    md = table(summary)
+    (run_dir / "report.md").write_text(
+        f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`\n\n"
+        f"Logits of {reuse} with temperatures {temps.source}.\n\n{md}\n\n"
         + "".join(f"![{p}]({p})\n" for p in plots))
     if not quiet:
         print(md)

@@ -93,7 +93,11 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
     head = PointerHead(h["d_model"], h["d_head"])
     head.load_state_dict({"w_q.weight": (w := load_file(str(path / "head.safetensors")))["w_q"], "w_k.weight": w["w_k"]})
     head.to(emb.device).eval()
-    cal = json.loads((path / "calibration.json").read_text())
-    temps = TemperatureTable(by_bucket={(r["type"], r["bucket"]): r["temperature"] for r in cal["by_bucket"]},
-                             by_type=cal["by_type"], source=cal["source"])
-    return model, head, temps
+    return model, head, load_temperatures(path)
+
+
+def load_temperatures(path: str | Path) -> TemperatureTable:
+    """The temperature table of a decision-model directory (its ``calibration.json``)."""
+    cal = json.loads((Path(path) / "calibration.json").read_text())
+    return TemperatureTable(by_bucket={(r["type"], r["bucket"]): r["temperature"] for r in cal["by_bucket"]},
+                            by_type=cal["by_type"], source=cal["source"])

@@ -153,7 +153,7 @@ def _cmd_eval(args) -> int:
     from .eval.heldout import run_suite
 
     try:
-        run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet)
+        run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse)
     except (ModelNotFoundError, DataUnavailableError, ValueError) as e:
         return _fail(str(e))
     return 0
@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--n", type=int, default=None, help="override the suite's examples per dataset")
     e.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     e.add_argument("--out", default="runs", help="parent folder of the run directory")
+    e.add_argument("--reuse", default=None,
+                   help="re-score the logits of this earlier eval run directory with the model's current temperatures")
     e.add_argument("--quiet", action="store_true")
     e.set_defaults(func=_cmd_eval)
 

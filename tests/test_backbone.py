@@ -79,3 +79,35 @@ def test_bfloat16_close_to_float32(backbone_engine):
     req = json.loads(EXAMPLES[0].read_text())
     d = max_abs_diff(backbone_engine.decide(req), bf16.decide(req))
     assert d <= 0.1, d  # bf16 rounding through 30 layers; fp32 is the reference
+
+
+# --- the shipped default decision model ----------------------------------------------------------
+
+def test_default_model_is_the_shipped_decision_model(default_engine):
+    from kevlike.backbones import DEFAULT_ARTIFACT, EMBEDDED
+
+    manifest = json.loads((DEFAULT_ARTIFACT / "kevlike.json").read_text())
+    assert default_engine.readout == "pointer" and default_engine.name == "kevlike-default"
+    assert manifest["backbone"] == "smollm2-135m-instruct"
+    assert manifest["backbone_sha256"] == EMBEDDED["smollm2-135m-instruct"].gguf_sha256
+    size = sum(p.stat().st_size for p in DEFAULT_ARTIFACT.rglob("*") if p.is_file())
+    assert size < 40_000_000, size   # "tens of MB at most"
+
+
+def test_default_model_packed_equals_separate(default_engine):
+    for path in EXAMPLES[:2]:
+        req = json.loads(path.read_text())
+        assert max_abs_diff(default_engine.decide(req), default_engine.decide(req, mode="separate")) <= 1e-5
+
+
+def test_default_model_answers_held_out_banking77(default_engine):
+    """Golden behaviour on 12 fixed Banking77 *test* messages over all 77 intents (chance: 1/77)."""
+    from kevlike.eval.metrics import records_from_logits, summary
+    from kevlike.training.data import DataUnavailableError, eval_examples
+
+    try:
+        examples = eval_examples("banking77", "test", 12, seed=0)
+    except DataUnavailableError as e:
+        pytest.skip(str(e))
+    s = summary(records_from_logits(default_engine, examples))
+    assert s["accuracy"] >= 0.5, s

@@ -242,6 +242,24 @@ def test_train_smoke_run_through_the_cli(tiny_dir, tmp_path):
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     assert set(json.loads(out.stdout)["answers"]) == {"return_accepted", "mentions_competitor", "primary_complaint",
                                                       "sentiment"}
+    # evaluation, calibration and re-scoring of the same artifact through the CLI
+    ev = kevlike("eval", "--model", str(run / "artifact"), "--suite", "quick", "--n", "3", "--out", str(tmp_path / "ev"),
+                 "--quiet")
+    assert ev.returncode == 0, ev.stderr.decode()[-2000:]
+    (ev_dir,) = (tmp_path / "ev").iterdir()
+    metrics = json.loads((ev_dir / "metrics.json").read_text())
+    assert {k: v["n"] for k, v in metrics["per_source"].items()} == {"banking77": 3, "spam": 3, "sentiment": 3}
+    assert len((ev_dir / "records.jsonl").read_text().splitlines()) == 9 and (ev_dir / "report.md").is_file()
+    cal = kevlike("calibrate", str(run / "artifact"), "--n", "4", "--quiet")
+    assert cal.returncode == 0, cal.stderr.decode()[-2000:]
+    fit = json.loads((run / "artifact" / "calibration.json").read_text())
+    assert fit["source"].startswith("fitted on validation splits") and "fit" in fit
+    re = kevlike("eval", "--model", str(run / "artifact"), "--reuse", str(ev_dir), "--out", str(tmp_path / "ev"), "--quiet")
+    assert re.returncode == 0, re.stderr.decode()[-2000:]
+    rescored = next(p for p in (tmp_path / "ev").iterdir() if "rescored" in p.name)
+    again = json.loads((rescored / "metrics.json").read_text())
+    # too few validation questions for any bucket: every temperature falls back to 1, nothing changes
+    assert again["overall"]["nll"] == pytest.approx(metrics["overall"]["nll"], abs=1e-6)
 
 
 def test_resumed_run_ends_where_an_uninterrupted_run_does(tiny_dir, tmp_path):

@@ -312,9 +312,10 @@ def make_example(task: str, row: tuple, rng: random.Random, opts: dict | None = 
     raise ValueError(f"unknown task {task!r} (known: {list(TASKS)})")
 
 
-def eval_examples(task: str, split: str, n: int | None, seed: int = 0) -> list[Example]:
+def eval_examples(task: str, split: str, n: int | None, seed: int = 0, noul_twins: int = 0) -> list[Example]:
     """A fixed, seeded evaluation set: ``n`` rows (all if ``None``) sampled without replacement, each
-    asked with the task's first prompt and, for intents, over the *full* label set in sorted order."""
+    asked with the task's first prompt and, for intents, over the *full* label set in sorted order
+    (plus up to ``noul_twins`` "is this about X?" questions)."""
     data = list(rows(task, split))
     rng = random.Random(seed)
     if n is not None and n < len(data):
@@ -322,7 +323,7 @@ def eval_examples(task: str, split: str, n: int | None, seed: int = 0) -> list[E
     out = []
     for row in data:
         if task in INTENT_SETS:
-            ex = intent_example(task, row[0], row[1], rng, negatives=None, prompt=0)
+            ex = intent_example(task, row[0], row[1], rng, negatives=None, prompt=0, noul_twins=noul_twins)
             labels = [humanize(x) for x in intent_labels(task)]
             ex.request["questions"]["intent"]["criteria"] = {o: None for o in labels}
             ex.targets["intent"] = _one_hot(len(labels), labels.index(humanize(row[1])))
