@@ -81,9 +81,13 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
 
     ensure_embedding_rows(model, len(tokenizer))
     if (path / "adapter").exists():
+        import warnings
+
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(path / "adapter")).merge_and_unload()
+        with warnings.catch_warnings():  # peft 0.21 calls a transformers API deprecated in v5 (FutureWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            model = PeftModel.from_pretrained(model, str(path / "adapter")).merge_and_unload()
         model.eval()
     rows = load_file(str(path / "delimiters.safetensors"))["rows"]
     emb = model.get_input_embeddings().weight

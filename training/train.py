@@ -25,6 +25,7 @@ import random
 import subprocess
 import sys
 import time
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -91,7 +92,9 @@ def build_model(cfg: dict, device: str | None = None):
                           target_modules=list(lora["target_modules"]), bias="none",
                           trainable_token_indices=({"embed_tokens": list(enc.delimiter_ids)}
                                                    if cfg["train_delimiters"] else None))
-    lm = get_peft_model(model, peft_cfg)
+    with warnings.catch_warnings():  # peft 0.21 calls a transformers API deprecated in v5 (FutureWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        lm = get_peft_model(model, peft_cfg)
     d = model.config.hidden_size
     torch.manual_seed(cfg["seed"])
     head = PointerHead(d, cfg["head"]["d_head"] or d)
