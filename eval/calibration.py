@@ -14,11 +14,13 @@ from pathlib import Path
 
 
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
-                       batch_size: int = 4, quiet: bool = False, min_count: int | None = None) -> dict:
+                       batch_size: int = 4, quiet: bool = False, min_count: int | None = None,
+                       out: str | Path = "runs") -> dict:
     """Fit and write temperatures; returns the fit report (with validation NLL at T = 1 and fitted).
 
-    ``records_path``: a ``records.jsonl`` of validation logits written by an earlier call (skips the
-    forward passes). Raises ValueError if ``artifact`` is not a decision-model directory.
+    The validation logits are written to ``OUT/calibrate-STAMP/records.jsonl`` (with the report), so
+    a later call can refit from them: ``records_path`` skips the forward passes. Raises ValueError if
+    ``artifact`` is not a decision-model directory.
     """
     from kevlike.artifact import save_calibration
     from kevlike.calibrate import MIN_BUCKET, fit_table
@@ -44,9 +46,16 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
             if not quiet:
                 print(f"{t}: {len(exs)} validation requests", file=sys.stderr)
             records.extend(records_from_logits(engine, exs, batch_size, progress=not quiet, calibrated=False))
-        with open(artifact / "calibration_records.jsonl", "w") as f:
+        from datetime import datetime
+
+        run_dir = Path(out) / f"calibrate-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        run_dir.mkdir(parents=True, exist_ok=False)
+        records_path = run_dir / "records.jsonl"
+        with open(records_path, "w") as f:
             for r in records:
                 f.write(json.dumps({k: r[k] for k in ("source", "type", "logits", "gold")}) + "\n")
+        if not quiet:
+            print(f"validation logits: {records_path}", file=sys.stderr)
     sizes = {}
     for r in records:
         sizes[r["source"]] = sizes.get(r["source"], 0) + 1

@@ -88,8 +88,11 @@ def _cmd_models(args) -> int:
 
     for m in MODELS.values():
         state = "ready" if is_fetched(m.backbone) else "not fetched"
-        print(f"{m.name}\tbackbone={m.backbone} ({state})\t{m.description}")
+        readout = "pointer head" if m.artifact else "LM readout"
+        print(f"{m.name}\tbackbone={m.backbone} ({state}), {readout}\t{m.description}")
     for b in EMBEDDED.values():
+        if b.name in MODELS:
+            continue
         print(f"{b.name}\tembedded backbone ({'ready' if is_fetched(b.name) else 'not fetched'})\t{b.description}")
     return 0
 
@@ -165,7 +168,8 @@ def _cmd_calibrate(args) -> int:
     from .eval.calibration import calibrate_artifact
 
     try:
-        calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet)
+        calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
+                           out=args.out)
     except (DataUnavailableError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
     return 0
@@ -251,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--n", type=int, default=200, help="validation requests per training task")
     c.add_argument("--records", default=None, help="reuse validation logits from this records JSONL")
     c.add_argument("--batch", type=int, default=4)
+    c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")
     c.add_argument("--quiet", action="store_true")
     c.set_defaults(func=_cmd_calibrate)
     return p

@@ -250,10 +250,12 @@ def test_train_smoke_run_through_the_cli(tiny_dir, tmp_path):
     metrics = json.loads((ev_dir / "metrics.json").read_text())
     assert {k: v["n"] for k, v in metrics["per_source"].items()} == {"banking77": 3, "spam": 3, "sentiment": 3}
     assert len((ev_dir / "records.jsonl").read_text().splitlines()) == 9 and (ev_dir / "report.md").is_file()
-    cal = kevlike("calibrate", str(run / "artifact"), "--n", "4", "--quiet")
+    cal = kevlike("calibrate", str(run / "artifact"), "--n", "4", "--quiet", "--out", str(tmp_path / "cal"))
     assert cal.returncode == 0, cal.stderr.decode()[-2000:]
     fit = json.loads((run / "artifact" / "calibration.json").read_text())
     assert fit["source"].startswith("fitted on validation splits") and "fit" in fit
+    (cal_dir,) = (tmp_path / "cal").iterdir()
+    assert (cal_dir / "records.jsonl").is_file() and not (run / "artifact" / "records.jsonl").exists()
     re = kevlike("eval", "--model", str(run / "artifact"), "--reuse", str(ev_dir), "--out", str(tmp_path / "ev"), "--quiet")
     assert re.returncode == 0, re.stderr.decode()[-2000:]
     rescored = next(p for p in (tmp_path / "ev").iterdir() if "rescored" in p.name)
