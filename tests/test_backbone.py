@@ -110,4 +110,6 @@ def test_default_model_answers_held_out_banking77(default_engine):
     except DataUnavailableError as e:
         pytest.skip(str(e))
     s = summary(records_from_logits(default_engine, examples))
-    assert s["accuracy"] >= 0.5, s
+    # measured when the model shipped: 10 of 12 right, NLL 0.709; one answer of slack for float rounding
+    assert s["accuracy"] * 12 >= 9, s
+    assert s["nll"] < 1.0, s
