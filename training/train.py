@@ -289,8 +289,9 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     metrics_f = open(run_dir / "metrics.jsonl", "a")
 
     def log(row: dict) -> None:
-        metrics_f.write(json.dumps(row) + "\n")
-        metrics_f.flush()
+        if accelerator.is_main_process:
+            metrics_f.write(json.dumps(row) + "\n")
+            metrics_f.flush()
 
     engine = Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend="sdpa")
 
@@ -301,14 +302,18 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         return summary
 
     def save_checkpoint() -> None:
+        if not accelerator.is_main_process:
+            return
         (run_dir / "checkpoint").mkdir(exist_ok=True)
         tmp = run_dir / "checkpoint" / "state.pt.tmp"
         torch.save({"trainable": trainable_state(inner), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "mixture": mixture.state_dict(),
-                    "torch_rng": torch.get_rng_state(), "step": step, "best": best, "bad_rounds": bad_rounds}, tmp)
+                    "torch_rng": torch.get_rng_state(), "step": step, "best": best, "bad_rounds": bad_rounds,
+                    "tokens": tokens}, tmp)
         os.replace(tmp, run_dir / "checkpoint" / "state.pt")
 
     start_step = step
+    tokens = ckpt.get("tokens", 0) if ckpt is not None else 0
     t0 = time.monotonic()
     deadline = t0 + 60 * cfg["max_minutes"] if cfg["max_minutes"] else math.inf
     inner.train()
@@ -316,10 +321,11 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                disable=quiet, dynamic_ncols=True)
     stop_reason = "max_steps"
     window: list[dict] = []
-    tokens = 0
     while step < cfg["max_steps"]:
         for _ in range(cfg["grad_accum"]):
-            examples = mixture.take(cfg["batch_size"])
+            # every process draws the same global batch and keeps its own share (one process: all of it)
+            drawn = mixture.take(cfg["batch_size"] * accelerator.num_processes)
+            examples = drawn[accelerator.process_index::accelerator.num_processes]
             batch, aux = make_batch(examples, encoder, accelerator.device)
             tokens += sum(batch.n_tokens)
             with accelerator.accumulate(model):
@@ -349,7 +355,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             history.append(row)
             if summary["overall"]["nll"] < best:
                 best, bad_rounds = summary["overall"]["nll"], 0
-                write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row)
+                if accelerator.is_main_process:
+                    write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row)
             else:
                 bad_rounds += 1
             bar.write(f"step {step}: validation nll {summary['overall']['nll']:.4f} "
