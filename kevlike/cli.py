@@ -144,7 +144,7 @@ def _cmd_train(args) -> int:
 
     try:
         train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
-    except (ConfigError, FileNotFoundError, ModelNotFoundError, DataUnavailableError) as e:
+    except (ConfigError, FileNotFoundError, ModelNotFoundError, DataUnavailableError, ValueError) as e:
         return _fail(str(e))
     return 0
 

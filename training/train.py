@@ -280,7 +280,11 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     inner = accelerator.unwrap_model(model)
     step, best, bad_rounds, history = 0, math.inf, 0, []
     if ckpt is not None:
-        inner.load_state_dict(ckpt["trainable"], strict=False)
+        # strict=False: the checkpoint holds only the trainable tensors, not the frozen backbone
+        unexpected = inner.load_state_dict(ckpt["trainable"], strict=False).unexpected_keys
+        if unexpected:
+            raise ValueError(f"{run_dir}: checkpoint does not match the model ({len(unexpected)} unknown tensors, "
+                             f"e.g. {unexpected[0]})")
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         mixture.load_state_dict(ckpt["mixture"])
