@@ -229,7 +229,7 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
         return ResolvedModel(name, path, None)
     if _looks_like_hub_id(name) and not path.exists():
         return ResolvedModel(name, Path(name), None)  # loaded by transformers from its cache or the hub
-    known = ", ".join([*MODELS, *EMBEDDED])
+    known = ", ".join(dict.fromkeys([*MODELS, *EMBEDDED]))
     raise ModelNotFoundError(f"unknown model {name!r}: not a registered name ({known}) and not a directory "
                              f"holding a decision model (kevlike.json) or an HF model (config.json)")
 

@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 
 def _fail(msg: str, code: int = 2) -> int:
@@ -140,6 +141,10 @@ def _cmd_train(args) -> int:
         return _fail("give a config file (e.g. configs/default.yaml) or --resume RUN_DIR")
     if args.resume and (args.config or args.overrides):
         return _fail("--resume continues a run with its saved config; drop the config file and overrides")
+    if args.resume and not (Path(args.resume) / "checkpoint" / "state.pt").is_file():
+        return _fail(f"--resume {args.resume}: not a run directory with a checkpoint (checkpoint/state.pt)")
+    if args.config and not Path(args.config).is_file():
+        return _fail(f"config file {args.config} does not exist")
     from .training.train import train
 
     try:
@@ -155,9 +160,13 @@ def _cmd_eval(args) -> int:
 
     from .eval.heldout import run_suite
 
+    if args.n is not None and args.n < 1:
+        return _fail(f"--n must be a positive integer, got {args.n}")
+    if args.reuse is not None and not (Path(args.reuse) / "records.jsonl").is_file():
+        return _fail(f"--reuse {args.reuse}: not an eval run directory (no records.jsonl; use a runs/eval-… directory)")
     try:
         run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse)
-    except (ModelNotFoundError, DataUnavailableError, ValueError) as e:
+    except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
     return 0
 
@@ -241,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="held-out metrics on official test splits (writes a run directory)")
     e.add_argument("--model", default=None, help="decision-model directory or name (default: kevlike-default)")
-    e.add_argument("--suite", default="heldout", help="heldout (default) or quick")
+    e.add_argument("--suite", default="heldout", help="heldout (default), quick or full (see kevlike/eval/heldout.py)")
     e.add_argument("--n", type=int, default=None, help="override the suite's examples per dataset")
     e.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     e.add_argument("--out", default="runs", help="parent folder of the run directory")

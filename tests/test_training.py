@@ -198,6 +198,14 @@ def test_config_errors_name_the_key(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="batch_size"):
         load_config(None, ["batch_size=0"])
+    with pytest.raises(ConfigError, match="tasks.spam.wieght"):
+        load_config(None, ["tasks.spam.wieght=1"])
+    with pytest.raises(ConfigError, match="unknown task 'bankin77'"):
+        load_config(None, ["tasks={bankin77: {weight: 1}}"])
+    with pytest.raises(ConfigError, match="weight must be a number"):
+        load_config(None, ["tasks.spam.weight=-1"])
+    with pytest.raises(ConfigError, match="validation.n"):
+        load_config(None, ["validation.n=0"])
     cfg = load_config(None, ["optim.lr=1e-4", "tasks.spam.weight=0.5", "stop_after=3"])
     assert cfg["optim"]["lr"] == 1e-4 and cfg["tasks"]["spam"]["weight"] == 0.5 and cfg["stop_after"] == 3
 
@@ -289,4 +297,10 @@ def test_train_cli_errors_are_one_line(tmp_path):
     p = kevlike("train")
     assert p.returncode == 2 and "config" in p.stderr.decode()
     p = kevlike("train", str(tmp_path / "missing.yaml"))
-    assert p.returncode == 2 and "Traceback" not in p.stderr.decode()
+    assert p.returncode == 2 and "does not exist" in p.stderr.decode() and "Traceback" not in p.stderr.decode()
+    p = kevlike("train", "--resume", str(tmp_path))
+    assert p.returncode == 2 and "not a run directory" in p.stderr.decode()
+    p = kevlike("eval", "--reuse", str(tmp_path))
+    assert p.returncode == 2 and "not an eval run directory" in p.stderr.decode()
+    p = kevlike("eval", "--n", "0")
+    assert p.returncode == 2 and "--n must be a positive integer" in p.stderr.decode()

@@ -122,6 +122,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
     for k in ("batch_size", "grad_accum", "max_steps", "eval_every"):
         if not isinstance(cfg[k], int) or isinstance(cfg[k], bool) or cfg[k] < 1:
             raise ConfigError(f"{k} must be a positive integer, got {cfg[k]!r}")
+    from .data import TASKS
+
+    task_keys = {"weight", "negatives", "full_set", "perm_twin", "irrelevant", "noul_twins", "prompt"}
+    if not isinstance(cfg["tasks"], dict) or not cfg["tasks"]:
+        raise ConfigError("tasks must map at least one task name to its settings")
+    for name, opts in cfg["tasks"].items():
+        if name not in TASKS:
+            raise ConfigError(f"unknown task {name!r} in tasks (known: {', '.join(TASKS)})")
+        if not isinstance(opts, dict):
+            raise ConfigError(f"tasks.{name} must be a mapping of settings, got {opts!r}")
+        for k, v in opts.items():
+            if k not in task_keys:
+                raise ConfigError(f"unknown config key 'tasks.{name}.{k}' (known: {', '.join(sorted(task_keys))})")
+        w = opts.get("weight", 1.0)
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0:
+            raise ConfigError(f"tasks.{name}.weight must be a number ≥ 0, got {w!r}")
+    if sum(float(o.get("weight", 1.0)) for o in cfg["tasks"].values()) <= 0:
+        raise ConfigError("the task weights sum to 0: give at least one task a positive weight")
+    n_val = cfg["validation"]["n"]
+    if not isinstance(n_val, int) or isinstance(n_val, bool) or n_val < 1:
+        raise ConfigError(f"validation.n must be a positive integer, got {n_val!r}")
     for k, v in cfg["optim"].items():
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             raise ConfigError(f"optim.{k} must be a non-negative number, got {v!r}")

@@ -215,7 +215,8 @@ def plot_metrics(run_dir: Path) -> None:
         ax.plot([r["step"] for r in va], [r["nll"] for r in va], "o-", label="validation NLL")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("nats")
-    ax.legend()
+    if tr or va:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(run_dir / "loss.png", dpi=100)
     plt.close(fig)
@@ -383,9 +384,11 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     wall = time.monotonic() - t0
     (run_dir / "summary.json").write_text(json.dumps({
         "steps": step, "stop_reason": stop_reason, "wall_s": round(wall, 1), "tokens": tokens,
-        "best_validation_nll": best, "validation": history[-1] if history else None}, indent=2))
+        "best_validation_nll": best if math.isfinite(best) else None,
+        "validation": history[-1] if history else None}, indent=2))
     plot_metrics(run_dir)
     if not quiet:
-        print(f"{stop_reason} after {step} steps in {wall / 60:.1f} min; best validation NLL {best:.4f}; "
-              f"artifact: {run_dir / 'artifact'}")
+        art = (f"artifact: {(run_dir / 'artifact').resolve()}" if (run_dir / "artifact" / "kevlike.json").is_file()
+               else "no artifact yet (it is written at the first validation round)")
+        print(f"{stop_reason} after {step} steps in {wall / 60:.1f} min; best validation NLL {best:.4f}; {art}")
     return run_dir
