@@ -59,8 +59,14 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     sizes = {}
     for r in records:
         sizes[r["source"]] = sizes.get(r["source"], 0) + 1
-    source = "fitted on validation splits (" + ", ".join(f"{k}: {v}" for k, v in sorted(sizes.items())) + ")"
-    table, report = fit_table(records, min_count if min_count is not None else MIN_BUCKET, source)
+    counts = ", ".join(f"{k}: {v} questions" for k, v in sorted(sizes.items()))
+    table, report = fit_table(records, min_count if min_count is not None else MIN_BUCKET,
+                              f"fitted on validation splits ({counts})")
+    if not table.by_type and not table.by_bucket:
+        from kevlike.calibrate import TemperatureTable
+
+        table = TemperatureTable(source=f"T = 1 everywhere: no type had enough validation questions with errors "
+                                        f"to fit ({counts})")
     save_calibration(artifact, table, report)
     if not quiet:
         for t, e in report["types"].items():
