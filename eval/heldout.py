@@ -138,19 +138,23 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     meta = {"model": engine.name, "suite": suite, "sizes": sizes, "seed": 0, "git_commit": git_commit(),
             "machine": platform.platform(), "device": str(engine.device), "seconds": timing,
             "temperatures": engine.temperatures.source}
+    sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
+    intro = (f"Test splits, seeded samples ({sample_sizes}); "
+             f"probabilities with the model's temperatures ({engine.temperatures.source}). Commit {meta['git_commit']}; "
+             f"{meta['machine']}; seconds per dataset {timing}.")
+    return _write_run(run_dir, meta, summary, records, f"# kevlike eval: suite `{suite}`, model `{engine.name}`", intro, quiet)
+
+
+def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], title: str, intro: str,
+               quiet: bool) -> Path:
+    """Write metrics.json, records.jsonl, the reliability plots and report.md; print the table."""
     (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
     with open(run_dir / "records.jsonl", "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
     plots = reliability_plots(records, run_dir)
     md = table(summary)
-    sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
-    (run_dir / "report.md").write_text(
-        f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n"
-        f"Test splits, seeded samples ({sample_sizes}); "
-        f"probabilities with the model's temperatures ({engine.temperatures.source}). Commit {meta['git_commit']}; "
-        f"{meta['machine']}; seconds per dataset {timing}.\n\n{md}\n\n"
-        + "".join(f"![{p}]({p})\n" for p in plots))
+    (run_dir / "report.md").write_text(f"{title}\n\n{intro}\n\n{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
     if not quiet:
         print(md)
         print(f"run directory: {run_dir}")
@@ -172,17 +176,6 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
     summary = summarize(records)
     meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
             "temperatures": temps.source}
-    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
-    with open(run_dir / "records.jsonl", "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    plots = reliability_plots(records, run_dir)
-    md = table(summary)
-    (run_dir / "report.md").write_text(
-        f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`\n\n"
-        f"Logits of {reuse} with temperatures {temps.source}.\n\n{md}\n\n"
-        + "".join(f"![{p}]({p})\n" for p in plots))
-    if not quiet:
-        print(md)
-        print(f"run directory: {run_dir}")
-    return run_dir
+    return _write_run(run_dir, meta, summary, records,
+                      f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`",
+                      f"Logits of {reuse} with temperatures {temps.source}.", quiet)
