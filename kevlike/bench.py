@@ -4,14 +4,19 @@ For each state length S, question count Q and option count K, one synthetic requ
 ``examples/`` texts repeated to S tokens; Q choice questions of K options each, pointer template)
 is answered by four modes:
 
-1. ``packed``: one forward pass over ``[state][branch 1]…[branch Q]`` (ours);
+1. ``packed``: one forward pass over ``[state][branch 1]…[branch Q]`` (ours, the engine's backend:
+   the block-sparse ``kevlike_packed`` kernel on the CPU); ``packed-sdpa`` is the same pass through
+   sdpa with the dense ``[L, L]`` mask (the reference, and the CPU path before the kernel), and with
+   ``--flex`` ``packed-flex`` runs transformers' compiled FlexAttention with the ``BlockMask``;
 2. ``separate``: one ``[state][branch]`` forward per question;
 3. ``prefix``: the state encoded once into a transformers KV cache, a copy of it extended by each
    question's branch (the strongest naive alternative);
 4. ``batched``: ``--batch`` copies of the request padded into one packed forward (per-request figures).
 
 Reported per mode: ms per request (p50, p95 over ``--reps`` repetitions after a warm-up),
-requests/s, tokens processed, peak resident memory during the mode (MiB, sampled every 5 ms), and
+requests/s, tokens processed, peak resident memory during the mode (MiB, sampled every 5 ms),
+torch.compile frames compiled during the mode (``compiles``: 0 for eager modes; for ``packed-flex``
+the first cell compiles and later lengths must not recompile), and
 ``flop_ratio = (Q·S + Σ L_q) / (S + Σ L_q)`` — what the FLOP model predicts for separate/packed —
 next to the measured ``speedup = separate / packed``. The readout is a pointer head with seeded
 random weights: speed does not depend on trained values. ``prefix`` answers are checked against
@@ -104,33 +109,74 @@ def prefix_cache_logits(engine, enc: EncodedRequest) -> list[torch.Tensor]:
     return logits
 
 
+def compiled_frames() -> int:
+    """torch.compile frames compiled so far in this process (dynamo's counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["ok"])
+
+
 @torch.inference_mode()  # every mode without autograd (a grad-enabled forward keeps all activations)
-def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int) -> dict:
+def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict | None = None,
+               max_separate_tokens: int | None = None) -> dict:
+    """Time every mode on one request. ``others``: extra engines (same model, other attention
+    backends) timed as ``packed-NAME``; their logits are checked against ``packed`` (max |Δz|).
+    ``separate`` is left out (and the speed-up is None) when it would process more than
+    ``max_separate_tokens`` tokens."""
     S = len(enc.state_ids)
     lens = [len(b.ids) for b in enc.branches]
     Q = len(lens)
     singles = [enc.only_question(q) for q in range(Q)]
+    others = others or {}
     modes = {
         "packed": (lambda: engine.question_logits([enc]), 1, S + sum(lens)),
+        **{f"packed-{name}": ((lambda e=e: e.question_logits([enc])), 1, S + sum(lens)) for name, e in others.items()},
         "separate": (lambda: [engine.question_logits([s]) for s in singles], 1, Q * S + sum(lens)),
         "prefix": (lambda: prefix_cache_logits(engine, enc), 1, S + sum(lens)),
         f"batched x{batch}": (lambda: engine.question_logits([enc] * batch), batch, batch * (S + sum(lens))),
     }
+    if max_separate_tokens is not None and Q * S + sum(lens) > max_separate_tokens:
+        del modes["separate"]
     row = {"S": S, "Q": Q, "K": len(enc.branches[0].options), "branch_tokens": sum(lens),
            "flop_ratio": (Q * S + sum(lens)) / (S + sum(lens)), "modes": {}}
     z_packed = engine.question_logits([enc])[0]
     z_prefix = prefix_cache_logits(engine, enc)
     row["prefix_max_abs_dz"] = max((a - b).abs().max().item() for a, b in zip(z_packed, z_prefix))
+    first_frames = {}
+    for name, e in others.items():
+        first_frames[f"packed-{name}"] = compiled_frames()  # the first call of a compiled backend compiles
+        row[f"{name}_max_abs_dz"] = max((a - b).abs().max().item()
+                                        for a, b in zip(z_packed, e.question_logits([enc])[0]))
     for name, (fn, per, tokens) in modes.items():
+        frames = first_frames.get(name, compiled_frames())
         with PeakRSS() as mem:
             ms = _time(fn, reps)
         ms = [m / per for m in ms]
         row["modes"][name] = {"p50_ms": statistics.median(ms), "p95_ms": sorted(ms)[min(len(ms) - 1, int(0.95 * len(ms)))],
                               "requests_per_s": 1000 / statistics.mean(ms), "tokens": tokens / per,
-                              "peak_rss_mib": mem.peak_mib}
-    row["speedup_separate_over_packed"] = row["modes"]["separate"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
+                              "peak_rss_mib": mem.peak_mib, "compiles": compiled_frames() - frames}
+    row["speedup_separate_over_packed"] = (row["modes"]["separate"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
+                                           if "separate" in row["modes"] else None)
     row["speedup_prefix_over_packed"] = row["modes"]["prefix"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
     return row
+
+
+def machine() -> dict:
+    """CPU model, core count, torch version and the GPU name if any (for the JSON record)."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 
 
 def plot(results: list[dict], path: str) -> bool:
@@ -142,11 +188,18 @@ def plot(results: list[dict], path: str) -> bool:
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(7, 4))
-    for S in sorted({r["S"] for r in results}):
+    for i, S in enumerate(sorted({r["S"] for r in results})):
         rows = [r for r in results if r["S"] == S and r["K"] == results[0]["K"]]
-        Qs = [r["Q"] for r in rows]
-        ax.plot(Qs, [r["speedup_separate_over_packed"] for r in rows], "o-", label=f"measured, S={S}")
-        ax.plot(Qs, [r["flop_ratio"] for r in rows], "--", label=f"FLOP model, S={S}")
+        color = f"C{i}"
+        done = [r for r in rows if r["speedup_separate_over_packed"] is not None]
+        ax.plot([r["Q"] for r in done], [r["speedup_separate_over_packed"] for r in done], "o-", color=color,
+                label=f"measured, S={S}")
+        dense = [r for r in done if "packed-sdpa" in r["modes"]]
+        if dense:
+            ax.plot([r["Q"] for r in dense],
+                    [r["modes"]["separate"]["p50_ms"] / r["modes"]["packed-sdpa"]["p50_ms"] for r in dense],
+                    "x:", color=color, label=f"measured, dense-mask sdpa, S={S}")
+        ax.plot([r["Q"] for r in rows], [r["flop_ratio"] for r in rows], "--", color=color, label=f"FLOP model, S={S}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("questions per request Q")
     ax.set_ylabel("separate / packed time")
@@ -158,7 +211,10 @@ def plot(results: list[dict], path: str) -> bool:
 
 
 def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_path: str | None,
-        plot_path: str | None, S: list[int] | None = None, Q: list[int] | None = None, K: list[int] | None = None) -> list[dict]:
+        plot_path: str | None, S: list[int] | None = None, Q: list[int] | None = None, K: list[int] | None = None,
+        compare: list[str] | None = None, max_separate_tokens: int | None = None) -> list[dict]:
+    """The benchmark grid; ``compare``: extra attention backends timed as ``packed-NAME`` (default
+    ``["sdpa"]`` when the engine's backend is ``kevlike_packed``)."""
     from .engine import Engine
 
     grid = dict(QUICK if quick else FULL)
@@ -167,26 +223,34 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     torch.manual_seed(0)
     head = PointerHead(eng.model.config.hidden_size).to(eng.device).eval()
     eng = type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=eng.backend)
+    if compare is None:
+        compare = ["sdpa"] if eng.backend == "kevlike_packed" else []
+    others = {b.replace("flex_attention", "flex"): type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=b)
+              for b in compare if b != eng.backend}
     texts = [json.loads(p.read_text())["state"] for p in sorted(Path("examples").glob("*.json"))
              if not p.name.endswith(".meta.json")] or ["The quick brown fox jumps over the lazy dog."]
     results = []
     print(f"model={eng.name} dtype={dtype} backend={eng.backend} threads={torch.get_num_threads()} reps={reps}")
-    print(f"{'S':>5} {'Q':>3} {'K':>3} {'mode':>11} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>7} {'tokens':>7} {'peak MiB':>8}")
+    print(f"{'S':>5} {'Q':>3} {'K':>3} {'mode':>12} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>7} {'tokens':>7} "
+          f"{'peak MiB':>8} {'compiles':>8}")
     for s in grid["S"]:
         for k in grid["K"]:
             for q in grid["Q"]:
-                row = bench_cell(eng, synthetic_request(eng, s, q, k, texts), reps, batch)
+                row = bench_cell(eng, synthetic_request(eng, s, q, k, texts), reps, batch, others, max_separate_tokens)
                 results.append(row)
                 for name, m in row["modes"].items():
-                    print(f"{s:5d} {q:3d} {k:3d} {name:>11} {m['p50_ms']:9.1f} {m['p95_ms']:9.1f} "
-                          f"{m['requests_per_s']:7.2f} {m['tokens']:7.0f} {m['peak_rss_mib']:8.0f}")
-                print(f"{'':13} separate/packed {row['speedup_separate_over_packed']:.2f}x "
-                      f"(FLOP model {row['flop_ratio']:.2f}x, {row['speedup_separate_over_packed'] / row['flop_ratio']:.0%}); "
-                      f"prefix/packed {row['speedup_prefix_over_packed']:.2f}x; prefix max|dz| {row['prefix_max_abs_dz']:.1e}",
-                      flush=True)
+                    print(f"{s:5d} {q:3d} {k:3d} {name:>12} {m['p50_ms']:9.1f} {m['p95_ms']:9.1f} "
+                          f"{m['requests_per_s']:7.2f} {m['tokens']:7.0f} {m['peak_rss_mib']:8.0f} {m['compiles']:8d}")
+                sp = row["speedup_separate_over_packed"]
+                sep = (f"separate/packed {sp:.2f}x (FLOP model {row['flop_ratio']:.2f}x, {sp / row['flop_ratio']:.0%})"
+                       if sp is not None else f"separate skipped (FLOP model {row['flop_ratio']:.2f}x)")
+                extra = "".join(f"; {n} max|dz| {row[f'{n}_max_abs_dz']:.1e}" for n in others)
+                print(f"{'':13} {sep}; prefix/packed {row['speedup_prefix_over_packed']:.2f}x; "
+                      f"prefix max|dz| {row['prefix_max_abs_dz']:.1e}{extra}", flush=True)
     if json_path:
         Path(json_path).write_text(json.dumps({"model": eng.name, "dtype": dtype, "threads": torch.get_num_threads(),
-                                               "reps": reps, "results": results}, indent=2))
+                                               "backend": eng.backend, "compare": list(others), "reps": reps,
+                                               "machine": machine(), "results": results}, indent=2))
     if plot_path and not plot(results, plot_path):
         print("plot skipped: matplotlib is not installed (pip install matplotlib)")
     return results

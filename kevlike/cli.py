@@ -125,9 +125,10 @@ def _cmd_bench(args) -> int:
         return [int(x) for x in v.split(",")] if v else None
 
     try:
+        compare = None if args.compare is None else [b for b in args.compare.split(",") if b]
         run(args.model, args.quick, args.reps, args.batch, args.dtype, args.json, args.plot,
-            ints(args.S), ints(args.Q), ints(args.K))
-    except ModelNotFoundError as e:
+            ints(args.S), ints(args.Q), ints(args.K), compare, args.max_separate_tokens)
+    except (ModelNotFoundError, ValueError) as e:
         return _fail(str(e))
     return 0
 
@@ -239,6 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     b.add_argument("--json", default=None, help="write the results here")
     b.add_argument("--plot", default=None, help="write a PNG of speed-up vs the FLOP model (needs matplotlib)")
+    b.add_argument("--compare", default=None,
+                   help="other attention backends timed as packed-NAME, e.g. sdpa,flex_attention "
+                        "(default: sdpa on the CPU; '' for none)")
+    b.add_argument("--max-separate-tokens", type=int, default=None,
+                   help="skip the separate mode in cells where it would process more tokens than this")
     b.set_defaults(func=_cmd_bench)
 
     t = sub.add_parser("train", help="train a decision model from a YAML config (see configs/README.md)")

@@ -18,7 +18,7 @@ from .backbones import DEFAULT_MODEL, ensure_embedding_rows, load_backbone, reso
 from .calibrate import TemperatureTable
 from .encode import EncodedRequest, Encoder
 from .heads import PointerHead, lm_option_scores, pointer_logits
-from .kernels import attention_mask_for, check_backend, default_backend
+from .kernels import attention_inputs, check_backend, default_backend
 from .pack import pack
 from .schema import DEFAULT_LIMITS, Limits, Request, RequestError, parse_request, validate_request
 
@@ -43,8 +43,8 @@ def backbone_hidden(model, backend: str, input_ids: torch.Tensor, segment_ids: t
     """The stock decoder body (no LM head) under the packed mask: ``[B, L]`` ids -> hidden ``[B, L, d]``.
     Shared by serving (:class:`Engine`) and training, so both run exactly the same mask and positions.
     ``model`` is an HF causal LM (possibly with LoRA layers injected by peft)."""
-    mask = attention_mask_for(backend, model.config, segment_ids, position_ids, option_ids)
-    out = model.get_decoder()(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False)
+    extra = attention_inputs(backend, model.config, segment_ids, position_ids, option_ids)
+    out = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **extra)
     return out.last_hidden_state
 
 
@@ -57,7 +57,8 @@ class Engine:
         name: the model name reported in responses.
         head: a trained :class:`PointerHead`; ``None`` selects the training-free LM readout.
         temperatures: per (type, K-bucket) temperatures; default all 1.
-        backend: ``"sdpa"`` (dense bool mask) or ``"flex_attention"`` (BlockMask); default by device.
+        backend: ``"kevlike_packed"`` (block-sparse CPU kernel, no mask), ``"sdpa"`` (dense bool mask) or
+            ``"flex_attention"`` (BlockMask); default by device (see :mod:`kevlike.kernels.attention`).
         limits: request limits.
     """
 
@@ -70,7 +71,12 @@ class Engine:
         self.temperatures = temperatures or TemperatureTable()
         self.device = next(model.parameters()).device
         self.backend = check_backend(backend or default_backend(self.device))  # never eager (DESIGN §6)
-        if getattr(model.config, "_attn_implementation", None) != self.backend:
+        current = getattr(model.config, "_attn_implementation", None)
+        if self.backend == "kevlike_packed" and self.device.type != "cpu":
+            raise ValueError(f"backend 'kevlike_packed' is a CPU kernel; on {self.device.type} use flex_attention or sdpa")
+        if current != self.backend and current != "kevlike_packed":
+            # a model set to kevlike_packed runs the sdpa and flex masks too (kernels/packed.py), so
+            # engines of several backends can share one model (kevlike bench)
             model.set_attn_implementation(self.backend)
         self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits)
         if head is not None:

@@ -29,8 +29,9 @@ def max_abs_diff(a, b):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("readout", READOUTS)
-def test_packed_equals_separate(arch, readout):
-    engine = make_engine(arch, readout)
+@pytest.mark.parametrize("backend", ["sdpa", "kevlike_packed"])
+def test_packed_equals_separate(arch, readout, backend):
+    engine = make_engine(arch, readout, backend=backend)
     packed = engine.decide(REQUEST)
     separate = engine.decide(REQUEST, mode="separate")
     assert max_abs_diff(packed, separate) <= 1e-5
@@ -61,7 +62,7 @@ def logits_without_mask(engine, enc):
 def test_restarted_positions_without_mask_would_break_parity():
     """Shows the parity test is sensitive: with restarted positions but no mask, transformers infers
     packed documents and branches 2+ lose the state. Our path always passes the mask."""
-    engine = make_engine("llama", "pointer")
+    engine = make_engine("llama", "pointer", backend="sdpa")
     enc = engine.encode(validate_request(REQUEST))
     z_nomask = logits_without_mask(engine, enc)
     z_sep = [engine.question_logits([enc.only_question(q)])[0][0] for q in range(enc.n_questions)]
@@ -175,7 +176,7 @@ def test_decide_batch_equals_decide():
 
 
 def test_padded_batch_gives_finite_outputs_and_gradients():
-    engine = make_engine("llama", "pointer")
+    engine = make_engine("llama", "pointer", backend="sdpa")  # the training path
     small = {"state": "dog", "questions": {"q": {"type": "noul", "instructions": "fox?"}}}
     encs = [engine.encode(validate_request(r)) for r in (small, REQUEST)]
     batch = pack(encs, engine.encoder.pad_id)
