@@ -15,12 +15,13 @@ from pathlib import Path
 
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
                        batch_size: int = 4, quiet: bool = False, min_count: int | None = None,
-                       out: str | Path = "runs") -> dict:
+                       out: str | Path = "runs", tasks: list[str] | None = None) -> dict:
     """Fit and write temperatures; returns the fit report (with validation NLL at T = 1 and fitted).
 
     The validation logits are written to ``OUT/calibrate-STAMP/records.jsonl`` (with the report), so
     a later call can refit from them: ``records_path`` skips the forward passes. Raises ValueError if
-    ``artifact`` is not a decision-model directory.
+    ``artifact`` is not a decision-model directory, or ``tasks`` names an unknown task (``tasks``:
+    the tasks whose validation splits are used; default the artifact's training tasks).
     """
     from kevlike.artifact import save_calibration
     from kevlike.calibrate import MIN_BUCKET, fit_table
@@ -30,7 +31,13 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if not manifest_path.is_file():
         raise ValueError(f"{artifact} is not a decision-model directory (no kevlike.json)")
     manifest = json.loads(manifest_path.read_text())
-    tasks = sorted((manifest.get("training", {}).get("config", {}).get("tasks") or {"banking77": {}}).keys())
+    if tasks is None:
+        tasks = sorted((manifest.get("training", {}).get("config", {}).get("tasks") or {"banking77": {}}).keys())
+    from kevlike.training.data import TASKS
+
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        raise ValueError(f"--data: unknown task(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(TASKS)}")
     if records_path is not None:
         records = [json.loads(x) for x in Path(records_path).read_text().splitlines() if x.strip()]
     else:

@@ -21,9 +21,13 @@ from .metrics import N_BINS, summarize
 # dataset -> examples sampled from its test split (seed 0)
 SUITES = {
     "heldout": {"banking77": 500, "clinc150": 250, "spam": 500, "sentiment": 500},
+    # ≥ 1,000 questions per type (DESIGN §12): choice 500 + 500; noul = all 988 spam test messages +
+    # one "is this about X?" twin per intent request (1,000); score 1,000
+    "calibration": {"banking77": 500, "clinc150": 500, "spam": None, "sentiment": 1000},
     "full": {"banking77": None, "clinc150": None, "hwu64": None, "spam": None, "sentiment": None},
     "quick": {"banking77": 16, "spam": 16, "sentiment": 16},
 }
+NOUL_TWINS = {"calibration": 1}  # noul twins per intent request, by suite
 
 COLUMNS = ("n", "accuracy", "nll", "brier", "ece", "confident_error", "coverage_at_5pct", "mae")
 
@@ -98,13 +102,17 @@ def rescore(records: list[dict], table) -> list[dict]:
 
 
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
-              batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None) -> Path:
-    """Evaluate ``model`` (or an already loaded ``engine``) on a suite; returns the run directory.
+              batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
+              url: str | None = None, probes: int = 0) -> Path:
+    """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
+    on a suite; returns the run directory.
     ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
     temperatures (e.g. before vs after ``kevlike calibrate``), without a forward pass.
+    ``probes``: also run :func:`kevlike.eval.probes.run_probes` with this ``n`` (0: no probes).
 
     Raises:
         ValueError: unknown suite, or a model without a trained pointer head.
+        kevlike.eval.remote.RemoteError: ``url`` unreachable or answering errors.
         kevlike.backbones.ModelNotFoundError: unknown model.
         kevlike.training.data.DataUnavailableError: a data package is missing.
     """
@@ -117,32 +125,63 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         raise ValueError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
     if reuse is not None:
         return _rescore_run(model, Path(reuse), Path(out), quiet)
+    if engine is None and url is not None:
+        from .remote import RemoteEngine
+
+        engine = RemoteEngine(url, model)
     if engine is None:
         engine = Engine.from_pretrained(model)
-    if engine.readout != "pointer":
+    if engine.readout == "lm":
         raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
     sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
     run_dir = Path(out) / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
     records, timing = [], {}
     for name, size in sizes.items():
-        examples = eval_examples(name, "test", size, seed=0)
+        examples = eval_examples(name, "test", size, seed=0, noul_twins=NOUL_TWINS.get(suite, 0))
         t0 = time.perf_counter()
         if not quiet:
             print(f"{name}: {len(examples)} test requests", file=sys.stderr)
         records.extend(records_from_logits(engine, examples, batch_size, progress=not quiet))
         timing[name] = round(time.perf_counter() - t0, 1)
     summary = summarize(records)
+    if probes:
+        from .probes import run_probes
+
+        t0 = time.perf_counter()
+        summary["probes"] = run_probes(engine, probes, progress=not quiet)
+        timing["probes"] = round(time.perf_counter() - t0, 1)
     from kevlike.training.train import git_commit
 
-    meta = {"model": engine.name, "suite": suite, "sizes": sizes, "seed": 0, "git_commit": git_commit(),
-            "machine": platform.platform(), "device": str(engine.device), "seconds": timing,
-            "temperatures": engine.temperatures.source}
+    meta = {"model": engine.name, "suite": suite, "sizes": sizes, "noul_twins": NOUL_TWINS.get(suite, 0),
+            "seed": 0, "git_commit": git_commit(), "machine": platform.platform(), "cpu": _cpu(),
+            "device": str(engine.device), "url": url, "seconds": timing, "temperatures": engine.temperatures.source}
     sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
     intro = (f"Test splits, seeded samples ({sample_sizes}); "
              f"probabilities with the model's temperatures ({engine.temperatures.source}). Commit {meta['git_commit']}; "
              f"{meta['machine']}; seconds per dataset {timing}.")
     return _write_run(run_dir, meta, summary, records, f"# kevlike eval: suite `{suite}`, model `{engine.name}`", intro, quiet)
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def probe_table(probes: dict) -> str:
+    """Markdown lines, one per probe result."""
+    lines = ["| probe | result |", "|---|---|"]
+    for name, res in probes.items():
+        if name == "seconds":
+            continue
+        cells = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in res.items())
+        lines.append(f"| {name} | {cells} |")
+    return "\n".join(lines)
 
 
 def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], title: str, intro: str,
@@ -154,6 +193,8 @@ def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], ti
             f.write(json.dumps(r) + "\n")
     plots = reliability_plots(records, run_dir)
     md = table(summary)
+    if summary.get("probes"):
+        md += "\n\nProbes (DESIGN §12, kevlike/eval/probes.py):\n\n" + probe_table(summary["probes"])
     (run_dir / "report.md").write_text(f"{title}\n\n{intro}\n\n{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
     if not quiet:
         print(md)

@@ -9,7 +9,8 @@ Definitions (per record, then averaged):
 * NLL — ``−Σ_k y_k log p_k`` in nats (p clipped at 1e-12);
 * Brier — multi-class ``Σ_k (p_k − y_k)²`` (Brier 1950); for noul the binary ``(p_true − y_true)²``;
 * ECE — top-label confidence ``max_k p_k`` (noul: ``max(p, 1 − p)``) in 10 equal-width bins on
-  [0, 1] (the last bin closed), ``Σ_b n_b/N · |acc_b − conf_b|`` (Guo et al. 2017), with bin counts;
+  [0, 1] (the last bin closed), ``Σ_b n_b/N · |acc_b − conf_b|`` (Guo et al. 2017), with bin counts
+  and a 95 % bootstrap interval (``ece_ci95``);
 * confident-error rate — share of *all* records whose top probability is ≥ 0.9 and wrong;
 * coverage at a 5 % error budget — the largest share of records, taken by descending confidence,
   whose error rate is ≤ 0.05 (0 if even the most confident answer is wrong);
@@ -61,6 +62,19 @@ def ece(records: list[dict], n_bins: int = N_BINS) -> tuple[float, list[dict]]:
     return total, out
 
 
+def ece_interval(records: list[dict], resamples: int = 200, seed: int = 0) -> list[float]:
+    """95 % bootstrap percentile interval of the ECE (``resamples`` seeded resamples of the records,
+    Efron & Tibshirani 1993): ``[low, high]``."""
+    import random
+
+    if not records:
+        return [float("nan"), float("nan")]
+    rng = random.Random(seed)
+    n = len(records)
+    vals = sorted(ece([records[rng.randrange(n)] for _ in range(n)])[0] for _ in range(resamples))
+    return [vals[int(0.025 * resamples)], vals[min(resamples - 1, int(0.975 * resamples))]]
+
+
 def coverage_at(records: list[dict], budget: float = 0.05) -> float:
     """Largest share of records, by descending top probability, with error rate ≤ ``budget``."""
     order = sorted(records, key=lambda r: -_top(r)[1])
@@ -85,6 +99,7 @@ def summary(records: list[dict]) -> dict:
         "nll": sum(nll(r) for r in records) / n,
         "brier": sum(brier(r) for r in records) / n,
         "ece": e,
+        "ece_ci95": ece_interval(records),
         "ece_bins": [b["count"] for b in bins],
         "confident_error": sum(1 for r, c in zip(records, correct) if not c and _top(r)[1] >= 0.9) / n,
         "coverage_at_5pct": coverage_at(records),

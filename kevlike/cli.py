@@ -42,7 +42,7 @@ def _cmd_decide(args) -> int:
 
     t0 = time.perf_counter()
     try:
-        engine = Engine.from_pretrained(args.model, dtype=args.dtype)
+        engine = Engine.from_pretrained(args.model, dtype=args.dtype, script_policy=args.script_policy)
     except ModelNotFoundError as e:
         return _fail(str(e))
     except SetupError as e:
@@ -109,6 +109,7 @@ def _cmd_serve(args) -> int:
                               api_keys=api_keys_from_env(args.api_keys_file),
                               limits=Limits(max_request_tokens=args.max_request_tokens))
         serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
+              script_policy=args.script_policy,
               log_level=args.log_level)
     except (ModelNotFoundError, ValueError, OSError) as e:
         return _fail(str(e))
@@ -161,13 +162,22 @@ def _cmd_eval(args) -> int:
 
     from .eval.heldout import run_suite
 
+    from .eval.remote import RemoteError
+
     if args.n is not None and args.n < 1:
         return _fail(f"--n must be a positive integer, got {args.n}")
+    if args.probes < 0:
+        return _fail(f"--probes must be >= 0, got {args.probes}")
     if args.reuse is not None and not (Path(args.reuse) / "records.jsonl").is_file():
         return _fail(f"--reuse {args.reuse}: not an eval run directory (no records.jsonl; use a runs/eval-… directory)")
+    if args.url is not None and args.reuse is not None:
+        return _fail("--url and --reuse exclude each other (a served model's temperatures are its own)")
+    if args.url is not None and not args.url.startswith(("http://", "https://")):
+        return _fail(f"--url must start with http:// or https://, got {args.url!r}")
     try:
-        run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse)
-    except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError) as e:
+        run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
+                  url=args.url, probes=args.probes)
+    except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
         return _fail(str(e))
     return 0
 
@@ -178,8 +188,9 @@ def _cmd_calibrate(args) -> int:
     from .eval.calibration import calibrate_artifact
 
     try:
+        tasks = None if args.data is None else [t for t in args.data.split(",") if t]
         calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
-                           out=args.out)
+                           out=args.out, tasks=tasks)
     except (DataUnavailableError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
     return 0
@@ -198,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--mode", choices=["packed", "separate"], default="packed",
                    help="packed: one forward pass for all questions (default); separate: one per question")
     d.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    d.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
+                   help="a state in a script the model was not trained on: report it (default) or refuse it")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time to stderr")
     d.set_defaults(func=_cmd_decide)
@@ -217,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", action="append", default=None,
                    help="model name or directory to serve (repeatable; the first is the default)")
     s.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    s.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
+                   help="a state in a script the model was not trained on: report it (default) or refuse it (422)")
     s.add_argument("--max-batch", type=int, default=8, help="requests per packed forward pass")
     s.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more requests")
     s.add_argument("--queue-size", type=int, default=64, help="waiting requests before answering 429")
@@ -256,7 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="held-out metrics on official test splits (writes a run directory)")
     e.add_argument("--model", default=None, help="decision-model directory or name (default: kevlike-default)")
-    e.add_argument("--suite", default="heldout", help="heldout (default), quick or full (see kevlike/eval/heldout.py)")
+    e.add_argument("--suite", default="heldout",
+                   help="heldout (default), calibration (>= 1,000 questions per type), quick or full "
+                        "(see kevlike/eval/heldout.py)")
+    e.add_argument("--url", default=None,
+                   help="evaluate the Jev-compatible server at this base URL instead of a local model "
+                        "(--model is then sent as the request's model; bearer key from KEVLIKE_API_KEY)")
+    e.add_argument("--probes", type=int, default=0,
+                   help="also run the structural probes on this many held-out questions each (0: none)")
     e.add_argument("--n", type=int, default=None, help="override the suite's examples per dataset")
     e.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     e.add_argument("--out", default="runs", help="parent folder of the run directory")
@@ -268,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("calibrate", help="fit temperatures per (type, K-bucket) on validation data (DESIGN §9)")
     c.add_argument("artifact", help="decision-model directory (its calibration.json is rewritten)")
     c.add_argument("--n", type=int, default=200, help="validation requests per training task")
+    c.add_argument("--data", default=None,
+                   help="comma-separated tasks whose validation splits to fit on (default: the tasks the "
+                        "artifact was trained on), e.g. banking77,spam,sentiment")
     c.add_argument("--records", default=None, help="reuse validation logits from this records JSONL")
     c.add_argument("--batch", type=int, default=4)
     c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")

@@ -20,6 +20,8 @@ from .encode import EncodedRequest, Encoder
 from .heads import PointerHead, lm_option_scores, pointer_logits
 from .kernels import attention_inputs, check_backend, default_backend
 from .pack import pack
+from .render import render_text
+from .scripts import check_policy, detect_script
 from .schema import DEFAULT_LIMITS, Limits, Request, RequestError, parse_request, validate_request
 
 MODES = ("packed", "separate")
@@ -60,11 +62,15 @@ class Engine:
         backend: ``"kevlike_packed"`` (block-sparse CPU kernel, no mask), ``"sdpa"`` (dense bool mask) or
             ``"flex_attention"`` (BlockMask); default by device (see :mod:`kevlike.kernels.attention`).
         limits: request limits.
+        scripts: the scripts the model was trained on (``kevlike.json`` ``scripts``); None = unknown.
+        script_policy: ``"annotate"`` (default: every response reports the state's script and whether
+            the model was trained on it) or ``"refuse"`` (also reject, with a 422, states whose script is
+            not in ``scripts``); see :mod:`kevlike.scripts`.
     """
 
     def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
                  temperatures: TemperatureTable | None = None, backend: str | None = None,
-                 limits: Limits = DEFAULT_LIMITS):
+                 limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate"):
         self.model = model
         self.name = name
         self.head = head
@@ -82,18 +88,21 @@ class Engine:
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
         self.limits = limits
+        self.scripts = None if scripts is None else frozenset(scripts)
+        self.script_policy = check_policy(script_policy)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, dtype: str = "float32",
                         device: str | torch.device | None = None, backend: str | None = None,
-                        limits: Limits = DEFAULT_LIMITS) -> "Engine":
+                        limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate") -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
 
         Raises:
             kevlike.backbones.ModelNotFoundError: unknown name or path.
-            ValueError: unknown dtype or backend.
+            ValueError: unknown dtype, backend or script policy.
         """
+        check_policy(script_policy)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
         resolved = resolve_model(name_or_path)
@@ -101,10 +110,13 @@ class Engine:
         if resolved.artifact_dir is not None:
             from .artifact import load_decision_model
 
+            import json
+
             model, head, temperatures = load_decision_model(resolved.artifact_dir, model, tok)
+            scripts = json.loads((resolved.artifact_dir / "kevlike.json").read_text()).get("scripts")
             return cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
-                       backend=backend, limits=limits)
-        return cls(model, tok, name=resolved.name, backend=backend, limits=limits)
+                       backend=backend, limits=limits, scripts=scripts, script_policy=script_policy)
+        return cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy)
 
     @property
     def readout(self) -> str:
@@ -152,10 +164,26 @@ class Engine:
         """Validate and encode one request (cheap, no forward pass).
 
         Raises:
-            RequestError: invalid request (422) or over a token budget (413).
+            RequestError: invalid request (422), over a token budget (413), or (policy ``refuse``) a
+                state in a script the model was not trained on (422, type ``unsupported_script``).
         """
         req = as_request(request, self.limits)
+        if self.script_policy == "refuse":
+            report = detect_script(render_text(req.state))
+            if self.script_trained(report.script) is False:
+                raise RequestError([{
+                    "loc": ["body", "state"], "type": "unsupported_script",
+                    "msg": f"the state is written in {report.script} script ({report.share:.0%} of its "
+                           f"{report.letters} letters); model {self.name!r} was trained on "
+                           f"{', '.join(sorted(self.scripts))} only (script policy: refuse)"}])
         return req, self.encode(req)
+
+    def script_trained(self, script: str | None) -> bool | None:
+        """Whether ``script`` is one the model was trained on; None when unknown (no ``scripts``
+        declared) or when the state has no letters."""
+        if self.scripts is None or script is None:
+            return None
+        return script in self.scripts
 
     def decide_batch(self, requests: Sequence[Any], *, mode: str = "packed") -> list[dict]:
         """Answer several requests. ``packed``: all requests padded into one batch, one forward pass;
@@ -205,4 +233,6 @@ class Engine:
     def _respond(self, request: Request, logits: list[torch.Tensor], n_tokens: int) -> dict:
         probs = self.probabilities(request, logits)
         answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
-        return {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0}}
+        report = detect_script(render_text(request.state))
+        return {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0},
+                "input": report.as_dict(self.script_trained(report.script))}

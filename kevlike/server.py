@@ -213,7 +213,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
 
 def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "float32",
-          config: ServerConfig = ServerConfig(), log_level: str = "info") -> None:
+          config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate") -> None:
     """Load the models and run uvicorn until SIGINT/SIGTERM (in-flight requests finish first)."""
     import uvicorn
 
@@ -223,7 +223,7 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
     engines = {}
     info = {}
     for m in models:
-        eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits)
+        eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy)
         engines[eng.name] = eng
         entry = MODELS.get(eng.name)
         info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",

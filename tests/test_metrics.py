@@ -88,3 +88,16 @@ def test_fit_table_fallbacks():
     assert report["buckets"]["noul/2"]["fallback"] == "T = 1"
     assert table.lookup("choice", 8) == table.by_type["choice"] and table.lookup("noul", 2) == 1.0
     assert isinstance(table, TemperatureTable)
+
+
+def test_ece_bootstrap_interval():
+    from kevlike.eval.metrics import ece_interval, summary
+
+    sure = [{"source": "s", "type": "choice", "probs": [1.0, 0.0], "gold": 0, "target": [1.0, 0.0]}] * 50
+    assert ece_interval(sure) == [0.0, 0.0]
+    # half right at confidence 0.75: ECE 0.25 on the full set; resamples straddle it
+    mixed = [{"source": "s", "type": "choice", "probs": [0.75, 0.25], "gold": g, "target": [1.0 - g, float(g)]}
+             for g in [0, 1] * 100]
+    lo, hi = summary(mixed)["ece_ci95"]
+    assert lo < 0.25 < hi and hi - lo < 0.2
+    assert ece_interval(mixed) == ece_interval(mixed)  # seeded

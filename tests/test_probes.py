@@ -5,7 +5,10 @@ import random
 import pytest
 import torch
 
-from kevlike.eval.probes import option_addition_probe, permutation_probe
+import math
+
+from kevlike.eval.probes import (NONE_KEY, forgery_probe, isolation_probe, none_of_the_above_probe,
+                                 option_addition_probe, permutation_probe, threshold_economics)
 
 from tiny import make_engine
 
@@ -25,6 +28,9 @@ class FakeEngine:
     def question_logits(self, encoded):
         return [[torch.tensor([self.rule(k, i) for i, k in enumerate(o.key for o in q.options)])
                  for q in req.questions] for req in encoded]
+
+    def probabilities(self, req, zs):
+        return [torch.softmax(z, -1) for z in zs]
 
 
 QUESTIONS = [("Customer: charged twice.", "Which team?", KEYS, "billing")] * 10
@@ -73,3 +79,42 @@ def test_probes_run_on_a_tiny_model():
     assert 0.0 <= out["flip_rate"] <= 1.0 and out["n"] == 3
     out = option_addition_probe(eng, [("s", "Which team?", KEYS, "weather")])
     assert out["n"] == 1 and out["mean_abs_shift"] >= 0
+
+
+def test_none_of_the_above_exact_on_a_key_model():
+    value = {**VALUE, NONE_KEY: 1.0}
+    out = none_of_the_above_probe(FakeEngine(lambda k, i: value[k]), QUESTIONS[:4])
+    z = [2.0, 0.5, -1.0, 0.1, 1.0]  # billing, sales, tech, legal, none
+    assert out["n"] == 4 and out["accuracy_with_none"] == 1.0
+    assert out["p_none_with_true"] == pytest.approx(math.exp(1.0) / sum(math.exp(v) for v in z))
+    assert out["none_rate_without_true"] == 1.0  # without billing, none (1.0) beats sales (0.5)
+    with pytest.raises(ValueError, match="gold key"):
+        none_of_the_above_probe(FakeEngine(lambda k, i: 0.0), [("s", "q", KEYS, "weather")])
+
+
+def test_isolation_sibling_equals_absent_on_a_real_model():
+    eng = make_engine("llama")
+    out = isolation_probe(eng, trials=3)
+    assert out["max_abs_sibling_minus_absent"] <= 1e-6          # the mask hides the sibling branch
+    assert abs(out["state"] - out["absent"]) > 1e-4               # the state is read
+    assert out["trials"] == 3 and 0 < out["absent"] < 1
+
+
+def test_forgery_changes_no_option_count_on_a_real_model():
+    eng = make_engine("qwen2")
+    out = forgery_probe(eng)
+    assert out["requests"] == 20
+    assert out["option_count_ok"] == out["reserved_ids_structural"] == out["answer_keys_ok"] == 20
+
+
+def test_threshold_economics_hand_computed():
+    p = [0.9, 0.6, 0.3, 0.1]
+    y = [True, False, True, False]
+    out = threshold_economics(p, y, cost_fp=1.0, cost_fn=4.0)   # act iff p > 0.2
+    assert out["threshold"] == pytest.approx(0.2)
+    assert out["cost_at_threshold"] == pytest.approx((1.0 + 0) / 4)   # acts on 0.9 ✓, 0.6 ✗ (FP), 0.3 ✓
+    assert out["cost_at_0.5"] == pytest.approx((1.0 + 4.0) / 4)       # FP on 0.6, FN on 0.3
+    assert out["cost_always"] == pytest.approx(2.0 / 4) and out["cost_never"] == pytest.approx(8.0 / 4)
+    assert out["cost_at_best"] <= out["cost_at_threshold"]
+    with pytest.raises(ValueError, match="costs"):
+        threshold_economics(p, y, 0.0, 1.0)

@@ -290,3 +290,36 @@ def test_auth_and_timeout(model_dir, tmp_path):
         assert s.request("GET", "/v1/models")[0] == 401
     finally:
         s.stop()
+
+
+def test_remote_engine_reads_the_server(server, model_dir):
+    """`kevlike eval --url`: the RemoteEngine's answers are exactly the served probabilities, and
+    equal a local engine's on the same model directory."""
+    import torch
+
+    from kevlike import Engine
+    from kevlike.eval.remote import RemoteEngine, RemoteError, wire_request
+    from kevlike.schema import validate_request
+
+    req = validate_request(REQUEST)
+    assert validate_request(wire_request(req, req.model)) == req  # the wire form round-trips
+    remote = RemoteEngine(f"http://127.0.0.1:{server.port}")
+    (zs,) = remote.question_logits([remote.encode(req)])
+    local = Engine.from_pretrained(model_dir).decide(REQUEST)
+    for q, z in zip(req.questions, zs):
+        p = torch.softmax(z, -1).tolist()
+        a = local["answers"][q.id]
+        want = [a["noul"], 1 - a["noul"]] if q.type == "noul" else [a["probabilities"][o.key] for o in q.options]
+        assert max(abs(x - y) for x, y in zip(p, want)) <= 1e-5
+    assert remote.name == local["model"]
+    with pytest.raises(RemoteError, match="HTTP 404"):
+        RemoteEngine(f"http://127.0.0.1:{server.port}", model="no-such-model").question_logits([req])
+    with pytest.raises(RemoteError, match="cannot reach"):
+        RemoteEngine(f"http://127.0.0.1:{free_port()}").question_logits([req])
+
+
+def test_response_reports_the_state_script(server):
+    status, _, out, _ = server.post({"state": "Клиенту дважды выставили счёт.", "questions": {"q": NOUL}})
+    assert status == 200
+    # a bare HF directory declares no training scripts: reported, not judged
+    assert out["input"] == {"script": "Cyrillic", "script_share": 1.0, "script_trained": None}

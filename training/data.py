@@ -333,6 +333,24 @@ def eval_examples(task: str, split: str, n: int | None, seed: int = 0, noul_twin
     return out
 
 
+def training_scripts(tasks, split: str = "train", min_share: float = 0.01) -> list[str]:
+    """Scripts (:func:`kevlike.scripts.detect_script`) that are the dominant script of at least
+    ``min_share`` of the rows of the given tasks' ``split``: what an artifact trained on them declares
+    in ``kevlike.json`` (``scripts``), for the out-of-distribution check at serve time."""
+    from collections import Counter
+
+    from kevlike.scripts import detect_script
+
+    counts, n = Counter(), 0
+    for task in tasks:
+        for row in rows(task, split):
+            script = detect_script(row[0]).script
+            n += 1
+            if script is not None:
+                counts[script] += 1
+    return sorted(s for s, c in counts.items() if c >= min_share * max(n, 1))
+
+
 class TaskMixture:
     """Seeded infinite stream of training examples: draw ``i`` picks a task by weight, then a row of it
     uniformly (with replacement), then its augmentations, all from ``Random(f"{seed}:{i}")``. The

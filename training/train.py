@@ -192,7 +192,11 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
     from kevlike.backbones import EMBEDDED
 
     backbone = cfg["backbone"]
+    from .data import training_scripts
+
+    tasks = [t for t, spec in cfg["tasks"].items() if float((spec or {}).get("weight", 1.0)) > 0]
     extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
+             "scripts": training_scripts(tasks),
              "training": {"config": cfg, "metrics": metrics, "git_commit": git_commit()}}
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
                                extra=extra, adapter=model.lm)
