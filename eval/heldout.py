@@ -88,6 +88,29 @@ def reliability_plots(records: list[dict], out: Path) -> list[str]:
     return written
 
 
+def comparison_protocol(records: list[dict]) -> dict:
+    """DESIGN §12's temperature comparison protocol (for figures comparable with kev's, not for the
+    shipped temperatures): fit per (type, K-bucket) on the even-indexed test records' logits, report
+    on the odd-indexed ones at T = 1 and with the fitted temperatures. Returns ``{type: {"n", "ece_t1",
+    "ece_fitted", "nll_t1", "nll_fitted"}}`` plus ``"overall"``."""
+    from kevlike.calibrate import TemperatureTable, fit_table
+
+    from .metrics import summary
+
+    even, odd = records[0::2], records[1::2]
+    table, _ = fit_table(even, source="even-indexed test records")
+    before = rescore(odd, TemperatureTable())
+    after = rescore(odd, table)
+    out = {}
+    for qtype in sorted({r["type"] for r in odd}) + ["overall"]:
+        b = [r for r in before if qtype in ("overall", r["type"])]
+        a = [r for r in after if qtype in ("overall", r["type"])]
+        sb, sa = summary(b), summary(a)
+        out[qtype] = {"n": sb["n"], "ece_t1": sb["ece"], "ece_fitted": sa["ece"], "nll_t1": sb["nll"],
+                      "nll_fitted": sa["nll"]}
+    return out
+
+
 def rescore(records: list[dict], table) -> list[dict]:
     """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table
     (logits do not depend on temperatures, so no forward pass is needed)."""
@@ -145,6 +168,11 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         records.extend(records_from_logits(engine, examples, batch_size, progress=not quiet))
         timing[name] = round(time.perf_counter() - t0, 1)
     summary = summarize(records)
+    if url is None:  # served probabilities are already calibrated by the server; log p is not a logit
+        from kevlike.calibrate import TemperatureTable
+
+        summary["uncalibrated"] = summarize(rescore(records, TemperatureTable()))  # the same logits at T = 1
+        summary["comparison_protocol"] = comparison_protocol(records)
     if probes:
         from .probes import run_probes
 
@@ -193,6 +221,13 @@ def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], ti
             f.write(json.dumps(r) + "\n")
     plots = reliability_plots(records, run_dir)
     md = table(summary)
+    if summary.get("uncalibrated"):
+        md += "\n\nThe same logits at T = 1 (uncalibrated):\n\n" + table(summary["uncalibrated"])
+    if summary.get("comparison_protocol"):
+        md += ("\n\nTemperature comparison protocol (DESIGN §12; fit on even-indexed records, report on odd):\n\n"
+               "| type | n | ECE T = 1 | ECE fitted | NLL T = 1 | NLL fitted |\n|---|---|---|---|---|---|\n")
+        md += "\n".join(f"| {k} | {v['n']} | {v['ece_t1']:.3f} | {v['ece_fitted']:.3f} | {v['nll_t1']:.3f} | "
+                         f"{v['nll_fitted']:.3f} |" for k, v in summary["comparison_protocol"].items())
     if summary.get("probes"):
         md += "\n\nProbes (DESIGN §12, kevlike/eval/probes.py):\n\n" + probe_table(summary["probes"])
     (run_dir / "report.md").write_text(f"{title}\n\n{intro}\n\n{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))

@@ -279,7 +279,7 @@ def example_requests() -> list[dict]:
 def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False) -> dict:
     """Every probe of this module on seeded held-out data (Banking77 and SMS spam test rows):
 
-    * packed vs separate on ``examples/`` and on ``n`` Banking77 requests with two noul twins
+    * packed vs separate on ``examples/`` and on ``n // 4`` Banking77 requests with two noul twins
       (local engines only);
     * permutation: ``n`` messages over all 77 intents, 4 orders;
     * option addition: ``n`` 5-option subsets + one CLINC150 intent;
@@ -308,7 +308,8 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False) -> di
     if local:
         from .parity import packed_vs_separate
 
-        reqs = example_requests() + [e.request for e in eval_examples("banking77", "test", n, seed=seed, noul_twins=2)]
+        reqs = example_requests() + [e.request for e in eval_examples("banking77", "test", max(1, n // 4), seed=seed,
+                                                                      noul_twins=2)]
         timed("packed_vs_separate", lambda: {k: v for k, v in packed_vs_separate(engine, reqs).items() if k != "requests"}
               | {"requests": len(reqs)})
     timed("permutation", lambda: permutation_probe(engine, banking_questions(n, seed=seed), seed=seed))

@@ -161,6 +161,26 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
     return row
 
 
+def markdown_table(results: list[dict]) -> str:
+    """The README table: p50 ms per request per mode, the measured speed-ups and the FLOP model."""
+    modes = [m for m in ("packed", "packed-sdpa", "separate", "prefix") if any(m in r["modes"] for r in results)]
+    head = ["S", "Q", "K", "packed tokens", *[f"{m} ms" for m in modes], "separate / packed", "FLOP model",
+            "% of FLOP model", "prefix / packed"]
+    if "packed-sdpa" in modes:
+        head.append("packed-sdpa / packed")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        sp = r["speedup_separate_over_packed"]
+        cells = [f"{r['S']:,}", str(r["Q"]), str(r["K"]), f"{r['modes']['packed']['tokens']:,.0f}"]
+        cells += [f"{r['modes'][m]['p50_ms']:,.0f}" if m in r["modes"] else "—" for m in modes]
+        cells += [f"{sp:.2f}×" if sp else "—", f"{r['flop_ratio']:.2f}×", f"{sp / r['flop_ratio']:.0%}" if sp else "—",
+                  f"{r['speedup_prefix_over_packed']:.2f}×"]
+        if "packed-sdpa" in modes:
+            cells.append(f"{r['modes']['packed-sdpa']['p50_ms'] / r['modes']['packed']['p50_ms']:.2f}×")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def machine() -> dict:
     """CPU model, core count, torch version and the GPU name if any (for the JSON record)."""
     import platform
@@ -251,6 +271,8 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
         Path(json_path).write_text(json.dumps({"model": eng.name, "dtype": dtype, "threads": torch.get_num_threads(),
                                                "backend": eng.backend, "compare": list(others), "reps": reps,
                                                "machine": machine(), "results": results}, indent=2))
+    print()
+    print(markdown_table(results))
     if plot_path and not plot(results, plot_path):
         print("plot skipped: matplotlib is not installed (pip install matplotlib)")
     return results

@@ -21,7 +21,6 @@ from .heads import PointerHead, lm_option_scores, pointer_logits
 from .kernels import attention_inputs, check_backend, default_backend
 from .pack import pack
 from .render import render_text
-from .scripts import check_policy, detect_script
 from .schema import DEFAULT_LIMITS, Limits, Request, RequestError, parse_request, validate_request
 
 MODES = ("packed", "separate")
@@ -88,6 +87,8 @@ class Engine:
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
         self.limits = limits
+        from .scripts import check_policy  # imported here so `python -m kevlike.scripts` runs cleanly
+
         self.scripts = None if scripts is None else frozenset(scripts)
         self.script_policy = check_policy(script_policy)
 
@@ -102,6 +103,8 @@ class Engine:
             kevlike.backbones.ModelNotFoundError: unknown name or path.
             ValueError: unknown dtype, backend or script policy.
         """
+        from .scripts import check_policy
+
         check_policy(script_policy)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
@@ -169,6 +172,8 @@ class Engine:
         """
         req = as_request(request, self.limits)
         if self.script_policy == "refuse":
+            from .scripts import detect_script
+
             report = detect_script(render_text(req.state))
             if self.script_trained(report.script) is False:
                 raise RequestError([{
@@ -233,6 +238,8 @@ class Engine:
     def _respond(self, request: Request, logits: list[torch.Tensor], n_tokens: int) -> dict:
         probs = self.probabilities(request, logits)
         answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
+        from .scripts import detect_script
+
         report = detect_script(render_text(request.state))
         return {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0},
                 "input": report.as_dict(self.script_trained(report.script))}

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 
-from kevlike.bench import bench_cell, synthetic_request
+from kevlike.bench import bench_cell, markdown_table, synthetic_request
 
 from tiny import make_engine, save_tiny_model
 
@@ -23,6 +23,20 @@ def test_bench_cell_on_tiny_model():
     assert row["modes"]["separate"]["tokens"] == 3 * 100 + L and row["modes"]["packed"]["tokens"] == 100 + L
     for m in row["modes"].values():
         assert m["p50_ms"] > 0 and m["p95_ms"] >= m["p50_ms"] and m["peak_rss_mib"] > 0
+        assert m["compiles"] == 0  # eager modes compile nothing
+    table = markdown_table([row]).splitlines()
+    assert table[2].startswith(f"| 100 | 3 | 5 | {100 + L:,} |") and len(table) == 3
+
+
+def test_bench_compares_backends_and_skips_big_separate_runs():
+    eng = make_engine("llama", "pointer")
+    assert eng.backend == "kevlike_packed"
+    sdpa = type(eng)(eng.model, eng.encoder.tokenizer, head=eng.head, backend="sdpa")
+    enc = synthetic_request(eng, S=60, Q=2, K=3, texts=["The quick brown fox jumps over the lazy dog."])
+    row = bench_cell(eng, enc, reps=1, batch=2, others={"sdpa": sdpa}, max_separate_tokens=100)
+    assert "separate" not in row["modes"] and row["speedup_separate_over_packed"] is None
+    assert row["sdpa_max_abs_dz"] <= 1e-5 and "packed-sdpa" in row["modes"]
+    assert "—" in markdown_table([row])
 
 
 def test_bench_cli_writes_json(tmp_path):

@@ -101,3 +101,18 @@ def test_ece_bootstrap_interval():
     lo, hi = summary(mixed)["ece_ci95"]
     assert lo < 0.25 < hi and hi - lo < 0.2
     assert ece_interval(mixed) == ece_interval(mixed)  # seeded
+
+
+def test_comparison_protocol_fits_on_even_and_reports_on_odd():
+    import math
+
+    from kevlike.eval.heldout import comparison_protocol
+
+    a = math.log(0.95 / 0.05)  # softmax([a, 0]) = (0.95, 0.05): over-confident when 70 % are right
+    recs = [{"source": "s", "type": "noul", "logits": [a, 0.0], "probs": [0.95, 0.05],
+             "gold": 0 if i // 2 % 10 < 7 else 1, "target": [1.0, 0.0] if i // 2 % 10 < 7 else [0.0, 1.0]}
+            for i in range(800)]  # 70 % right in both halves
+    out = comparison_protocol(recs)
+    assert out["noul"]["n"] == 400 and out["overall"]["n"] == 400
+    assert out["noul"]["ece_t1"] == pytest.approx(0.25, abs=1e-6)
+    assert out["noul"]["ece_fitted"] < 0.01 and out["noul"]["nll_fitted"] < out["noul"]["nll_t1"]

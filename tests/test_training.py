@@ -174,6 +174,16 @@ def test_save_load_is_bit_identical_and_merged_equals_unmerged(tiny_dir, tmp_pat
             assert (z - unmerged[b, j, :len(z)]).abs().max().item() <= 1e-5
     again = Engine.from_pretrained(art).question_logits(encoded)
     assert all(torch.equal(x, y) for a, b in zip(merged, again) for x, y in zip(a, b))
+    # init_from: a fine-tuning run starts exactly at the artifact
+    resumed, _, _ = build_model(_cfg(tiny_dir, f"init_from={art}"))
+    resumed.eval()
+    with torch.no_grad():
+        start = resumed(batch)
+    for b, per_q in enumerate(merged):
+        for j, z in enumerate(per_q):
+            assert (z - start[b, j, :len(z)]).abs().max().item() <= 1e-5
+    with pytest.raises(ValueError, match="LoRA r=8"):
+        build_model(load_config(None, [f"backbone={tiny_dir}", f"init_from={art}"]))
 
 
 # --- config ------------------------------------------------------------------------------------
@@ -252,10 +262,18 @@ def test_train_smoke_run_through_the_cli(tiny_dir, tmp_path):
                                                       "sentiment"}
     # evaluation, calibration and re-scoring of the same artifact through the CLI
     ev = kevlike("eval", "--model", str(run / "artifact"), "--suite", "quick", "--n", "3", "--out", str(tmp_path / "ev"),
-                 "--quiet")
+                 "--quiet", "--probes", "2")
     assert ev.returncode == 0, ev.stderr.decode()[-2000:]
     (ev_dir,) = (tmp_path / "ev").iterdir()
     metrics = json.loads((ev_dir / "metrics.json").read_text())
+    probes = metrics["probes"]
+    assert set(probes) == {"packed_vs_separate", "permutation", "option_addition", "none_of_the_above", "isolation",
+                           "forgery", "threshold_economics", "seconds"}
+    assert probes["packed_vs_separate"]["max_abs_dp"] <= 1e-5 and probes["forgery"]["answer_keys_ok"] == 20
+    assert probes["isolation"]["max_abs_sibling_minus_absent"] <= 1e-6
+    assert "| isolation |" in (ev_dir / "report.md").read_text()
+    un = kevlike("eval", "--url", "http://127.0.0.1:9", "--suite", "quick", "--n", "1", "--out", str(tmp_path / "url"))
+    assert un.returncode == 2 and "cannot reach" in un.stderr.decode() and "Traceback" not in un.stderr.decode()
     assert {k: v["n"] for k, v in metrics["per_source"].items()} == {"banking77": 3, "spam": 3, "sentiment": 3}
     assert len((ev_dir / "records.jsonl").read_text().splitlines()) == 9 and (ev_dir / "report.md").is_file()
     cal = kevlike("calibrate", str(run / "artifact"), "--n", "4", "--quiet", "--out", str(tmp_path / "cal"))
@@ -304,3 +322,7 @@ def test_train_cli_errors_are_one_line(tmp_path):
     assert p.returncode == 2 and "not an eval run directory" in p.stderr.decode()
     p = kevlike("eval", "--n", "0")
     assert p.returncode == 2 and "--n must be a positive integer" in p.stderr.decode()
+    p = kevlike("eval", "--url", "ftp://example")
+    assert p.returncode == 2 and "--url must start with http" in p.stderr.decode()
+    p = kevlike("calibrate", str(ROOT / "kevlike" / "models" / "default"), "--data", "banking78")
+    assert p.returncode == 2 and "unknown task(s) banking78" in p.stderr.decode()

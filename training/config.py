@@ -14,6 +14,8 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 DEFAULTS: dict = {
     "name": "run",
     "backbone": "smollm2-135m-instruct",   # registry name or a local HF directory
+    "init_from": None,                     # a decision-model directory (or registered name) to fine-tune:
+                                           # its LoRA adapter, delimiter rows and head are the starting point
     "seed": 0,
     "output_dir": "runs",
     "device": None,                        # None: what accelerate picks (cuda if present, else cpu)

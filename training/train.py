@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
+from safetensors.torch import load_file
 from torch import nn
 
 from kevlike.engine import Engine, backbone_hidden
@@ -83,10 +84,15 @@ def build_model(cfg: dict, device: str | None = None):
     enc = Encoder(tok)
     ensure_embedding_rows(model, len(tok))
     emb = model.get_input_embeddings().weight
+    init = _init_artifact(cfg, resolved)
     with torch.no_grad():
-        for name, tid in zip(DELIMITERS, enc.delimiter_ids):
-            hint = tok(DELIMITER_INIT[name], add_special_tokens=False)["input_ids"]
-            emb[tid] = emb[hint].mean(0)
+        if init is not None:  # the trained rows; peft's trainable tokens start from the base rows
+            rows = load_file(str(init / "delimiters.safetensors"))["rows"]
+            emb[list(enc.delimiter_ids)] = rows.to(emb.dtype)
+        else:
+            for name, tid in zip(DELIMITERS, enc.delimiter_ids):
+                hint = tok(DELIMITER_INIT[name], add_special_tokens=False)["input_ids"]
+                emb[tid] = emb[hint].mean(0)
     lora = cfg["lora"]
     peft_cfg = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                           target_modules=list(lora["target_modules"]), bias="none",
@@ -98,7 +104,42 @@ def build_model(cfg: dict, device: str | None = None):
     d = model.config.hidden_size
     torch.manual_seed(cfg["seed"])
     head = PointerHead(d, cfg["head"]["d_head"] or d)
+    if init is not None:
+        from peft import set_peft_model_state_dict
+
+        adapter = load_file(str(init / "adapter" / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(lm, adapter)
+        missing_lora = [k for k in result.missing_keys if "lora_" in k]
+        if missing_lora or result.unexpected_keys:
+            raise ValueError(f"init_from {init}: adapter does not match the config's LoRA layout "
+                             f"(missing {missing_lora[:3]}, unexpected {list(result.unexpected_keys)[:3]})")
+        w = load_file(str(init / "head.safetensors"))
+        if w["w_q"].shape != head.w_q.weight.shape:
+            raise ValueError(f"init_from {init}: head {tuple(w['w_q'].shape)} does not match d_head {head.d_head}")
+        head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"]})
     return DecisionModel(lm, head), tok, resolved
+
+
+def _init_artifact(cfg: dict, resolved) -> Path | None:
+    """The decision-model directory named by ``init_from`` (None when unset).
+
+    Raises:
+        ValueError: not a decision model, or one trained on another backbone or LoRA rank.
+    """
+    if not cfg.get("init_from"):
+        return None
+    from kevlike.backbones import resolve_model
+
+    init = resolve_model(cfg["init_from"], auto_fetch=False)
+    if init.artifact_dir is None:
+        raise ValueError(f"init_from {cfg['init_from']!r} is not a decision model (no kevlike.json)")
+    if init.backbone_dir != resolved.backbone_dir:
+        raise ValueError(f"init_from {cfg['init_from']!r} was trained on another backbone than {cfg['backbone']!r}")
+    acfg = json.loads((init.artifact_dir / "adapter" / "adapter_config.json").read_text())
+    if acfg.get("r") != cfg["lora"]["r"] or acfg.get("lora_alpha") != cfg["lora"]["alpha"]:
+        raise ValueError(f"init_from {cfg['init_from']!r} has LoRA r={acfg.get('r')}, alpha={acfg.get('lora_alpha')}; "
+                         f"the config says r={cfg['lora']['r']}, alpha={cfg['lora']['alpha']}")
+    return init.artifact_dir
 
 
 # --- batches ---------------------------------------------------------------------------------
@@ -192,11 +233,15 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
     from kevlike.backbones import EMBEDDED
 
     backbone = cfg["backbone"]
-    from .data import training_scripts
+    from .data import DataUnavailableError, training_scripts
 
     tasks = [t for t, spec in cfg["tasks"].items() if float((spec or {}).get("weight", 1.0)) > 0]
+    try:
+        scripts = training_scripts(tasks)
+    except DataUnavailableError:  # artifacts written without the data packages declare no scripts
+        scripts = None
     extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
-             "scripts": training_scripts(tasks),
+             "scripts": scripts,
              "training": {"config": cfg, "metrics": metrics, "git_commit": git_commit()}}
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
                                extra=extra, adapter=model.lm)
