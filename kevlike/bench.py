@@ -39,7 +39,7 @@ from .encode import EncodedRequest
 from .heads import PointerHead, pointer_logits
 from .schema import validate_request
 
-QUICK = {"S": [256], "Q": [1, 4, 16], "K": [4]}
+QUICK = {"S": [256], "Q": [1, 2, 4], "K": [4]}  # with 2 repetitions: the "under two minutes" grid
 FULL = {"S": [256, 1024, 4096], "Q": [1, 4, 16, 64], "K": [4, 16]}
 
 

@@ -127,7 +127,10 @@ def _cmd_bench(args) -> int:
 
     try:
         compare = None if args.compare is None else [b for b in args.compare.split(",") if b]
-        run(args.model, args.quick, args.reps, args.batch, args.dtype, args.json, args.plot,
+        reps = args.reps if args.reps is not None else (2 if args.quick else 5)
+        if reps < 1:
+            return _fail(f"--reps must be >= 1, got {reps}")
+        run(args.model, args.quick, reps, args.batch, args.dtype, args.json, args.plot,
             ints(args.S), ints(args.Q), ints(args.K), compare, args.max_separate_tokens)
     except (ModelNotFoundError, ValueError) as e:
         return _fail(str(e))
@@ -246,11 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="packed vs separate vs prefix-cache vs batched, one process (see kevlike/bench.py)")
     b.add_argument("--model", default=None)
-    b.add_argument("--quick", action="store_true", help="small grid: S=256, Q=1,4,16, K=4")
+    b.add_argument("--quick", action="store_true", help="small grid: S=256, Q=1,2,4, K=4, 2 repetitions")
     b.add_argument("--S", default=None, help="state lengths, e.g. 256,1024,4096")
     b.add_argument("--Q", default=None, help="questions per request, e.g. 1,4,16,64")
     b.add_argument("--K", default=None, help="options per question, e.g. 4,16")
-    b.add_argument("--reps", type=int, default=5, help="timed repetitions per mode (after one warm-up)")
+    b.add_argument("--reps", type=int, default=None,
+                   help="timed repetitions per mode after one warm-up (default 5; 2 with --quick)")
     b.add_argument("--batch", type=int, default=4, help="requests per forward pass in the batched mode")
     b.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     b.add_argument("--json", default=None, help="write the results here")
