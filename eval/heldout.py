@@ -179,26 +179,17 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         t0 = time.perf_counter()
         summary["probes"] = run_probes(engine, probes, progress=not quiet)
         timing["probes"] = round(time.perf_counter() - t0, 1)
+    from kevlike.bench import machine
     from kevlike.training.train import git_commit
 
     meta = {"model": engine.name, "suite": suite, "sizes": sizes, "noul_twins": NOUL_TWINS.get(suite, 0),
-            "seed": 0, "git_commit": git_commit(), "machine": platform.platform(), "cpu": _cpu(),
+            "seed": 0, "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing, "temperatures": engine.temperatures.source}
     sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
     intro = (f"Test splits, seeded samples ({sample_sizes}); "
              f"probabilities with the model's temperatures ({engine.temperatures.source}). Commit {meta['git_commit']}; "
              f"{meta['machine']}; seconds per dataset {timing}.")
     return _write_run(run_dir, meta, summary, records, f"# kevlike eval: suite `{suite}`, model `{engine.name}`", intro, quiet)
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def probe_table(probes: dict) -> str:
