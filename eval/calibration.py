@@ -15,14 +15,20 @@ from pathlib import Path
 
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
                        batch_size: int = 4, quiet: bool = False, min_count: int | None = None,
-                       out: str | Path = "runs", tasks: list[str] | None = None) -> dict:
+                       out: str | Path = "runs", tasks: list[str] | None = None,
+                       option_orders: int | None = None) -> dict:
     """Fit and write temperatures; returns the fit report (with validation NLL at T = 1 and fitted).
 
     The validation logits are written to ``OUT/calibrate-STAMP/records.jsonl`` (with the report), so
     a later call can refit from them: ``records_path`` skips the forward passes. Raises ValueError if
     ``artifact`` is not a decision-model directory, or ``tasks`` names an unknown task (``tasks``:
     the tasks whose validation splits are used; default the artifact's training tasks).
+    ``option_orders``: the engine's option orders (:class:`kevlike.engine.Engine`) to fit the
+    temperatures for; default the artifact's. The value is written to ``kevlike.json``, so serving
+    uses the setting the temperatures were fitted with. Raises ValueError if it is negative.
     """
+    if option_orders is not None and option_orders < 0:
+        raise ValueError(f"--option-orders must be >= 0, got {option_orders}")
     from kevlike.artifact import save_calibration
     from kevlike.calibrate import MIN_BUCKET, fit_table
 
@@ -46,7 +52,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
 
         from .metrics import records_from_logits
 
-        engine = Engine.from_pretrained(artifact)
+        engine = Engine.from_pretrained(artifact, option_orders=option_orders)
+        option_orders = engine.option_orders
         records = []
         for t in tasks:
             exs = eval_examples(t, "validation", n, seed=0, noul_twins=1)  # intents also feed the noul temperature
@@ -74,6 +81,10 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
 
         table = TemperatureTable(source=f"T = 1 everywhere: no type had enough validation questions with errors "
                                         f"to fit ({counts})")
+    if option_orders is not None:
+        report["option_orders"] = option_orders
+        manifest["option_orders"] = option_orders
+        manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     save_calibration(artifact, table, report)
     if not quiet:
         for t, e in report["types"].items():

@@ -126,12 +126,13 @@ def rescore(records: list[dict], table) -> list[dict]:
 
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
               batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
-              url: str | None = None, probes: int = 0) -> Path:
+              url: str | None = None, probes: int = 0, option_orders: int | None = None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
     ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
     temperatures (e.g. before vs after ``kevlike calibrate``), without a forward pass.
     ``probes``: also run :func:`kevlike.eval.probes.run_probes` with this ``n`` (0: no probes).
+    ``option_orders``: override the model's option orders (:class:`kevlike.engine.Engine`; local models).
 
     Raises:
         ValueError: unknown suite, or a model without a trained pointer head.
@@ -153,7 +154,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
 
         engine = RemoteEngine(url, model)
     if engine is None:
-        engine = Engine.from_pretrained(model)
+        engine = Engine.from_pretrained(model, option_orders=option_orders)
     if engine.readout == "lm":
         raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
     sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
@@ -184,10 +185,12 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
 
     meta = {"model": engine.name, "suite": suite, "sizes": sizes, "noul_twins": NOUL_TWINS.get(suite, 0),
             "seed": 0, "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
-            "device": str(engine.device), "url": url, "seconds": timing, "temperatures": engine.temperatures.source}
+            "device": str(engine.device), "url": url, "seconds": timing, "temperatures": engine.temperatures.source,
+            "option_orders": getattr(engine, "option_orders", None)}
     sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
     intro = (f"Test splits, seeded samples ({sample_sizes}); "
-             f"probabilities with the model's temperatures ({engine.temperatures.source}). Commit {meta['git_commit']}; "
+             f"probabilities with the model's temperatures ({engine.temperatures.source}); option orders per choice "
+             f"question: {meta['option_orders']}. Commit {meta['git_commit']}; "
              f"{meta['machine']}; seconds per dataset {timing}.")
     return _write_run(run_dir, meta, summary, records, f"# kevlike eval: suite `{suite}`, model `{engine.name}`", intro, quiet)
 

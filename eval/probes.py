@@ -347,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--url", default=None, help="a Jev-compatible server instead of a local model")
     ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--option-orders", type=int, default=None, metavar="M",
+                    help="local engines: option orders per choice question (default: the model's; 0 = as listed)")
     args = ap.parse_args(argv)
     if args.url:
         from .remote import RemoteEngine
@@ -355,8 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from kevlike.engine import Engine
 
-        engine = Engine.from_pretrained(args.model)
-    print(json.dumps({"model": engine.name, **run_probes(engine, args.n, progress=True)}, indent=2))
+        engine = Engine.from_pretrained(args.model, option_orders=args.option_orders)
+    print(json.dumps({"model": engine.name, "option_orders": getattr(engine, "option_orders", None), **run_probes(engine, args.n, progress=True)}, indent=2))
     return 0
 
 

@@ -40,9 +40,12 @@ def _cmd_decide(args) -> int:
         return _fail(f"invalid request: {e.one_line()}")
     from .engine import Engine
 
+    if args.option_orders is not None and args.option_orders < 0:
+        return _fail(f"--option-orders must be >= 0, got {args.option_orders}")
     t0 = time.perf_counter()
     try:
-        engine = Engine.from_pretrained(args.model, dtype=args.dtype, script_policy=args.script_policy)
+        engine = Engine.from_pretrained(args.model, dtype=args.dtype, script_policy=args.script_policy,
+                                        option_orders=args.option_orders)
     except ModelNotFoundError as e:
         return _fail(str(e))
     except SetupError as e:
@@ -109,7 +112,7 @@ def _cmd_serve(args) -> int:
                               api_keys=api_keys_from_env(args.api_keys_file),
                               limits=Limits(max_request_tokens=args.max_request_tokens))
         serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
-              script_policy=args.script_policy,
+              script_policy=args.script_policy, option_orders=args.option_orders,
               log_level=args.log_level)
     except (ModelNotFoundError, ValueError, OSError) as e:
         return _fail(str(e))
@@ -171,6 +174,8 @@ def _cmd_eval(args) -> int:
         return _fail(f"--n must be a positive integer, got {args.n}")
     if args.probes < 0:
         return _fail(f"--probes must be >= 0, got {args.probes}")
+    if args.option_orders is not None and (args.option_orders < 0 or args.url is not None):
+        return _fail("--option-orders must be >= 0 and applies to local models only (not --url)")
     if args.reuse is not None and not (Path(args.reuse) / "records.jsonl").is_file():
         return _fail(f"--reuse {args.reuse}: not an eval run directory (no records.jsonl; use a runs/eval-… directory)")
     if args.url is not None and args.reuse is not None:
@@ -179,7 +184,7 @@ def _cmd_eval(args) -> int:
         return _fail(f"--url must start with http:// or https://, got {args.url!r}")
     try:
         run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
-                  url=args.url, probes=args.probes)
+                  url=args.url, probes=args.probes, option_orders=args.option_orders)
     except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
         return _fail(str(e))
     return 0
@@ -193,7 +198,7 @@ def _cmd_calibrate(args) -> int:
     try:
         tasks = None if args.data is None else [t for t in args.data.split(",") if t]
         calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
-                           out=args.out, tasks=tasks)
+                           out=args.out, tasks=tasks, option_orders=args.option_orders)
     except (DataUnavailableError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
     return 0
@@ -214,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     d.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: report it (default) or refuse it")
+    d.add_argument("--option-orders", type=int, default=None, metavar="M",
+                   help="orders each choice question's options are read in: 1 canonical, M>=2 pooled, "
+                        "0 as listed (default: the model's)")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time to stderr")
     d.set_defaults(func=_cmd_decide)
@@ -235,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     s.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: report it (default) or refuse it (422)")
+    s.add_argument("--option-orders", type=int, default=None, metavar="M",
+                   help="orders each choice question's options are read in: 1 canonical, M>=2 pooled, "
+                        "0 as listed (default: each model's)")
     s.add_argument("--max-batch", type=int, default=8, help="requests per packed forward pass")
     s.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more requests")
     s.add_argument("--queue-size", type=int, default=64, help="waiting requests before answering 429")
@@ -289,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--reuse", default=None,
                    help="re-score the logits of this earlier eval run directory with the model's current temperatures")
     e.add_argument("--quiet", action="store_true")
+    e.add_argument("--option-orders", type=int, default=None, metavar="M",
+                   help="override the model's option orders per choice question (0 = as listed)")
     e.set_defaults(func=_cmd_eval)
 
     c = sub.add_parser("calibrate", help="fit temperatures per (type, K-bucket) on validation data (DESIGN §9)")
@@ -301,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, default=4)
     c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")
     c.add_argument("--quiet", action="store_true")
+    c.add_argument("--option-orders", type=int, default=None, metavar="M",
+                   help="fit for this many option orders per choice question and store it in kevlike.json "
+                        "(default: the artifact's)")
     c.set_defaults(func=_cmd_calibrate)
     return p
 

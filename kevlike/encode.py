@@ -9,6 +9,8 @@ the ids of a piece never depend on its neighbours (PITFALLS.md #6; pinned by a g
 
 from __future__ import annotations
 
+import math
+import random
 import threading
 from dataclasses import dataclass, replace
 
@@ -29,7 +31,9 @@ class EncodedBranch:
     option's answer tokens as a *sub-branch* packed after the prompt: it sees the state, the prompt
     and itself, not the other answers, and its positions restart right after the prompt — exactly
     the positions and context of a separate ``[state][prompt][answer]`` run, with the prompt encoded once.
-    ``question`` is the index of the question in the request.
+    ``question`` is the index of the question in the request. ``order`` (pointer template) is the
+    request index of the option in each slot (``()``: the request's own order); a question encoded
+    in several orders has one branch per order (see :func:`option_orders`).
     """
 
     ids: tuple[int, ...]
@@ -37,6 +41,7 @@ class EncodedBranch:
     options: tuple[int, ...] = ()
     answers: tuple[tuple[int, ...], ...] = ()
     question: int = 0
+    order: tuple[int, ...] = ()
 
     @property
     def n_tokens(self) -> int:
@@ -66,6 +71,44 @@ class EncodedRequest:
         return EncodedRequest(self.state_ids, branches, 1)
 
 
+def option_orders(question: Question, n: int) -> list[tuple[int, ...]]:
+    """The option orders a question is encoded in; each order lists request option indices, slot by slot.
+
+    A causal decoder reads the options one after another, so its answer can depend on their order;
+    a choice question's options are an unordered set (score levels are ordered, noul options fixed).
+
+    * ``n = 0``: the request's order, one branch (the training template).
+    * ``n ≥ 1``, choice questions: the *canonical* order (options sorted by their rendered text
+      ``key: description``, then by key), then its reverse, then ``n − 2``
+      shuffles of it with fixed seeds. Every order is a function of the option *set*, so the branch
+      tokens — and hence the answer — do not depend on the order the request lists the options in.
+      The engine pools the orders' log-probabilities (mean of ``log_softmax``, a log-linear pool),
+      which also averages out the model's position bias.
+    * noul and score questions: always the request's order, one branch.
+
+    Raises:
+        ValueError: ``n < 0``.
+    """
+    if n < 0:
+        raise ValueError(f"option orders must be >= 0, got {n}")
+    K = len(question.options)
+    if n == 0 or question.type != "choice":
+        return [tuple(range(K))]
+    canonical = tuple(sorted(range(K), key=lambda i: (option_text(question.options[i]), question.options[i].key)))
+    orders = [canonical]
+    if n >= 2 and K >= 2:
+        orders.append(canonical[::-1])
+    target = min(n, math.factorial(min(K, 10)))  # never more orders than distinct ones
+    seed = 0
+    while len(orders) < target:
+        o = list(canonical)
+        random.Random(1000 * K + seed).shuffle(o)
+        seed += 1
+        if tuple(o) not in orders:
+            orders.append(tuple(o))
+    return orders
+
+
 class Encoder:
     """Turns validated :class:`~kevlike.schema.Request` objects into token ids.
 
@@ -76,9 +119,15 @@ class Encoder:
         context_limit: the backbone's trained context (``max_position_embeddings``); the state plus the
             longest branch must fit ``min(limits.max_branch_context, context_limit)`` tokens.
         limits: request limits; the packed sequence must fit ``limits.max_request_tokens``.
+        option_orders: the orders each choice question is encoded in (pointer template), see
+            :func:`option_orders`; 0 (the default, used by training) keeps the request's order.
     """
 
-    def __init__(self, tokenizer, context_limit: int | None = None, limits: Limits = DEFAULT_LIMITS):
+    def __init__(self, tokenizer, context_limit: int | None = None, limits: Limits = DEFAULT_LIMITS,
+                 option_orders: int = 0):
+        if option_orders < 0:
+            raise ValueError(f"option_orders must be >= 0, got {option_orders}")
+        self.option_orders = option_orders
         missing = [t for t in DELIMITERS if t not in tokenizer.get_vocab()]
         if missing:
             tokenizer.add_special_tokens({"extra_special_tokens": list(DELIMITERS)},
@@ -107,8 +156,8 @@ class Encoder:
 
     # -- pointer template ------------------------------------------------------------------
     def encode(self, request: Request) -> EncodedRequest:
-        """Pointer-template ids: ``<state> s`` then per question
-        ``<q> instr (<opt> key: desc </opt>)… <decide>``.
+        """Pointer-template ids: ``<state> s`` then per question and option order
+        ``<q> instr (<opt> key: desc </opt>)… <decide>`` (see :func:`option_orders`).
 
         Raises:
             RequestError: status 413 when the packed sequence or state + a branch exceeds a limit.
@@ -121,15 +170,20 @@ class Encoder:
         state_ids = (self.state_id, *next(pieces))
         branches = []
         for qi, q in enumerate(request.questions):
-            ids = [self.q_id, *next(pieces)]
-            opt_at = []
-            for _ in q.options:
-                ids.append(self.opt_id)
-                ids.extend(next(pieces))
-                opt_at.append(len(ids))
-                ids.append(self.end_opt_id)
-            ids.append(self.decide_id)
-            branches.append(EncodedBranch(tuple(ids), len(ids) - 1, tuple(opt_at), question=qi))
+            instr = next(pieces)
+            opts = [next(pieces) for _ in q.options]
+            for order in option_orders(q, self.option_orders):
+                ids = [self.q_id, *instr]
+                opt_at = []
+                for i in order:
+                    ids.append(self.opt_id)
+                    ids.extend(opts[i])
+                    opt_at.append(len(ids))
+                    ids.append(self.end_opt_id)
+                ids.append(self.decide_id)
+                identity = order == tuple(range(len(order)))
+                branches.append(EncodedBranch(tuple(ids), len(ids) - 1, tuple(opt_at), question=qi,
+                                              order=() if identity else order))
         enc = EncodedRequest(state_ids, tuple(branches), len(request.questions))
         self.check_budget(enc, request)
         return enc

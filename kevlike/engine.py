@@ -49,6 +49,29 @@ def backbone_hidden(model, backend: str, input_ids: torch.Tensor, segment_ids: t
     return out.last_hidden_state
 
 
+def pool_orders(enc: EncodedRequest, z: torch.Tensor) -> list[torch.Tensor]:
+    """Per-question logits ``[K_q]`` in request option order from one request's branch logits
+    ``z`` ``[NB, K]``. A question encoded in one order keeps its raw logits; one encoded in M orders
+    (:func:`kevlike.encode.option_orders`) gets the log-linear pool of its branches,
+    ``mean_m log_softmax(z_m)`` — a log-probability vector, so ``softmax`` of it (divided by the
+    temperature) is the normalised geometric mean of the orders' distributions."""
+    per_q: list[list[tuple[torch.Tensor, tuple[int, ...]]]] = [[] for _ in range(enc.n_questions)]
+    for j, br in enumerate(enc.branches):
+        K = max(len(br.options), len(br.answers))
+        per_q[br.question].append((z[j, :K], br.order or tuple(range(K))))
+    out = []
+    for branches in per_q:
+        first = branches[0][1]
+        if len(branches) == 1:
+            zc = branches[0][0]
+        else:  # pool in the first branch's slot order, so the sums never depend on the request's order
+            slots = [{i: s for s, i in enumerate(order)} for _, order in branches]
+            zc = torch.stack([zj[torch.tensor([slot[i] for i in first])] for (zj, _), slot in zip(branches, slots)])
+            zc = torch.log_softmax(zc, -1).mean(0)
+        out.append(torch.empty_like(zc).index_copy_(0, torch.tensor(first), zc))
+    return out
+
+
 class Engine:
     """Answers typed questions about a state.
 
@@ -65,11 +88,21 @@ class Engine:
         script_policy: ``"annotate"`` (default: every response reports the state's script and whether
             the model was trained on it) or ``"refuse"`` (also reject, with a 422, states whose script is
             not in ``scripts``); see :mod:`kevlike.scripts`.
+        option_orders: the option orders each choice question is read in (pointer readout, see
+            :func:`kevlike.encode.option_orders`): 1 (default) reads the options in a canonical order,
+            so answers do not depend on the order a request lists them in; M ≥ 2 pools M orders (M×
+            the choice branches' tokens); 0 reads the request's order. The LM readout scores each
+            option in its own sub-branch and is order-free already.
+
+    Raises:
+        ValueError: an unknown backend or script policy, ``option_orders < 0``, or ``kevlike_packed``
+            off the CPU.
     """
 
     def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
                  temperatures: TemperatureTable | None = None, backend: str | None = None,
-                 limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate"):
+                 limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate",
+                 option_orders: int = 1):
         self.model = model
         self.name = name
         self.head = head
@@ -83,7 +116,9 @@ class Engine:
             # a model set to kevlike_packed runs the sdpa and flex masks too (kernels/packed.py), so
             # engines of several backends can share one model (kevlike bench)
             model.set_attn_implementation(self.backend)
-        self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits)
+        self.option_orders = option_orders
+        self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits,
+                               option_orders=option_orders)
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
         self.limits = limits
@@ -95,17 +130,22 @@ class Engine:
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, dtype: str = "float32",
                         device: str | torch.device | None = None, backend: str | None = None,
-                        limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate") -> "Engine":
+                        limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
+                        option_orders: int | None = None) -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
+        ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
+        setting its temperatures were fitted with; 1 when the manifest has none).
 
         Raises:
             kevlike.backbones.ModelNotFoundError: unknown name or path.
-            ValueError: unknown dtype, backend or script policy.
+            ValueError: unknown dtype, backend or script policy, or ``option_orders < 0``.
         """
         from .scripts import check_policy
 
         check_policy(script_policy)
+        if option_orders is not None and option_orders < 0:
+            raise ValueError(f"option_orders must be >= 0, got {option_orders}")
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
         resolved = resolve_model(name_or_path)
@@ -116,10 +156,14 @@ class Engine:
             import json
 
             model, head, temperatures = load_decision_model(resolved.artifact_dir, model, tok)
-            scripts = json.loads((resolved.artifact_dir / "kevlike.json").read_text()).get("scripts")
+            manifest = json.loads((resolved.artifact_dir / "kevlike.json").read_text())
+            if option_orders is None:
+                option_orders = int(manifest.get("option_orders", 1))
             return cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
-                       backend=backend, limits=limits, scripts=scripts, script_policy=script_policy)
-        return cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy)
+                       backend=backend, limits=limits, scripts=manifest.get("scripts"),
+                       script_policy=script_policy, option_orders=option_orders)
+        return cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
+                   option_orders=1 if option_orders is None else option_orders)
 
     @property
     def readout(self) -> str:
@@ -149,9 +193,7 @@ class Engine:
         else:
             hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids, batch.option_ids)
             z = lm_option_scores(hidden, batch, self.model.get_output_embeddings())       # (B, NB, K)
-        z = z.cpu()
-        return [[z[b, j, :max(len(br.options), len(br.answers))] for j, br in enumerate(enc.branches)]
-                for b, enc in enumerate(encoded)]
+        return [pool_orders(enc, z[b].cpu()) for b, enc in enumerate(encoded)]
 
     # -- public API ------------------------------------------------------------------------
     def decide(self, request: Any, *, mode: str = "packed") -> dict:

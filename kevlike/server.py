@@ -213,8 +213,14 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
 
 def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "float32",
-          config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate") -> None:
-    """Load the models and run uvicorn until SIGINT/SIGTERM (in-flight requests finish first)."""
+          config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate",
+          option_orders: int | None = None) -> None:
+    """Load the models and run uvicorn until SIGINT/SIGTERM (in-flight requests finish first).
+    ``option_orders``: see :class:`kevlike.engine.Engine` (None: each model's own setting).
+
+    Raises:
+        ValueError: a bad dtype, script policy or ``option_orders``.
+    """
     import uvicorn
 
     from .backbones import MODELS
@@ -223,7 +229,8 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
     engines = {}
     info = {}
     for m in models:
-        eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy)
+        eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
+                                     option_orders=option_orders)
         engines[eng.name] = eng
         entry = MODELS.get(eng.name)
         info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",

@@ -276,8 +276,12 @@ def test_train_smoke_run_through_the_cli(tiny_dir, tmp_path):
     assert un.returncode == 2 and "cannot reach" in un.stderr.decode() and "Traceback" not in un.stderr.decode()
     assert {k: v["n"] for k, v in metrics["per_source"].items()} == {"banking77": 3, "spam": 3, "sentiment": 3}
     assert len((ev_dir / "records.jsonl").read_text().splitlines()) == 9 and (ev_dir / "report.md").is_file()
-    cal = kevlike("calibrate", str(run / "artifact"), "--n", "4", "--quiet", "--out", str(tmp_path / "cal"))
+    assert metrics["meta"]["option_orders"] == 1  # the engine's default: a canonical order
+    cal = kevlike("calibrate", str(run / "artifact"), "--n", "4", "--quiet", "--out", str(tmp_path / "cal"),
+                  "--option-orders", "2")
     assert cal.returncode == 0, cal.stderr.decode()[-2000:]
+    # the temperatures were fitted with 2 pooled orders, so serving uses 2 from now on
+    assert json.loads((run / "artifact" / "kevlike.json").read_text())["option_orders"] == 2
     fit = json.loads((run / "artifact" / "calibration.json").read_text())
     assert fit["source"].startswith("T = 1 everywhere") and "fit" in fit   # 4 requests per task: all fall back
     (cal_dir,) = (tmp_path / "cal").iterdir()
