@@ -48,8 +48,9 @@ def _logits(engine, request: dict):
 
 def permutation_probe(engine, questions: list[tuple[str, str, list[str], str]], orderings: int = 4,
                       seed: int = 0) -> dict:
-    """``questions``: ``(state, instructions, option keys, gold key)``; returns ``{"n", "flip_rate",
-    "spread_mean", "spread_p90"}`` (probabilities: ``softmax(z)``, uncalibrated).
+    """``questions``: ``(state, instructions, option keys, gold key)``; returns ``{"n", "orderings",
+    "flip_rate", "accuracy", "spread_mean", "spread_p90"}`` (probabilities: ``softmax(z)``,
+    uncalibrated; ``accuracy``: share of the ``n × orderings`` answers that are the gold key).
 
     Raises:
         ValueError: a question with fewer than 3 options.
@@ -57,7 +58,7 @@ def permutation_probe(engine, questions: list[tuple[str, str, list[str], str]], 
     import torch
 
     rng = random.Random(seed)
-    flips, spreads = 0, []
+    flips, spreads, hits = 0, [], 0
     for state, instr, keys, gold in questions:
         if len(keys) < 3:
             raise ValueError(f"the permutation probe needs ≥ 3 options, got {len(keys)}")
@@ -74,11 +75,13 @@ def permutation_probe(engine, questions: list[tuple[str, str, list[str], str]], 
         for o, z in zip(orders, zs):
             p = torch.softmax(z, -1)
             tops.add(o[int(torch.argmax(z))])
+            hits += o[int(torch.argmax(z))] == gold
             golds.append(float(p[o.index(gold)]))
         flips += len(tops) > 1
         spreads.append(max(golds) - min(golds))
     n = len(questions)
     return {"n": n, "orderings": orderings, "flip_rate": flips / n if n else float("nan"),
+            "accuracy": hits / (n * orderings) if n else float("nan"),
             "spread_mean": sum(spreads) / n if n else float("nan"), "spread_p90": _p90(spreads)}
 
 
@@ -276,7 +279,11 @@ def example_requests() -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(root.glob("*.json")) if not p.name.endswith(".meta.json")]
 
 
-def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False) -> dict:
+PROBES = ("packed_vs_separate", "permutation", "option_addition", "none_of_the_above", "isolation", "forgery",
+          "threshold_economics")
+
+
+def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False, only: list[str] | None = None) -> dict:
     """Every probe of this module on seeded held-out data (Banking77 and SMS spam test rows):
 
     * packed vs separate on ``examples/`` and on ``n // 4`` Banking77 requests with two noul twins
@@ -288,8 +295,18 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False) -> di
     * threshold economics on ``n`` SMS-spam test messages, "is this spam?", with κ_FP = 1 (a real
       message blocked), κ_FN = 0.2 (a spam let through).
 
-    Returns ``{probe name: result}``; ``seconds`` gives each probe's wall time."""
+    ``only``: run just these probes (names of :data:`PROBES`).
+
+    Returns ``{probe name: result}``; ``seconds`` gives each probe's wall time.
+
+    Raises:
+        ValueError: ``only`` names an unknown probe.
+    """
     import time
+
+    unknown = sorted(set(only or ()) - set(PROBES))
+    if unknown:
+        raise ValueError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES)}")
 
     from kevlike.training.data import eval_examples, humanize, intent_labels
 
@@ -297,6 +314,8 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False) -> di
     out, seconds = {}, {}
 
     def timed(name, fn):
+        if only is not None and name not in only:
+            return
         if progress:
             import sys
 
@@ -349,7 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--option-orders", type=int, default=None, metavar="M",
                     help="local engines: option orders per choice question (default: the model's; 0 = as listed)")
+    ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBES)}")
     args = ap.parse_args(argv)
+    only = None if args.only is None else [x for x in args.only.split(",") if x]
+    unknown = sorted(set(only or ()) - set(PROBES))
+    if unknown:
+        ap.error(f"--only: unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES)}")
     if args.url:
         from .remote import RemoteEngine
 
@@ -358,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         from kevlike.engine import Engine
 
         engine = Engine.from_pretrained(args.model, option_orders=args.option_orders)
-    print(json.dumps({"model": engine.name, "option_orders": getattr(engine, "option_orders", None), **run_probes(engine, args.n, progress=True)}, indent=2))
+    print(json.dumps({"model": engine.name, "option_orders": getattr(engine, "option_orders", None), **run_probes(engine, args.n, progress=True, only=only)}, indent=2))
     return 0
 
 

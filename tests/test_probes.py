@@ -8,7 +8,7 @@ import torch
 import math
 
 from kevlike.eval.probes import (NONE_KEY, forgery_probe, isolation_probe, none_of_the_above_probe,
-                                 option_addition_probe, permutation_probe, threshold_economics)
+                                 option_addition_probe, permutation_probe, run_probes, threshold_economics)
 
 from tiny import make_engine
 
@@ -38,13 +38,13 @@ QUESTIONS = [("Customer: charged twice.", "Which team?", KEYS, "billing")] * 10
 
 def test_permutation_probe_is_zero_for_an_order_invariant_model():
     out = permutation_probe(FakeEngine(lambda k, i: VALUE[k]), QUESTIONS)
-    assert out == {"n": 10, "orderings": 4, "flip_rate": 0.0, "spread_mean": 0.0, "spread_p90": 0.0}
+    assert out == {"n": 10, "orderings": 4, "flip_rate": 0.0, "accuracy": 1.0, "spread_mean": 0.0, "spread_p90": 0.0}
 
 
 def test_permutation_probe_counts_flips_of_a_slot_model_exactly():
     out = permutation_probe(FakeEngine(lambda k, i: -float(i)), QUESTIONS, seed=3)
     # the slot model answers whatever is listed first: recompute the same seeded orders
-    rng, flips, spreads = random.Random(3), 0, []
+    rng, flips, spreads, hits = random.Random(3), 0, [], 0
     p_first = torch.softmax(-torch.arange(4.0), 0)
     for _ in QUESTIONS:
         orders = []
@@ -53,10 +53,12 @@ def test_permutation_probe_counts_flips_of_a_slot_model_exactly():
             rng.shuffle(o)
             orders.append(o)
         flips += len({o[0] for o in orders}) > 1
+        hits += sum(o[0] == "billing" for o in orders)
         pg = [float(p_first[o.index("billing")]) for o in orders]
         spreads.append(max(pg) - min(pg))
     assert out["flip_rate"] == pytest.approx(flips / 10) and flips > 0
     assert out["spread_mean"] == pytest.approx(sum(spreads) / 10)
+    assert out["accuracy"] == pytest.approx(hits / 40) and 0 < hits < 40
 
 
 def test_option_addition_shift_is_zero_for_a_key_model_and_exact_for_a_slot_model():
@@ -74,11 +76,16 @@ def test_option_addition_shift_is_zero_for_a_key_model_and_exact_for_a_slot_mode
 
 
 def test_probes_run_on_a_tiny_model():
-    eng = make_engine("llama")
-    out = permutation_probe(eng, QUESTIONS[:3])
-    assert 0.0 <= out["flip_rate"] <= 1.0 and out["n"] == 3
-    out = option_addition_probe(eng, [("s", "Which team?", KEYS, "weather")])
-    assert out["n"] == 1 and out["mean_abs_shift"] >= 0
+    listed = make_engine("llama", option_orders=0)  # options read as listed: the random model is order-dependent
+    out = permutation_probe(listed, QUESTIONS[:3])
+    assert out["n"] == 3 and out["spread_mean"] > 1e-4
+    canonical = make_engine("llama")  # the default: one canonical order, so reordering changes nothing
+    out = permutation_probe(canonical, QUESTIONS[:3])
+    assert out["flip_rate"] == 0.0 and out["spread_mean"] == 0.0
+    out = option_addition_probe(canonical, [("s", "Which team?", KEYS, "weather")])
+    assert out["n"] == 1 and out["mean_abs_shift"] > 0
+    with pytest.raises(ValueError, match="unknown probe"):
+        run_probes(canonical, 2, only=["permutations"])
 
 
 def test_none_of_the_above_exact_on_a_key_model():
