@@ -81,6 +81,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
 
         table = TemperatureTable(source=f"T = 1 everywhere: no type had enough validation questions with errors "
                                         f"to fit ({counts})")
+    for t, e in report["types"].items():  # accuracy at T = 1 (the argmax does not depend on T)
+        rs = [r for r in records if r["type"] == t]
+        e["accuracy"] = sum(max(range(len(r["logits"])), key=lambda k: r["logits"][k]) == r["gold"] for r in rs) / len(rs)
     if option_orders is not None:
         report["option_orders"] = option_orders
         manifest["option_orders"] = option_orders
@@ -88,7 +91,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     save_calibration(artifact, table, report)
     if not quiet:
         for t, e in report["types"].items():
-            print(f"{t}: n={e['n']} NLL at T=1 {e['nll_t1']:.4f}"
+            print(f"{t}: n={e['n']} accuracy {e['accuracy']:.3f}, NLL at T=1 {e['nll_t1']:.4f}"
                   + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e else f" ({e['fallback']})"))
         for b, e in report["buckets"].items():
             print(f"  {b}: n={e['n']} " + (f"T={e['temperature']:.3f}" if "temperature" in e else e["fallback"]))

@@ -116,3 +116,26 @@ def test_comparison_protocol_fits_on_even_and_reports_on_odd():
     assert out["noul"]["n"] == 400 and out["overall"]["n"] == 400
     assert out["noul"]["ece_t1"] == pytest.approx(0.25, abs=1e-6)
     assert out["noul"]["ece_fitted"] < 0.01 and out["noul"]["nll_fitted"] < out["noul"]["nll_t1"]
+
+
+def test_calibrate_from_records_reports_accuracy_and_stores_option_orders(tmp_path):
+    """``kevlike calibrate --records``: accuracy per type by hand; the option orders go to kevlike.json."""
+    import json
+
+    from kevlike.eval.calibration import calibrate_artifact
+
+    art = tmp_path / "artifact"
+    art.mkdir()
+    (art / "kevlike.json").write_text(json.dumps({"format": 1, "training": {"config": {"tasks": {"banking77": {}}}}}))
+    rows = [("choice", [2.0, 0.0, 0.0], 0), ("choice", [0.0, 1.0, 0.0], 0), ("choice", [0.0, 0.0, 3.0], 2),
+            ("noul", [1.0, 0.0], 0), ("noul", [0.0, 2.0], 0)]
+    records = tmp_path / "records.jsonl"
+    records.write_text("".join(json.dumps({"source": "banking77", "type": t, "logits": z, "gold": g}) + "\n"
+                               for t, z, g in rows))
+    report = calibrate_artifact(art, records_path=records, quiet=True, option_orders=2)
+    assert report["types"]["choice"]["accuracy"] == pytest.approx(2 / 3)
+    assert report["types"]["noul"]["accuracy"] == pytest.approx(1 / 2)
+    assert report["option_orders"] == 2
+    assert json.loads((art / "kevlike.json").read_text())["option_orders"] == 2
+    with pytest.raises(ValueError, match="option-orders must be >= 0"):
+        calibrate_artifact(art, records_path=records, quiet=True, option_orders=-1)

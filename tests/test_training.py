@@ -157,7 +157,7 @@ def test_save_load_is_bit_identical_and_merged_equals_unmerged(tiny_dir, tmp_pat
     art = write_artifact(tmp_path / "artifact", model, tok, cfg, resolved, {"nll": 1.0})
     assert (art / "adapter" / "adapter_config.json").is_file()
     assert (art / "adapter" / "adapter_model.safetensors").stat().st_size < 2_000_000  # no embedding matrix
-    loaded = Engine.from_pretrained(art)
+    loaded = Engine.from_pretrained(art, option_orders=0)  # the training template: options as listed
     assert torch.equal(loaded.head.w_q.weight, model.head.w_q.weight)
     assert torch.equal(loaded.head.w_k.weight, model.head.w_k.weight)
     ids = torch.tensor(loaded.encoder.delimiter_ids)
@@ -172,11 +172,15 @@ def test_save_load_is_bit_identical_and_merged_equals_unmerged(tiny_dir, tmp_pat
     for b, per_q in enumerate(merged):
         for j, z in enumerate(per_q):
             assert (z - unmerged[b, j, :len(z)]).abs().max().item() <= 1e-5
-    again = Engine.from_pretrained(art).question_logits(encoded)
+    again = Engine.from_pretrained(art, option_orders=0).question_logits(encoded)
     assert all(torch.equal(x, y) for a, b in zip(merged, again) for x, y in zip(a, b))
     # init_from: a fine-tuning run starts exactly at the artifact
-    resumed, _, _ = build_model(_cfg(tiny_dir, f"init_from={art}"))
+    child_cfg = _cfg(tiny_dir, f"init_from={art}")
+    resumed, _, child_resolved = build_model(child_cfg)
     resumed.eval()
+    child = write_artifact(tmp_path / "child", resumed, tok, child_cfg, child_resolved, {"nll": 0.5})
+    provenance = json.loads((child / "kevlike.json").read_text())["training"]["init_from"]
+    assert provenance["model"] == str(art) and provenance["training"]["metrics"] == {"nll": 1.0}
     with torch.no_grad():
         start = resumed(batch)
     for b, per_q in enumerate(merged):

@@ -243,6 +243,11 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
     extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
              "scripts": scripts,
              "training": {"config": cfg, "metrics": metrics, "git_commit": git_commit()}}
+    parent = _init_artifact(cfg, resolved)
+    if parent is not None:  # provenance: the training record of the model this run fine-tuned
+        extra["training"]["init_from"] = {
+            "model": str(cfg["init_from"]),
+            "training": json.loads((parent / "kevlike.json").read_text()).get("training")}
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
                                extra=extra, adapter=model.lm)
 
