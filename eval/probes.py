@@ -283,6 +283,13 @@ PROBES = ("packed_vs_separate", "permutation", "option_addition", "none_of_the_a
           "threshold_economics")
 
 
+def check_probes(only: list[str] | None) -> None:
+    """Raises ValueError naming every entry of ``only`` that is not in :data:`PROBES`."""
+    unknown = sorted(set(only or ()) - set(PROBES))
+    if unknown:
+        raise ValueError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES)}")
+
+
 def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False, only: list[str] | None = None) -> dict:
     """Every probe of this module on seeded held-out data (Banking77 and SMS spam test rows):
 
@@ -304,10 +311,7 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False, only:
     """
     import time
 
-    unknown = sorted(set(only or ()) - set(PROBES))
-    if unknown:
-        raise ValueError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES)}")
-
+    check_probes(only)
     from kevlike.training.data import eval_examples, humanize, intent_labels
 
     local = hasattr(engine, "encoder")
@@ -371,9 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBES)}")
     args = ap.parse_args(argv)
     only = None if args.only is None else [x for x in args.only.split(",") if x]
-    unknown = sorted(set(only or ()) - set(PROBES))
-    if unknown:
-        ap.error(f"--only: unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES)}")
+    try:
+        check_probes(only)  # before any model loads
+    except ValueError as e:
+        ap.error(f"--only: {e}")
     if args.url:
         from .remote import RemoteEngine
 
