@@ -28,6 +28,7 @@ SUITES = {
     "quick": {"banking77": 16, "spam": 16, "sentiment": 16},
 }
 NOUL_TWINS = {"calibration": 1}  # noul twins per intent request, by suite
+GENERALIZATION_SUITES = ("generalization", "generalization-quick")   # kevlike/eval/generalization.py
 
 COLUMNS = ("n", "accuracy", "nll", "brier", "ece", "confident_error", "coverage_at_5pct", "mae")
 
@@ -126,13 +127,15 @@ def rescore(records: list[dict], table) -> list[dict]:
 
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
               batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
-              url: str | None = None, probes: int = 0, option_orders: int | None = None) -> Path:
+              url: str | None = None, probes: int = 0, option_orders: int | None = None,
+              bigbench: str | Path | None = None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
     ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
     temperatures (e.g. before vs after ``kevlike calibrate``), without a forward pass.
     ``probes``: also run :func:`kevlike.eval.probes.run_probes` with this ``n`` (0: no probes).
     ``option_orders``: override the model's option orders (:class:`kevlike.engine.Engine`; local models).
+    ``bigbench``: BIG-bench's source archive for the generalization suites (default: ``$KEVLIKE_HOME``).
 
     Raises:
         ValueError: unknown suite, or a model without a trained pointer head.
@@ -145,8 +148,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
 
     from .metrics import records_from_logits
 
-    if suite not in SUITES:
-        raise ValueError(f"unknown suite {suite!r} (known: {', '.join(SUITES)})")
+    if suite not in SUITES and suite not in GENERALIZATION_SUITES:
+        raise ValueError(f"unknown suite {suite!r} (known: {', '.join([*SUITES, *GENERALIZATION_SUITES])})")
     if reuse is not None:
         return _rescore_run(model, Path(reuse), Path(out), quiet)
     if engine is None and url is not None:
@@ -157,6 +160,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         engine = Engine.from_pretrained(model, option_orders=option_orders)
     if engine.readout == "lm":
         raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
+    if suite in GENERALIZATION_SUITES:
+        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench)
     sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
     run_dir = Path(out) / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
@@ -249,3 +254,51 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
     return _write_run(run_dir, meta, summary, records,
                       f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`",
                       f"Logits of {reuse} with temperatures {temps.source}.", quiet)
+
+
+def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size: int, quiet: bool,
+                        url: str | None, bigbench) -> Path:
+    from kevlike.bench import machine
+    from kevlike.training.train import git_commit
+
+    from .generalization import contrast_examples, generalization_sets, generalization_summary, report_tables
+    from .metrics import records_from_logits
+
+    run_dir = out / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    sets = generalization_sets(quick=suite.endswith("quick"), n=n, bigbench=bigbench)
+    records, timing = [], {}
+    for split, examples in sets.items():
+        t0 = time.perf_counter()
+        if not quiet:
+            print(f"{split}: {len(examples)} requests", file=sys.stderr)
+        for r in records_from_logits(engine, examples, batch_size, progress=not quiet):
+            records.append({**r, "split": split})
+        timing[split] = round(time.perf_counter() - t0, 1)
+    pairs = contrast_examples()[1]
+    gen = generalization_summary(records, pairs)
+    summary = {**summarize(records), "generalization": gen}
+    if url is None:
+        from kevlike.calibrate import TemperatureTable
+
+        summary["generalization_uncalibrated"] = generalization_summary(rescore(records, TemperatureTable()), pairs)
+    meta = {"model": engine.name, "suite": suite, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,
+            "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
+            "device": str(engine.device), "url": url, "seconds": timing,
+            "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None)}
+    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+    with open(run_dir / "records.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    plots = reliability_plots([r for r in records if r["split"] != "contrast"], run_dir)
+    md = report_tables(gen)
+    if summary.get("generalization_uncalibrated"):
+        md += "\n\nThe same logits at T = 1 (uncalibrated):\n\n" + report_tables(summary["generalization_uncalibrated"]).split("\n\n| split:source")[0]
+    intro = (f"Requests per split {meta['sizes']}; temperatures {meta['temperatures']}; commit {meta['git_commit']}; "
+             f"{meta['cpu']}; seconds per split {timing}.")
+    (run_dir / "report.md").write_text(f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n{intro}\n\n{md}\n\n"
+                                       + "".join(f"![{p}]({p})\n" for p in plots))
+    if not quiet:
+        print(md.split("\n\n| split:source")[0])
+        print(f"run directory: {run_dir}")
+    return run_dir

@@ -184,7 +184,7 @@ def _cmd_eval(args) -> int:
         return _fail(f"--url must start with http:// or https://, got {args.url!r}")
     try:
         run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
-                  url=args.url, probes=args.probes, option_orders=args.option_orders)
+                  url=args.url, probes=args.probes, option_orders=args.option_orders, bigbench=args.bigbench)
     except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
         return _fail(str(e))
     return 0
@@ -287,8 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="held-out metrics on official test splits (writes a run directory)")
     e.add_argument("--model", default=None, help="decision-model directory or name (default: kevlike-default)")
     e.add_argument("--suite", default="heldout",
-                   help="heldout (default), calibration (>= 1,000 questions per type), quick or full "
-                        "(see kevlike/eval/heldout.py)")
+                   help="heldout (default), calibration (>= 1,000 questions per type), quick, full, or "
+                        "generalization: unseen wordings, unseen sources, BIG-bench, contrast pairs and coherence "
+                        "(generalization-quick: a few items of each; see kevlike/eval/generalization.py)")
+    e.add_argument("--bigbench", default=None, metavar="ARCHIVE",
+                   help="generalization suite: BIG-bench's source archive (pip download --no-deps bigbench==1.0.0); "
+                        "default $KEVLIKE_HOME/bigbench-1.0.0.tar.gz, skipped when absent")
     e.add_argument("--url", default=None,
                    help="evaluate the Jev-compatible server at this base URL instead of a local model "
                         "(--model is then sent as the request's model; bearer key from KEVLIKE_API_KEY)")

@@ -19,7 +19,8 @@ DEFAULTS: dict = {
     "seed": 0,
     "output_dir": "runs",
     "device": None,                        # None: what accelerate picks (cuda if present, else cpu)
-    "mixed_precision": "no",               # "no" | "bf16" (autocast; see the README for CPU speed)
+    "mixed_precision": "auto",             # "auto" | "no" | "bf16": auto = bf16 autocast on CUDA and on CPUs with
+                                           # bf16 matrix units (AMX, AVX512-BF16), fp32 elsewhere (resolve_precision)
     "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": LORA_TARGETS},
     "head": {"d_head": None},              # None: the backbone's hidden size
     "train_delimiters": True,              # the five delimiter embedding rows are trainable
@@ -119,14 +120,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
         if parts[-1] not in node and parts[0] != "tasks":
             raise ConfigError(f"unknown config key {'.'.join(parts)!r}")
         node[parts[-1]] = value
-    if cfg["mixed_precision"] not in ("no", "bf16"):
-        raise ConfigError(f"mixed_precision must be 'no' or 'bf16', got {cfg['mixed_precision']!r}")
+    if cfg["mixed_precision"] not in ("auto", "no", "bf16"):
+        raise ConfigError(f"mixed_precision must be 'auto', 'no' or 'bf16', got {cfg['mixed_precision']!r}")
     for k in ("batch_size", "grad_accum", "max_steps", "eval_every"):
         if not isinstance(cfg[k], int) or isinstance(cfg[k], bool) or cfg[k] < 1:
             raise ConfigError(f"{k} must be a positive integer, got {cfg[k]!r}")
     from .data import TASKS
 
-    task_keys = {"weight", "negatives", "full_set", "perm_twin", "irrelevant", "noul_twins", "prompt"}
+    from .data import FAMILY_KEYS
+    from .families import HELDOUT_SOURCES
+
+    task_keys = {"weight", "negatives", "full_set", "perm_twin", "irrelevant", "noul_twins", "prompt", "families",
+                 *FAMILY_KEYS}
     if not isinstance(cfg["tasks"], dict) or not cfg["tasks"]:
         raise ConfigError("tasks must map at least one task name to its settings")
     for name, opts in cfg["tasks"].items():
@@ -134,6 +139,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
             raise ConfigError(f"unknown task {name!r} in tasks (known: {', '.join(TASKS)})")
         if not isinstance(opts, dict):
             raise ConfigError(f"tasks.{name} must be a mapping of settings, got {opts!r}")
+        if name in HELDOUT_SOURCES and float(opts.get("weight", 1.0)) > 0:
+            raise ConfigError(f"tasks.{name}: {name} is a held-out source of the generalization suite and is never "
+                              f"trained on (held out: {', '.join(HELDOUT_SOURCES)})")
         for k, v in opts.items():
             if k not in task_keys:
                 raise ConfigError(f"unknown config key 'tasks.{name}.{k}' (known: {', '.join(sorted(task_keys))})")
@@ -149,3 +157,32 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             raise ConfigError(f"optim.{k} must be a non-negative number, got {v!r}")
     return cfg
+
+
+def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
+    """The bf16 matrix/vector units this CPU reports in ``/proc/cpuinfo`` flags (``amx_bf16``,
+    ``avx512_bf16``); empty where it has none or the file is unreadable (non-Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return []
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+
+
+def resolve_precision(setting: str, cuda: bool, cpuinfo: str | None = None) -> tuple[str, str]:
+    """``(precision, reason)`` for a ``mixed_precision`` setting: ``auto`` picks ``bf16`` on CUDA and on CPUs
+    with bf16 units (:func:`cpu_bf16_units`), ``no`` (fp32) elsewhere — on an AVX2-only CPU a bf16 autocast
+    training step measured ~20× slower than fp32 (configs/README.md)."""
+    if setting != "auto":
+        return setting, f"set in the config ({setting})"
+    if cuda:
+        return "bf16", "auto: CUDA device"
+    units = cpu_bf16_units(cpuinfo)
+    if units:
+        return "bf16", f"auto: CPU has {', '.join(units)}"
+    return "no", "auto: CPU has no bf16 matrix units (no amx_bf16/avx512_bf16 flag): fp32"

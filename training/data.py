@@ -279,7 +279,26 @@ def sentiment_example(text: str, level: int, rng: random.Random, prompt: int | N
                    "sentiment", {"sentiment": str(level)})
 
 
-TASKS = ("banking77", "clinc150", "hwu64", "spam", "sentiment")
+LEGACY_TASKS = ("banking77", "clinc150", "hwu64", "spam", "sentiment")
+FAMILY_KEYS = ("max_questions", "distractor", "negation", "augment")
+
+
+def _family_sources() -> tuple[str, ...]:
+    from .families import SOURCES
+
+    return tuple(n for n in SOURCES if n not in LEGACY_TASKS)
+
+
+def is_family(task: str, opts: dict | None = None) -> bool:
+    """Whether ``task`` (with its config ``opts``) is built by :mod:`kevlike.training.families`: every source
+    but the five legacy tasks, and those with ``families: true``."""
+    return task not in LEGACY_TASKS or bool((opts or {}).get("families"))
+
+
+def __getattr__(name):  # TASKS lists the families' sources too (lazy: families imports this module)
+    if name == "TASKS":
+        return LEGACY_TASKS + _family_sources()
+    raise AttributeError(name)
 
 
 def rows(task: str, split: str) -> tuple:
@@ -295,7 +314,11 @@ def rows(task: str, split: str) -> tuple:
         return read_spam(split)
     if task == "sentiment":
         return read_sentiment(split)
-    raise ValueError(f"unknown task {task!r} (known: {list(TASKS)})")
+    if task in _family_sources():
+        from .families import source_rows
+
+        return source_rows(task, split)
+    raise ValueError(f"unknown task {task!r} (known: {list(__getattr__('TASKS'))})")
 
 
 def make_example(task: str, row: tuple, rng: random.Random, opts: dict | None = None) -> Example:
@@ -303,19 +326,29 @@ def make_example(task: str, row: tuple, rng: random.Random, opts: dict | None = 
     (for intents: ``negatives``, ``full_set``, ``perm_twin``, ``irrelevant``, ``noul_twins``)."""
     opts = dict(opts or {})
     opts.pop("weight", None)
+    if is_family(task, opts):
+        from .families import family_example
+
+        kw = {k: opts[k] for k in (*FAMILY_KEYS, "perm_twin") if k in opts}
+        return family_example(task, row, rng, **kw)
+    opts.pop("families", None)
     if task in INTENT_SETS:
         return intent_example(task, row[0], row[1], rng, **opts)
     if task == "spam":
         return spam_example(row[0], row[1], rng, **opts)
     if task == "sentiment":
         return sentiment_example(row[0], row[1], rng, **opts)
-    raise ValueError(f"unknown task {task!r} (known: {list(TASKS)})")
+    raise ValueError(f"unknown task {task!r} (known: {list(__getattr__('TASKS'))})")
 
 
 def eval_examples(task: str, split: str, n: int | None, seed: int = 0, noul_twins: int = 0) -> list[Example]:
     """A fixed, seeded evaluation set: ``n`` rows (all if ``None``) sampled without replacement, each
     asked with the task's first prompt and, for intents, over the *full* label set in sorted order
     (plus up to ``noul_twins`` "is this about X?" questions)."""
+    if task not in LEGACY_TASKS:
+        from .families import eval_items
+
+        return eval_items(task, split, n, seed=seed, wordings="train")
     data = list(rows(task, split))
     rng = random.Random(seed)
     if n is not None and n < len(data):
@@ -372,6 +405,12 @@ class TaskMixture:
         for n in self.names:
             if not self.data[n]:
                 raise ValueError(f"task {n!r} has no rows in split {split!r}")
+        self.balanced = {}
+        for n in self.names:
+            if is_family(n, self.tasks[n]) and n == "spam":
+                from .families import balanced_rows
+
+                self.balanced[n] = balanced_rows(n, split)
         self.seed = seed
         self.drawn = 0
 
@@ -379,6 +418,9 @@ class TaskMixture:
         rng = random.Random(f"{self.seed}:{i}")
         task = rng.choices(self.names, self.weights)[0]
         data = self.data[task]
+        if task in self.balanced:  # draw the label first, then a row of it (class-balanced sampling)
+            group = self.balanced[task][rng.random() < 0.5]
+            return make_example(task, group[rng.randrange(len(group))], rng, self.tasks[task])
         j = rng.randrange(len(data))
         return make_example(task, data[j], rng, self.tasks[task])
 

