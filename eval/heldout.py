@@ -249,6 +249,23 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
     run_dir = out / f"eval-{old['meta']['suite']}-rescored-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
     summary = summarize(records)
+    if old["meta"]["suite"] in GENERALIZATION_SUITES:
+        from .generalization import contrast_examples, generalization_summary, report_tables
+
+        summary["generalization"] = generalization_summary(records, contrast_examples()[1])
+        meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
+                "temperatures": temps.source}
+        (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+        with open(run_dir / "records.jsonl", "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        md = report_tables(summary["generalization"])
+        (run_dir / "report.md").write_text(f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`"
+                                           f"\n\nLogits of {reuse} with temperatures {temps.source}.\n\n{md}\n")
+        if not quiet:
+            print(md.split("\n\n| split:source")[0])
+            print(f"run directory: {run_dir}")
+        return run_dir
     meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
             "temperatures": temps.source}
     return _write_run(run_dir, meta, summary, records,

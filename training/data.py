@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib.util
+import json
 import random
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -377,7 +378,12 @@ def training_scripts(tasks, split: str = "train", min_share: float = 0.01) -> li
     counts, n = Counter(), 0
     for task in tasks:
         for row in rows(task, split):
-            script = detect_script(row[0]).script
+            text = row[0]
+            if isinstance(text, dict) and "questions" in text:   # a typed request (sys1bench): its state
+                text = text["state"]
+            if not isinstance(text, str):                        # an object state, rendered as JSON text
+                text = json.dumps(text, ensure_ascii=False, sort_keys=True)
+            script = detect_script(text).script
             n += 1
             if script is not None:
                 counts[script] += 1
