@@ -110,6 +110,7 @@ def test_default_model_answers_held_out_banking77(default_engine):
     except DataUnavailableError as e:
         pytest.skip(str(e))
     s = summary(records_from_logits(default_engine, examples))
-    # measured when the model shipped: 10 of 12 right, NLL 0.709; one answer of slack for float rounding
-    assert s["accuracy"] * 12 >= 9, s
-    assert s["nll"] < 1.0, s
+    # measured when the model shipped (configs/general.yaml): 9 of 12 right, NLL 1.126; one answer of slack
+    # for float rounding (the previous default: 10 of 12, NLL 0.709)
+    assert s["accuracy"] * 12 >= 8, s
+    assert s["nll"] < 1.4, s
