@@ -33,7 +33,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib.util
-import json
 import random
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -380,6 +379,7 @@ def training_scripts(tasks, split: str = "train", min_share: float = 0.01) -> li
     in ``kevlike.json`` (``scripts``), for the out-of-distribution check at serve time."""
     from collections import Counter
 
+    from kevlike.render import render_text
     from kevlike.scripts import detect_script
 
     counts, n = Counter(), 0
@@ -388,9 +388,7 @@ def training_scripts(tasks, split: str = "train", min_share: float = 0.01) -> li
             text = row[0]
             if isinstance(text, dict) and "questions" in text:   # a typed request (sys1bench): its state
                 text = text["state"]
-            if not isinstance(text, str):                        # an object state, rendered as JSON text
-                text = json.dumps(text, ensure_ascii=False, sort_keys=True)
-            script = detect_script(text).script
+            script = detect_script(render_text(text)).script     # object states as the model reads them
             n += 1
             if script is not None:
                 counts[script] += 1
@@ -418,12 +416,13 @@ class TaskMixture:
         for n in self.names:
             if not self.data[n]:
                 raise ValueError(f"task {n!r} has no rows in split {split!r}")
-        self.balanced = {}
+        self.balanced = {}   # binary family sources: class-balanced sampling
         for n in self.names:
-            if is_family(n, self.tasks[n]) and n == "spam":
-                from .families import balanced_rows
+            if is_family(n, self.tasks[n]):
+                from .families import SOURCES, balanced_rows
 
-                self.balanced[n] = balanced_rows(n, split)
+                if SOURCES[n].kind == "binary":
+                    self.balanced[n] = balanced_rows(n, split)
         self.seed = seed
         self.drawn = 0
 
