@@ -306,3 +306,26 @@ def test_generalization_suite_through_the_cli(tmp_path):
     re_dir = next(p for p in (tmp_path / "ev").iterdir() if "rescored" in p.name)
     assert json.loads((re_dir / "metrics.json").read_text())["generalization"]["contrast"]["questions"] == \
         gen["contrast"]["questions"]
+
+
+def test_coherence_twins_ask_the_same_decision(fake_labels):
+    """Every coherence twin's key map carries the gold of one question to the gold of the other, for
+    negation twins (yes ↔ no) and for yes/no ↔ two-option choice twins alike; without ``coherence`` the
+    examples are the ones drawn before twins existed (same generator stream)."""
+    kinds = set()
+    for i in range(300):
+        ex = fam.family_example("banking77", ("When will my card arrive?", "card_arrival"), random.Random(i),
+                                coherence=0.6)
+        validate_request(ex.request)
+        for qa, qb, *m in ex.twins:
+            if not m:
+                continue
+            m = m[0]
+            assert m[ex.gold[qa]] == ex.gold[qb]
+            kinds.add(ex.request["questions"][qb]["type"])
+            if ex.request["questions"][qb]["type"] == "choice":
+                assert set(ex.request["questions"][qb]["criteria"]) == set(m.values())
+    assert kinds == {"noul", "choice"}
+    a = fam.family_example("banking77", ("When will my card arrive?", "card_arrival"), random.Random(5))
+    b = fam.family_example("banking77", ("When will my card arrive?", "card_arrival"), random.Random(5), coherence=0.0)
+    assert a.request == b.request and not [t for t in a.twins if len(t) == 3]

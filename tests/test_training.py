@@ -334,3 +334,29 @@ def test_train_cli_errors_are_one_line(tmp_path):
     assert p.returncode == 2 and "--url must start with http" in p.stderr.decode()
     p = kevlike("calibrate", str(ROOT / "kevlike" / "models" / "default"), "--data", "banking78")
     assert p.returncode == 2 and "unknown task(s) banking78" in p.stderr.decode()
+
+
+def test_coherence_twins_align_through_their_key_map():
+    """A yes/no question, its negation and the same decision as a two-option choice: the twin term is 0
+    exactly when P(yes|Q) = P(no|not Q) = P(choice = X), and positive when the negation agrees instead."""
+    ex = Example({"state": "Where is my new card? It has been two weeks.", "questions": {
+        "q": {"type": "noul", "instructions": "Is this about card arrival?", "criteria": None},
+        "not_q": {"type": "noul", "instructions": "Is this not about card arrival?", "criteria": None},
+        "pick": {"type": "choice", "instructions": "Which one?",
+                 "criteria": {"card delivery estimate": None, "card arrival": None}}}},
+        {"q": [1.0, 0.0], "not_q": [0.0, 1.0], "pick": [0.0, 1.0]}, "test",
+        {"q": "true", "not_q": "false", "pick": "card arrival"},
+        [("q", "not_q", {"true": "false", "false": "true"}),
+         ("q", "pick", {"true": "card arrival", "false": "card delivery estimate"})])
+    batch, aux = make_batch([ex], Encoder(make_tokenizer()), "cpu")
+    assert aux["perm"].tolist() == [[1, 0], [1, 0]]
+    logits = torch.full(batch.option_mask.shape, -INF)
+    logits[0, 0, :2] = torch.tensor([1.5, 0.0])       # P(yes | Q) = σ(1.5)
+    logits[0, 1, :2] = torch.tensor([0.0, 1.5])       # P(yes | not Q) = 1 − σ(1.5)
+    logits[0, 2, :2] = torch.tensor([0.0, 1.5])       # P(card arrival) = σ(1.5)
+    cfg = {"loss": {"perm": 1.0, "ord": 1.0}}
+    assert loss_terms(logits, batch, aux, cfg)["perm"].item() == pytest.approx(0.0, abs=1e-7)
+    logits[0, 1, :2] = torch.tensor([1.5, 0.0])       # "yes" to both Q and not Q: incoherent
+    p = torch.sigmoid(torch.tensor(1.5)).item()
+    kl = (p - (1 - p)) * math.log(p / (1 - p))        # symmetric KL of (p, 1−p) vs (1−p, p), both directions
+    assert loss_terms(logits, batch, aux, cfg)["perm"].item() == pytest.approx(kl / 2, abs=1e-6)

@@ -54,7 +54,9 @@ class Example:
     ``request``: Jev wire-format dict; ``targets[qid]``: probabilities over that question's options in
     request order (one-hot for hard labels); ``source``: dataset name; ``gold``: gold option key per qid
     (choice/score: key; noul: "true"/"false"); ``twins``: pairs of question ids that ask the same
-    question with the options in another order (the permutation-KL term compares them).
+    question with the options in another order, or ``(qa, qb, {key of qa: key of qb})`` for twins whose
+    options correspond through a map (a question and its negation; a yes/no and a two-option choice): the
+    twin term of the loss (symmetric KL, ``loss.perm``) pulls each pair to the same aligned distribution.
     """
 
     request: dict
@@ -287,7 +289,7 @@ def sentiment_example(text: str, level: int, rng: random.Random, prompt: int | N
 
 
 LEGACY_TASKS = ("banking77", "clinc150", "hwu64", "spam", "sentiment")
-FAMILY_KEYS = ("max_questions", "distractor", "negation", "augment")
+FAMILY_KEYS = ("max_questions", "distractor", "negation", "augment", "coherence")
 
 
 def _family_sources() -> tuple[str, ...]:

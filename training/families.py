@@ -473,12 +473,14 @@ def _choice(src: Source, gold: str, rng, wordings, k=None, full=False, distracto
     return q, [1.0 if i == gi else 0.0 for i in range(len(keys))], keys[gi]
 
 
-def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=None, hard=None, wrng=None, criteria=None):
+def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=None, hard=None, wrng=None, criteria=None,
+                x=None):
     labels = source_labels(src.name)
     positive = rng.random() < 0.5 if positive is None else positive
     negated = rng.random() < 0.4 if negated is None else negated
     hard = rng.random() < 0.5 if hard is None else hard
-    x = gold if positive else (_nearest(gold, labels, rng) if hard else rng.choice([y for y in labels if y != gold]))
+    if x is None:
+        x = gold if positive else (_nearest(gold, labels, rng) if hard else rng.choice([y for y in labels if y != gold]))
     pool = NEGATED_TEMPLATES if negated else NOUL_TEMPLATES
     instr = (wrng or rng).choice(template_pool(pool, wordings)).format(n=src.noun, x=x)
     crit = None
@@ -487,6 +489,26 @@ def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=No
     truth = positive != negated
     return {"type": "noul", "instructions": instr, "criteria": crit}, [1.0, 0.0] if truth else [0.0, 1.0], \
         "true" if truth else "false"
+
+
+FLIP = {"true": "false", "false": "true"}   # a negation twin's option map: yes to Q is no to not-Q
+
+
+def _coherence_twin(qa: str, src: Source, gold: str, x: str, rng, wordings, pos: bool, neg: bool,
+                    negation: bool, add) -> tuple:
+    """Add the twin of topic yes/no question ``qa`` ("is it ``x``?", negated if ``neg``; ``pos`` iff
+    ``x`` is the gold label) and return the twin entry ``(qa, qb, {key of qa: key of qb})``: the other
+    phrasing of the same X (negated ↔ plain, answers flipped), or the same decision as a two-option
+    choice between X and a label that is right exactly when X is wrong (yes ↔ X)."""
+    if negation and rng.random() < 0.6:
+        qb = add("noul", _noul_topic(src, gold, rng, wordings, positive=pos, negated=not neg, x=x, criteria=False))
+        return qa, qb, FLIP
+    y = _nearest(x, source_labels(src.name), rng) if pos else gold
+    pair = [x, y] if rng.random() < 0.5 else [y, x]
+    instr = rng.choice(template_pool(CHOICE_TEMPLATES, wordings)).format(n=src.noun)
+    qb = add("choice", ({"type": "choice", "instructions": instr, "criteria": option_keys(pair, "words")},
+                        [1.0 if k == gold else 0.0 for k in pair], gold))
+    return qa, qb, ({"true": y, "false": x} if neg else {"true": x, "false": y})
 
 
 def _polarity(src: Source, aspect: str, is_pos: bool, rng, wordings, ask_pos=None, wrng=None):
@@ -529,11 +551,15 @@ def polar(src: Source, rating: float) -> bool | None:
 
 def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: int = 4, wordings: str = "train",
                    distractor: float = 0.15, perm_twin: float = 0.1, negation: bool = True,
-                   augment: bool = True) -> Example:
+                   augment: bool = True, coherence: float = 0.0) -> Example:
     """One training request on a row of source ``name``: 1–``max_questions`` questions of mixed families.
 
     ``negation=False`` drops negated phrasings (ablation); ``augment=False`` keeps one wording per family,
     word keys, no descriptions and no distractors (ablation: no schema augmentation).
+    ``coherence``: probability that a yes/no question gets a *coherence twin* in the same request — its
+    negation (answers swapped) or, for topic sources, the same decision as a two-option choice — tied to it
+    by the twin term of the loss (``loss.perm``), so that P(yes | Q) + P(yes | not Q) = 1 and the noul
+    and choice forms agree are trained, not only hoped for.
     """
     src = SOURCES[name]
     if src.kind == "typed":
@@ -576,11 +602,25 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
                     tw = add("choice", ({**q[0], "criteria": crit}, [1.0 if k == q[2] else 0.0 for k in perm], q[2]))
                     twins.append((qid, tw))
             else:
-                add("noul", _noul_topic(src, gold, rng, wordings, negated=None if negation else False))
+                pos = rng.random() < 0.5
+                neg = (rng.random() < 0.4) if negation else False
+                hard = rng.random() < 0.5
+                if coherence and rng.random() < coherence:
+                    # the twin must ask about the same X: draw it here and pass it to both questions
+                    labels = source_labels(name)
+                    x = gold if pos else _nearest(gold, labels, rng) if hard else rng.choice([y for y in labels if y != gold])
+                    qid = add("noul", _noul_topic(src, gold, rng, wordings, positive=pos, negated=neg, x=x))
+                    twins.append(_coherence_twin(qid, src, gold, x, rng, wordings, pos, neg, negation, add))
+                else:
+                    add("noul", _noul_topic(src, gold, rng, wordings, positive=pos, negated=neg, hard=hard))
         elif src.kind == "binary":
             is_pos = bool(row[1])
             if r < 0.75:
-                add("noul", _polarity(src, "spam", is_pos, rng, wordings, ask_pos=None if negation else True))
+                ask_pos = (rng.random() < 0.5) if negation else True
+                qid = add("noul", _polarity(src, "spam", is_pos, rng, wordings, ask_pos=ask_pos))
+                if negation and coherence and rng.random() < coherence:
+                    tw = add("noul", _polarity(src, "spam", is_pos, rng, wordings, ask_pos=not ask_pos))
+                    twins.append((qid, tw, FLIP))
             else:
                 labels = ["spam", "legitimate message"]
                 gold = labels[0] if is_pos else labels[1]
@@ -595,7 +635,11 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
             if r < 0.5 or pol is None:
                 add("score", _score(src, row[1], rng, wordings, described=None if augment else True))
             else:
-                add("noul", _polarity(src, "sentiment", pol, rng, wordings, ask_pos=None if negation else True))
+                ask_pos = (rng.random() < 0.5) if negation else True
+                qid = add("noul", _polarity(src, "sentiment", pol, rng, wordings, ask_pos=ask_pos))
+                if negation and coherence and rng.random() < coherence:
+                    tw = add("noul", _polarity(src, "sentiment", pol, rng, wordings, ask_pos=not ask_pos))
+                    twins.append((qid, tw, FLIP))
     return Example({"state": text, "questions": questions}, targets, name, golds, twins)
 
 

@@ -146,7 +146,8 @@ def _init_artifact(cfg: dict, resolved) -> Path | None:
 
 def make_batch(examples: list[Example], encoder, device) -> tuple[PackedBatch, dict]:
     """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]`` and the twin pairs
-    (``pairs_a``, ``pairs_b`` as ``(b, j)`` indices and ``perm [P, K]`` aligning b's options to a's)."""
+    (``pairs_a``, ``pairs_b`` as ``(b, j)`` indices and ``perm [P, K]`` aligning b's options to a's: by key,
+    or through a twin's key map ``{key of a: key of b}`` — a negation twin maps true ↔ false)."""
     reqs = [validate_request(e.request) for e in examples]
     encoded = [encoder.encode(r) for r in reqs]
     batch = pack(encoded, encoder.pad_id).to(device)
@@ -160,10 +161,11 @@ def make_batch(examples: list[Example], encoder, device) -> tuple[PackedBatch, d
             t = ex.targets[q.id]
             targets[b, j, :len(t)] = torch.tensor(t)
             is_score[b, j] = q.type == "score"
-        for qa, qb in ex.twins:
+        for qa, qb, *keymap in ex.twins:
             ja, jb = pos[qa], pos[qb]
+            keymap = keymap[0] if keymap else {}
             keys_b = [o.key for o in req.questions[jb].options]
-            perm = [keys_b.index(o.key) for o in req.questions[ja].options]
+            perm = [keys_b.index(keymap.get(o.key, o.key)) for o in req.questions[ja].options]
             perms.append(perm + list(range(len(perm), K)))
             a_idx.append((b, ja))
             b_idx.append((b, jb))
