@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import random
 
+from kevlike.engine import softmax_order_free
 from kevlike.schema import validate_request
 
 
@@ -70,10 +71,10 @@ def permutation_probe(engine, questions: list[tuple[str, str, list[str], str]], 
         request = {"state": state, "questions": {
             f"p{i}": {"type": "choice", "instructions": instr, "criteria": {k: None for k in o}}
             for i, o in enumerate(orders)}}
-        _, zs = _logits(engine, request)
+        req, zs = _logits(engine, request)
         tops, golds = set(), []
-        for o, z in zip(orders, zs):
-            p = torch.softmax(z, -1)
+        for o, q, z in zip(orders, req.questions, zs):
+            p = softmax_order_free(q, z)
             tops.add(o[int(torch.argmax(z))])
             hits += o[int(torch.argmax(z))] == gold
             golds.append(float(p[o.index(gold)]))

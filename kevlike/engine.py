@@ -16,14 +16,38 @@ import torch
 from .answers import answer
 from .backbones import DEFAULT_MODEL, ensure_embedding_rows, load_backbone, resolve_model
 from .calibrate import TemperatureTable
-from .encode import EncodedRequest, Encoder
+from .encode import EncodedRequest, Encoder, option_orders
 from .heads import PointerHead, lm_option_scores, pointer_logits
 from .kernels import attention_inputs, check_backend, default_backend
 from .pack import pack
 from .render import render_text
-from .schema import DEFAULT_LIMITS, Limits, Request, RequestError, parse_request, validate_request
+from .schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError, parse_request, validate_request
 
 MODES = ("packed", "separate")
+
+MAX_OPTION_ORDERS = 24
+"""The most option orders (``option_orders``) a choice question may be read in. Each order is one
+more branch per choice question in the same forward pass (M orders cost M× the choice branches'
+tokens), and distinct orders run out at K! for K options (6 options: 720), so an unbounded value
+turns one request into minutes of CPU time. 24 = 4! reads every order of up to 4 options; pooling
+more orders changes the answers little (README, "Option order")."""
+
+
+def check_option_orders(option_orders: int, name: str = "option_orders") -> int:
+    """Validate an ``option_orders`` setting (see :class:`Engine`) and return it.
+    ``name`` is how the error calls the setting (``"--option-orders"`` on the command line).
+
+    Raises:
+        ValueError: not an integer in ``[0, MAX_OPTION_ORDERS]``.
+    """
+    if isinstance(option_orders, bool) or not isinstance(option_orders, int):
+        raise ValueError(f"{name} must be an integer from 0 to {MAX_OPTION_ORDERS}, got {option_orders!r}")
+    if option_orders < 0:
+        raise ValueError(f"{name} must be >= 0, got {option_orders}")
+    if option_orders > MAX_OPTION_ORDERS:
+        raise ValueError(f"{name} must be at most {MAX_OPTION_ORDERS} (each order is one more branch per choice "
+                         f"question in the forward pass), got {option_orders}")
+    return option_orders
 
 
 def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
@@ -72,6 +96,18 @@ def pool_orders(enc: EncodedRequest, z: torch.Tensor) -> list[torch.Tensor]:
     return out
 
 
+def softmax_order_free(question: Question, z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``softmax(z / temperature)`` ``[K]`` of one question's logits ``z`` ``[K]`` (request option order),
+    computed with the options in their canonical order (:func:`kevlike.encode.option_orders`) for a
+    choice question and permuted back: the sum inside the softmax then runs in the same order whatever
+    order the request lists the options in, so reordering leaves the probabilities bit-identical on
+    every CPU (vectorised reductions round differently by position)."""
+    if question.type != "choice":
+        return torch.softmax(z / temperature, dim=-1)
+    order = torch.tensor(option_orders(question, 1)[0])
+    return torch.empty_like(z).index_copy_(0, order, torch.softmax(z[order] / temperature, dim=-1))
+
+
 class Engine:
     """Answers typed questions about a state.
 
@@ -92,17 +128,19 @@ class Engine:
             :func:`kevlike.encode.option_orders`): 1 (default) reads the options in a canonical order,
             so answers do not depend on the order a request lists them in; M ≥ 2 pools M orders (M×
             the choice branches' tokens); 0 reads the request's order. The LM readout scores each
-            option in its own sub-branch and is order-free already.
+            option in its own sub-branch and is order-free already. At most
+            :data:`MAX_OPTION_ORDERS` (24).
 
     Raises:
-        ValueError: an unknown backend or script policy, ``option_orders < 0``, or ``kevlike_packed``
-            off the CPU.
+        ValueError: an unknown backend or script policy, ``option_orders`` outside
+            ``[0, MAX_OPTION_ORDERS]``, or ``kevlike_packed`` off the CPU.
     """
 
     def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
                  temperatures: TemperatureTable | None = None, backend: str | None = None,
                  limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate",
                  option_orders: int = 1):
+        check_option_orders(option_orders)
         self.model = model
         self.name = name
         self.head = head
@@ -139,13 +177,14 @@ class Engine:
 
         Raises:
             kevlike.backbones.ModelNotFoundError: unknown name or path.
-            ValueError: unknown dtype, backend or script policy, or ``option_orders < 0``.
+            ValueError: unknown dtype, backend or script policy, or ``option_orders`` (given, or
+                the artifact's) outside ``[0, MAX_OPTION_ORDERS]`` (a given one before any weights load).
         """
         from .scripts import check_policy
 
         check_policy(script_policy)
-        if option_orders is not None and option_orders < 0:
-            raise ValueError(f"option_orders must be >= 0, got {option_orders}")
+        if option_orders is not None:
+            check_option_orders(option_orders)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
         resolved = resolve_model(name_or_path)
@@ -274,7 +313,7 @@ class Engine:
 
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
         """Calibrated probabilities per question: ``softmax(z / T(type, K))``."""
-        return [torch.softmax(z / self.temperatures.lookup(q.type, len(q.options)), dim=-1)
+        return [softmax_order_free(q, z, self.temperatures.lookup(q.type, len(q.options)))
                 for q, z in zip(request.questions, logits)]
 
     def _respond(self, request: Request, logits: list[torch.Tensor], n_tokens: int) -> dict:
@@ -284,4 +323,4 @@ class Engine:
 
         report = detect_script(render_text(request.state))
         return {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0},
-                "input": report.as_dict(self.script_trained(report.script))}
+                "x_input": report.as_dict(self.script_trained(report.script))}

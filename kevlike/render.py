@@ -20,28 +20,60 @@ Two renderings exist:
       Answer: {answer}
 
 No chat template is applied: the branch template is the prompt.
+
+**Text normalisation.** Every piece of user text the model reads — state, instructions, option
+keys and descriptions, in training and in serving, in both templates — passes through
+:func:`normalize_text` here and nowhere else, so that text that *looks* the same gets the same
+tokens and the same answers:
+
+1. Unicode NFKC (compatibility composition, UAX #15): styled letters pasted from social media
+   ("𝐟𝐮𝐫𝐢𝐨𝐮𝐬", U+1D400 block) become plain letters, full-width forms become ASCII, ligatures are split
+   (ﬁ → fi), no-break spaces become spaces; "…" becomes "...", "½" becomes "1⁄2", "²" becomes "2".
+2. Default-ignorable code points (the Unicode property ``Default_Ignorable_Code_Point``: zero-width
+   space U+200B, word joiner U+2060, soft hyphen U+00AD, BOM U+FEFF, bidi controls, Hangul fillers,
+   tag characters …) are removed — they render as nothing. Kept: ZWNJ U+200C and ZWJ U+200D (they
+   change how Persian, Indic scripts and emoji sequences are drawn) and variation selectors.
+
+Option *keys* are normalised only in the text the model reads: the response reports every key
+exactly as the request sent it, byte for byte. Two keys that normalise to the same text (``"A"``
+and ``"𝐀"``) are read identically, so they get equal probabilities.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
+
+import regex
 
 from .schema import Option, Question, Text
 
+_INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}--[\u200c\u200d\ufe00-\ufe0f\U000e0100-\U000e01ef]]",
+                           regex.V1)
+
+
+def normalize_text(text: str) -> str:
+    """``text`` in NFKC with default-ignorable code points removed (see the module docstring).
+    ASCII text is returned unchanged (it is already normal)."""
+    if text.isascii():
+        return text
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+
 
 def render_text(value: Text) -> str:
-    """A string as-is; an object or array as canonical JSON (sorted keys, compact separators,
-    ``ensure_ascii=False``: key order carries no meaning, so it must not change the tokens)."""
+    """A string normalised (:func:`normalize_text`); an object or array as canonical JSON (sorted keys,
+    compact separators, ``ensure_ascii=False``: key order carries no meaning, so it must not change the
+    tokens), then normalised as a whole."""
     if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return normalize_text(value)
+    return normalize_text(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
 
 
 def option_text(option: Option) -> str:
-    """``"{key}: {description}"``, or the key alone when the description is null."""
+    """``"{key}: {description}"``, or the key alone when the description is null, normalised."""
     if option.description is None:
-        return option.key
-    return f"{option.key}: {render_text(option.description)}"
+        return normalize_text(option.key)
+    return f"{normalize_text(option.key)}: {render_text(option.description)}"
 
 
 # --- LM readout (plain text) -------------------------------------------------------------
@@ -79,4 +111,4 @@ def lm_answers(question: Question) -> list[str]:
     """The continuation scored for each option, in option order (leading space included)."""
     if question.type == "noul":
         return [" yes", " no"]
-    return [f" {o.key}" for o in question.options]
+    return [f" {normalize_text(o.key)}" for o in question.options]

@@ -14,10 +14,15 @@ Decisions where the wire format is silent (also in the README):
   and the branch still reads the ``<state>`` delimiter;
 * an empty question id ``""`` is rejected (almost always a client bug, and ids are the only way
   to match answers to questions);
-* ``instructions`` is required (it may be an empty string); unknown fields are rejected rather
-  than ignored, so a misspelt ``critera`` is an error, not a silently unconstrained question;
+* ``instructions`` is required (it may be an empty string), except on a ``noul`` question whose
+  ``criteria`` describe both answers (Jev accepts that; the instructions are then empty);
+* unknown fields *inside a question* are rejected rather than ignored, so a misspelt ``critera``
+  is an error, not a silently unconstrained question; unknown *top-level* fields (a client's
+  ``"x_trace_id"``, ``"seed"``) are ignored as Jev ignores them, and listed in
+  :attr:`Request.ignored_fields` (the server names them in the ``x-kevlike-ignored-fields`` header);
 * duplicate keys anywhere in the JSON are rejected (Python's json would keep the last one);
-* numbers ``NaN``/``Infinity`` and strings that cannot be encoded as UTF-8 (lone surrogates) are
+* numbers ``NaN``/``Infinity``, numbers beyond the 64-bit float range (``1e400``, rejected with the
+  literal the client sent) and strings that cannot be encoded as UTF-8 (lone surrogates) are
   rejected.
 """
 
@@ -78,9 +83,12 @@ class Question:
 
 @dataclass(frozen=True)
 class Request:
+    """A validated request; ``ignored_fields``: unknown top-level fields that were ignored."""
+
     state: Text
     questions: tuple[Question, ...]
     model: str | None = None
+    ignored_fields: tuple[str, ...] = ()
 
 
 class RequestError(ValueError):
@@ -103,7 +111,10 @@ class RequestError(ValueError):
 
 def format_loc(loc: list) -> str:
     """``["body", "questions", "a.b", 0]`` -> ``body.questions["a.b"][0]`` (keys that are empty or not
-    plain words are quoted, so an empty key is visible)."""
+    plain words are quoted, so an empty key is visible). A path deeper than 10 shows its first 6 and
+    last 2 parts around ``…(N levels)…``."""
+    if len(loc) > 10:
+        return f"{format_loc(loc[:6])}…({len(loc) - 8} levels)…{format_loc(['x', *loc[-2:]])[1:]}"
     out = ""
     for p in loc:
         if isinstance(p, int):
@@ -141,6 +152,21 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class _OutOfRange(str):
+    """The literal of a JSON number beyond the 64-bit float range (``1e400``), reported by :func:`_walk`
+    with its field path instead of silently becoming ``inf``."""
+
+
+def _parse_float(literal: str) -> float | _OutOfRange:
+    value = float(literal)
+    return value if math.isfinite(value) else _OutOfRange(literal)
+
+
+def plural(n: int, word: str) -> str:
+    """``"1 option"``, ``"2 options"``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def parse_request(body: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Request:
     """Decode a JSON body and validate it.
 
@@ -160,7 +186,8 @@ def parse_request(body: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Request
         except UnicodeDecodeError as e:
             raise RequestError([_err([], f"body is not valid UTF-8 ({e.reason} at byte {e.start})", "json_invalid")])
     try:
-        obj = json.loads(body, object_pairs_hook=_object_pairs, parse_constant=_reject_constant)
+        obj = json.loads(body, object_pairs_hook=_object_pairs, parse_constant=_reject_constant,
+                         parse_float=_parse_float)
     except RecursionError:
         raise RequestError([_err([], f"JSON nesting exceeds the limit of {limits.max_depth}", "json_too_deep")])
     except ValueError as e:  # json.JSONDecodeError is a ValueError
@@ -176,7 +203,11 @@ def _walk(value: Any, loc: list, depth: int, limits: Limits, errors: list) -> No
     if depth > limits.max_depth:
         errors.append(_err(loc, f"JSON nesting exceeds the limit of {limits.max_depth}", "json_too_deep"))
         return
-    if isinstance(value, str):
+    if isinstance(value, _OutOfRange):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        errors.append(_err(loc, f"number {shown} is out of range (a JSON number must fit a 64-bit float, "
+                                f"|x| < 1.8e308)", "number_out_of_range"))
+    elif isinstance(value, str):
         _check_utf8(value, loc, errors, "string")
     elif isinstance(value, float) and not math.isfinite(value):
         errors.append(_err(loc, f"{value} is not a valid JSON number", "json_invalid"))
@@ -229,9 +260,7 @@ def validate_request(obj: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
     if errors:
         raise RequestError(errors)
 
-    for k in obj:
-        if k not in ("model", "state", "questions"):
-            errors.append(_err([k], "unknown field (allowed: model, state, questions)", "extra_forbidden"))
+    ignored = tuple(k for k in obj if k not in ("model", "state", "questions"))
     model = obj.get("model")
     if model is not None and not isinstance(model, str):
         errors.append(_err(["model"], f"must be a string, got {_type_name(model)}", "string_type"))
@@ -249,7 +278,7 @@ def validate_request(obj: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
     elif len(raw_q) == 0:
         errors.append(_err(["questions"], "must contain at least 1 question", "too_short"))
     elif len(raw_q) > limits.max_questions:
-        errors.append(_err(["questions"], f"has {len(raw_q)} questions; the limit is {limits.max_questions}", "too_long"))
+        errors.append(_err(["questions"], f"has {plural(len(raw_q), 'question')}; the limit is {limits.max_questions}", "too_long"))
     else:
         for qid, q in raw_q.items():
             parsed = _validate_question(qid, q, ["questions", qid], limits, errors)
@@ -257,7 +286,7 @@ def validate_request(obj: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
                 questions.append(parsed)
     if errors:
         raise RequestError(errors)
-    return Request(state=obj["state"], questions=tuple(questions), model=model)
+    return Request(state=obj["state"], questions=tuple(questions), model=model, ignored_fields=ignored)
 
 
 _QUESTION_FIELDS = {"type", "instructions", "criteria"}
@@ -283,7 +312,10 @@ def _validate_question(qid: str, q: Any, loc: list, limits: Limits, errors: list
                            "union_tag_invalid"))
         return None
     if "instructions" not in q:
-        errors.append(_err([*loc, "instructions"], "field required", "missing"))
+        if not (qtype == "noul" and isinstance(q.get("criteria"), dict) and q["criteria"]):
+            errors.append(_err([*loc, "instructions"], "field required" + (
+                " (a noul question may omit it only when its criteria describe the answers)" if qtype == "noul" else ""),
+                "missing"))
     elif not _is_text(q["instructions"]):
         errors.append(_err([*loc, "instructions"],
                            f"must be a string, object or array, got {_type_name(q['instructions'])}", "text_type"))
@@ -311,7 +343,7 @@ def _validate_question(qid: str, q: Any, loc: list, limits: Limits, errors: list
             errors.append(_err(cloc, f"choice criteria must be an object mapping option keys to descriptions, got {_type_name(crit)}",
                                "dict_type"))
         elif not (limits.min_options <= len(crit) <= limits.max_options):
-            errors.append(_err(cloc, f"choice has {len(crit)} options; it needs {limits.min_options} to {limits.max_options}",
+            errors.append(_err(cloc, f"choice has {plural(len(crit), 'option')}; it needs {limits.min_options} to {limits.max_options}",
                                "too_short" if len(crit) < limits.min_options else "too_long"))
         else:
             for k, v in crit.items():
@@ -330,7 +362,7 @@ def _validate_question(qid: str, q: Any, loc: list, limits: Limits, errors: list
         elif not isinstance(crit, list):
             errors.append(_err(cloc, f"score criteria must be an array of level descriptions, got {_type_name(crit)}", "list_type"))
         elif not (limits.min_levels <= len(crit) <= limits.max_levels):
-            errors.append(_err(cloc, f"score has {len(crit)} levels; it needs {limits.min_levels} to {limits.max_levels}",
+            errors.append(_err(cloc, f"score has {plural(len(crit), 'level')}; it needs {limits.min_levels} to {limits.max_levels}",
                                "too_short" if len(crit) < limits.min_levels else "too_long"))
         else:
             for i, v in enumerate(crit):
@@ -340,4 +372,4 @@ def _validate_question(qid: str, q: Any, loc: list, limits: Limits, errors: list
             options = tuple(Option(str(i), v) for i, v in enumerate(crit))
     if len(errors) > n0:
         return None
-    return Question(id=qid, type=qtype, instructions=q["instructions"], options=options)
+    return Question(id=qid, type=qtype, instructions=q.get("instructions", ""), options=options)

@@ -1,4 +1,4 @@
-"""Writing-system (script) detection of the state, outside the model (DESIGN.md §12, issue 4).
+r"""Writing-system (script) detection of the state, outside the model (docs/DESIGN.md §12).
 
 A decision model only knows the scripts it was trained on; a state in another script gets answers
 that look as confident as any other and mean little. :func:`detect_script` names the script of the
@@ -6,13 +6,15 @@ state's letters, without a model call, and the engine reports it in every respon
 ``refuse`` policy, rejects requests whose state is written in a script the artifact was not trained
 on (``scripts`` in its ``kevlike.json``).
 
-Method: every letter (Unicode general category ``L*``) is mapped to its script by the first word of
-its Unicode character name (``CYRILLIC SMALL LETTER A`` → Cyrillic; the ``CJK`` ideographs → Han;
-``FULLWIDTH``/``HALFWIDTH`` forms → the script of the word after; Unicode Standard Annex #24 defines
-scripts, and for letters the name prefix agrees with it for the scripts listed in :data:`SCRIPTS`).
-Digits, punctuation, spaces and symbols (emoji) are script-neutral and ignored. Counting is one
-``Counter`` pass in C over the characters, then one cached lookup per *distinct* character: tens of
-microseconds for a one-page state (``python -m kevlike.scripts`` measures it; an ASCII state takes
+Method: every letter (Unicode general category ``L*``) of the *normalised* state (the text the
+model reads, :func:`kevlike.render.normalize_text`) is mapped to its Unicode ``Script`` property
+(Unicode Standard Annex #24, read through the ``regex`` library's ``\p{Script=…}``): the scripts in
+:data:`SCRIPTS` by name, any other script as ``Other``. Letters whose Script is ``Common`` or
+``Inherited`` — e.g. the mathematical styled letters U+1D400… ("𝐟𝐮𝐫𝐢𝐨𝐮𝐬"), were any left after
+normalisation — are script-neutral and not counted, like digits, punctuation, spaces and symbols
+(emoji). Counting is one
+``Counter`` pass in C over the characters, then one cached lookup per *distinct* character: 0.01–0.4 ms
+for a one-page state (``python -m kevlike.scripts`` measures it; an ASCII state takes
 a fast path). States longer
 than :data:`SAMPLE_CHARS` characters are read at evenly spaced windows of that many characters in all.
 """
@@ -24,24 +26,28 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
+import regex
+
 SCRIPTS = ("Latin", "Cyrillic", "Greek", "Arabic", "Hebrew", "Han", "Hiragana", "Katakana", "Hangul",
            "Devanagari", "Bengali", "Gurmukhi", "Gujarati", "Tamil", "Telugu", "Kannada", "Malayalam",
            "Sinhala", "Thai", "Lao", "Khmer", "Myanmar", "Tibetan", "Georgian", "Armenian", "Ethiopic",
            "Syriac", "Thaana", "Bopomofo", "Other")
-_PREFIX = {s.upper(): s for s in SCRIPTS if s != "Other"} | {"CJK": "Han", "HANGUL": "Hangul"}
 SAMPLE_CHARS = 20_000
 POLICIES = ("annotate", "refuse")
+_SCRIPT_RE = {s: regex.compile(rf"\p{{Script={s}}}") for s in SCRIPTS if s != "Other"}
+_NEUTRAL_RE = regex.compile(r"[\p{Script=Common}\p{Script=Inherited}]")
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _script_of(ch: str) -> str | None:
-    """Script of one character, or None for a non-letter."""
-    if not unicodedata.category(ch).startswith("L"):
+    """Unicode Script of one letter (``Other`` outside :data:`SCRIPTS`), or None for a non-letter or a
+    Common/Inherited letter."""
+    if not unicodedata.category(ch).startswith("L") or _NEUTRAL_RE.match(ch):
         return None
-    words = unicodedata.name(ch, "").split()
-    while words and words[0] in ("FULLWIDTH", "HALFWIDTH"):
-        words = words[1:]
-    return _PREFIX.get(words[0], "Other") if words else "Other"
+    for name, pattern in _SCRIPT_RE.items():
+        if pattern.match(ch):
+            return name
+    return "Other"
 
 
 @dataclass(frozen=True)

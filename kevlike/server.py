@@ -2,14 +2,15 @@
 
     POST /v1/systemone     answer a request (the Jev wire format)
     GET  /v1/models        {"models": [{"name", "description", "release_date", "aliases"}]}
-    GET  /health           liveness and queue depth
+    GET  /health           liveness and queue depth (HEAD too, for monitors that probe with HEAD)
     GET  /docs, /openapi.json
 
 Status codes: 200; 401 missing/invalid bearer key (when keys are configured); 404 unknown model;
 413 body or token budget exceeded; 422 validation (``{"detail": [{"loc", "msg", "type"}]}``);
 429 queue full (``Retry-After``); 503 not answered within the per-request timeout (``Retry-After``).
 Everything but 422 uses ``{"detail": {"error_type": ..., "message": ...}}``. Nothing a client sends
-yields a 5xx. Every response carries ``x-request-id``. One log line per request (id, model,
+yields a 5xx. Every response carries ``x-request-id``; a request with unknown top-level fields
+(ignored, as Jev ignores them) gets ``x-kevlike-ignored-fields`` naming them. One log line per request (id, model,
 status, tokens, latency); the state text is never logged.
 
 Replicas are stateless (the model is read-only, nothing is kept between requests), so scaling
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .batcher import Batcher, QueueFullError
 from .schema import DEFAULT_LIMITS, Limits, RequestError, parse_request
@@ -71,20 +73,33 @@ def _error(status: int, error_type: str, message: str, headers: dict | None = No
                         headers=headers)
 
 
-REQUEST_SCHEMA = {
-    "type": "object", "required": ["state", "questions"], "additionalProperties": False,
-    "properties": {
-        "model": {"type": "string", "description": "served model name or alias (default: the server's default)"},
-        "state": {"description": "the text decided about: string, object or array", "type": ["string", "object", "array"]},
-        "questions": {"type": "object", "minProperties": 1, "maxProperties": 5000, "additionalProperties": {
-            "type": "object", "required": ["type", "instructions"], "additionalProperties": False,
-            "properties": {
-                "type": {"enum": ["noul", "choice", "score"]},
-                "instructions": {"type": ["string", "object", "array"]},
-                "criteria": {"description": "noul: {true, false} descriptions or null; choice: 2-255 keys -> "
-                                            "description or null; score: array of 2-10 level descriptions"}}}},
-    },
-}
+def request_schema(limits: Limits = DEFAULT_LIMITS) -> dict:
+    """JSON Schema of a request body for ``/openapi.json``, with the server's configured ``limits``
+    (the validator in :mod:`kevlike.schema` is the authority; this documents it)."""
+    text = {"type": ["string", "object", "array"]}
+    return {
+        "type": "object", "required": ["state", "questions"], "additionalProperties": True,
+        "description": "unknown top-level fields are ignored (named in the x-kevlike-ignored-fields response header)",
+        "properties": {
+            "model": {"type": "string", "description": "served model name or alias (default: the server's default)"},
+            "state": {**text, "description": "the text decided about: string, object or array"},
+            "questions": {"type": "object", "minProperties": 1, "maxProperties": limits.max_questions,
+                          "additionalProperties": {
+                "type": "object", "required": ["type"], "additionalProperties": False,
+                "description": "instructions are required, except on a noul question whose criteria describe the answers",
+                "properties": {
+                    "type": {"enum": ["noul", "choice", "score"]},
+                    "instructions": text,
+                    "criteria": {"oneOf": [
+                        {"type": "null", "description": "noul only: no descriptions"},
+                        {"type": "object", "description": f"noul: descriptions of 'true'/'false'; choice: "
+                                                          f"{limits.min_options}-{limits.max_options} option keys -> "
+                                                          f"description or null",
+                         "minProperties": 1, "maxProperties": limits.max_options},
+                        {"type": "array", "description": "score: level descriptions, lowest first",
+                         "minItems": limits.min_levels, "maxItems": limits.max_levels, "items": text}]}}}},
+        },
+    }
 
 
 def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None):
@@ -143,6 +158,12 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
                  1000 * (time.perf_counter() - t0))
         return response
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):  # unknown path, wrong method
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "unknown")
+        return _error(exc.status_code, kind, f"{exc.detail}: {request.method} {request.url.path}"[:300],
+                      dict(exc.headers or {}))
+
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):  # a server bug, never a client error
         log.exception("internal error id=%s", getattr(request.state, "request_id", "-"))
@@ -150,7 +171,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
                                       f"{getattr(request.state, 'request_id', '-')}")
 
     @app.post("/v1/systemone", openapi_extra={"requestBody": {"required": True, "content": {
-        "application/json": {"schema": REQUEST_SCHEMA}}}})
+        "application/json": {"schema": request_schema(config.limits)}}}})
     async def systemone(request: Request):
         """Answer typed questions about a state (Jev's System One endpoint)."""
         limit = config.limits.max_body_bytes
@@ -188,14 +209,23 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             response = await asyncio.wait_for(fut, config.timeout_s)
         except asyncio.TimeoutError:
             return _error(503, "timeout", f"not answered within {config.timeout_s:g} s", {"Retry-After": "5"})
-        return JSONResponse(response)
+        headers = {}
+        if req.ignored_fields:
+            names = ", ".join(req.ignored_fields)
+            # printable ASCII only, no edge spaces (h11 refuses them after the response has started)
+            value = "".join(c if c.isascii() and c.isprintable() else "?" for c in names[:1024]).strip(" ,")
+            if value:
+                headers["x-kevlike-ignored-fields"] = value
+            log.info("request id=%s ignored unknown top-level fields: %s", request.state.request_id,
+                     value or "(unprintable)")
+        return JSONResponse(response, headers=headers)
 
     def _request_error(e: RequestError):
         if e.status == 422:
             return JSONResponse({"detail": e.errors}, status_code=422)
         return _error(e.status, "tokens_exceeded", e.one_line())
 
-    @app.get("/v1/models")
+    @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models():
         """Served models and the aliases that resolve to them."""
         info = model_info or {}
@@ -203,7 +233,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
                             "release_date": info.get(n, {}).get("release_date", ""),
                             "aliases": [a for a, t in aliases.items() if t == n]} for n in engines]}
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():
         """Liveness, and the requests waiting per model."""
         return {"status": "ok", "models": {n: {"waiting": b.waiting, "batches": b.batches, "answered": b.batched}
@@ -212,30 +242,95 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     return app
 
 
+class ListenError(OSError):
+    """:func:`serve` cannot listen on its host and port (address in use, no permission, unknown
+    host); raised before any model is loaded. ``str()`` is one line,
+    ``cannot listen on HOST:PORT: REASON`` (``kevlike serve`` exits with code 3)."""
+
+
+def listen_socket(host: str, port: int, backlog: int = 2048):
+    """A TCP socket bound to ``(host, port)`` and listening, made as uvicorn makes its own
+    (``SO_REUSEADDR``; IPv6 when ``host`` contains ``:``), to hand to :meth:`uvicorn.Server.run`.
+    Connections that arrive before the server runs wait in the backlog (2048, uvicorn's default).
+
+    Raises:
+        ListenError: the address cannot be resolved, bound or listened on.
+    """
+    import socket
+
+    ipv6 = ":" in host
+    sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except (OSError, OverflowError) as e:  # OverflowError: a port outside 0-65535
+        sock.close()
+        reason = getattr(e, "strerror", None) or str(e)
+        raise ListenError(f"cannot listen on {f'[{host}]' if ipv6 else host}:{port}: {reason}") from None
+    return sock
+
+
 def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "float32",
           config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate",
           option_orders: int | None = None) -> None:
-    """Load the models and run uvicorn until SIGINT/SIGTERM (in-flight requests finish first).
-    ``option_orders``: see :class:`kevlike.engine.Engine` (None: each model's own setting).
+    """Listen on ``host:port``, load the models, and answer requests until SIGTERM or SIGINT; then
+    the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
+    normally, so the process can exit 0. ``option_orders``: see :class:`kevlike.engine.Engine`
+    (None: each model's own setting).
+
+    The socket is bound and listening before any model loads (:func:`listen_socket`): a busy port
+    fails at once, not after the load, and no other process can take the port in between.
 
     Raises:
+        ListenError: cannot listen on ``host:port`` (nothing is loaded then).
         ValueError: a bad dtype, script policy or ``option_orders``.
+        kevlike.backbones.ModelNotFoundError: a model cannot be found.
+        kevlike.backbones.SetupError: a model cannot be set up, or the server's startup failed
+            (details in the log).
     """
+    import signal
+    import threading
+
     import uvicorn
 
-    from .backbones import MODELS
-    from .engine import Engine
+    sock = listen_socket(host, port)
+    port = sock.getsockname()[1]  # the port given, or the one the system chose for port 0
+    try:
+        from .backbones import MODELS, SetupError
+        from .engine import Engine
 
-    engines = {}
-    info = {}
-    for m in models:
-        eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
-                                     option_orders=option_orders)
-        engines[eng.name] = eng
-        entry = MODELS.get(eng.name)
-        info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",
-                          "release_date": entry.release_date if entry else ""}
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(engines, next(iter(engines)), config, info)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=int(config.timeout_s) + 5,
-                access_log=False)
+        engines = {}
+        info = {}
+        for m in models:
+            eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
+                                         option_orders=option_orders)
+            engines[eng.name] = eng
+            entry = MODELS.get(eng.name)
+            info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",
+                              "release_date": entry.release_date if entry else ""}
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        app = create_app(engines, next(iter(engines)), config, info)
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                                               timeout_graceful_shutdown=int(config.timeout_s) + 5))
+
+        # uvicorn handles SIGINT/SIGTERM while it runs, then restores the handlers it found and
+        # raises the signal again; with the default handlers that kills the process (exit 143)
+        # after a clean shutdown. This handler takes the re-raised signal instead; a signal that
+        # comes just before uvicorn installs its own handlers stops the server as soon as it starts.
+        def _stop(signum, frame):
+            server.should_exit = True
+
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            log.info("serving %s on http://%s:%d", ", ".join(engines), f"[{host}]" if ":" in host else host, port)
+            server.run(sockets=[sock])
+        except SystemExit as e:  # uvicorn exits the process when its startup fails
+            raise SetupError(f"the HTTP server did not start (uvicorn exit status {e.code}; see the log)") from None
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    finally:
+        sock.close()

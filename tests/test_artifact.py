@@ -11,6 +11,8 @@ from kevlike.calibrate import TemperatureTable
 
 from tiny import REQUEST, make_engine
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
 
 def test_save_load_round_trip(tmp_path):
     from transformers import AutoTokenizer
@@ -51,3 +53,48 @@ def test_temperature_applies_to_logits():
     z = torch.log(torch.tensor(list(base.values()), dtype=torch.float64))
     want = torch.softmax(z / 2.0, -1)
     assert list(hot.values()) == pytest.approx(want.tolist(), abs=1e-6)
+
+
+LFS_TEXT = (b"version https://git-lfs.github.com/spec/v1\n"
+            b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 9548\n")
+
+
+def _model_copy(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    import kevlike
+
+    src = Path(kevlike.__file__).parent / "models" / "default"
+    return Path(shutil.copytree(src, tmp_path / "model"))
+
+
+@pytest.mark.parametrize("name", ["head.safetensors", "adapter/adapter_model.safetensors", "kevlike.json"])
+def test_lfs_pointer_in_a_model_directory_is_one_clear_error(tmp_path, name):
+    """A clone without git-lfs leaves ~130-byte pointer files: one line naming the file and the cause,
+    before any parser sees it (it used to end in safetensors' "header too large")."""
+    import subprocess
+    import sys
+
+    from kevlike.backbones import SetupError, check_model_files
+
+    model = _model_copy(tmp_path)
+    (model / name).write_bytes(LFS_TEXT)
+    with pytest.raises(SetupError, match=r"is a Git LFS pointer file \(129 bytes\).*git lfs pull"):
+        check_model_files(model, "run `git lfs pull`")
+    r = subprocess.run([sys.executable, "-m", "kevlike", "decide", "examples/review.json", "--model", str(model)],
+                       capture_output=True, text=True, cwd=str(ROOT))
+    assert r.returncode == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kevlike: error: ") and name.split("/")[-1] in lines[0]
+
+
+def test_truncated_safetensors_is_named(tmp_path):
+    from kevlike.backbones import SetupError, check_model_files
+
+    model = _model_copy(tmp_path)
+    data = (model / "delimiters.safetensors").read_bytes()
+    (model / "delimiters.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(SetupError, match=r"delimiters.safetensors is truncated"):
+        check_model_files(model, "copy it again")
+    check_model_files(_model_copy(tmp_path / "fresh"), "-")      # the shipped directory passes

@@ -1,8 +1,10 @@
 """`kevlike` console script: bad input exits 2 with one line and no traceback; a real decide run."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,151 @@ def test_hub_id_without_hub_is_a_clear_error(tmp_path, monkeypatch):
     err = p.stderr.decode()
     assert p.returncode == 2 and "cannot load model 'HuggingFaceTB/SmolLM2-135M-Instruct'" in err, err
     assert "Traceback" not in err
+
+
+# -- start-up cost, help texts, terminal encodings, option orders ------------------------------------
+
+def test_help_and_invalid_request_do_not_import_torch(tmp_path):
+    """`kevlike --help`, `kevlike decide --help` and an invalid request need no model, so no torch."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"state": "s", "questions": {}}')
+    code = f"""
+import contextlib, io, sys
+from kevlike.cli import main
+for argv in (["--help"], ["decide", "--help"], ["serve", "--help"], ["--version"]):
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(argv)
+        except SystemExit as e:
+            assert e.code == 0, (argv, e.code)
+assert main(["decide", {str(bad)!r}]) == 2
+import kevlike
+assert kevlike.__version__ and "Engine" in dir(kevlike)
+heavy = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+assert not heavy, heavy[:5]
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.decode().strip() == "ok", p.stderr.decode()
+    assert p.stderr.decode().startswith("kevlike: error: invalid request:")
+
+
+def test_lazy_package_names_are_the_real_ones():
+    import kevlike
+    from kevlike import DEFAULT_MODEL, Engine, ModelNotFoundError, SetupError
+    from kevlike import backbones, engine
+
+    assert Engine is engine.Engine and kevlike.Engine is engine.Engine
+    assert (DEFAULT_MODEL, ModelNotFoundError, SetupError) == (backbones.DEFAULT_MODEL, backbones.ModelNotFoundError,
+                                                               backbones.SetupError)
+    assert set(kevlike.__all__) <= set(dir(kevlike))
+    with pytest.raises(AttributeError, match="no_such_name"):
+        kevlike.no_such_name  # noqa: B018
+
+
+def _subparsers(parser):
+    import argparse
+
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def test_every_option_has_help_and_shows_its_default():
+    import argparse
+
+    from kevlike.cli import build_parser
+
+    parser = build_parser()
+    commands = _subparsers(parser)
+    assert {"decide", "fetch", "models", "serve", "bench", "train", "eval", "calibrate"} <= set(commands)
+    missing, no_default = [], []
+    for name, sub in [("kevlike", parser), *commands.items()]:
+        formatter = sub._get_formatter()
+        for a in sub._actions:
+            if not a.option_strings or isinstance(a, (argparse._HelpAction, argparse._VersionAction)):
+                continue
+            if not (a.help or "").strip():
+                missing.append(f"{name} {a.option_strings[0]}")
+            elif not isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)) \
+                    and "default" not in formatter._get_help_string(a):
+                no_default.append(f"{name} {a.option_strings[0]}")
+    assert not missing, f"options without help: {missing}"
+    assert not no_default, f"options whose help does not show the default: {no_default}"
+    # the rendered help shows it too, e.g. serve --port
+    assert "(default: 8000)" in " ".join(commands["serve"].format_help().split())
+
+
+def test_help_texts_name_no_unshipped_documents():
+    from kevlike import cli
+
+    parser = cli.build_parser()
+    texts = [cli.__doc__, parser.format_help(), *(s.format_help() for s in _subparsers(parser).values())]
+    for text in texts:
+        for word in ("DESIGN", "§", "issue ", "PITFALLS"):
+            assert word not in text, (word, text[:200])
+    # the exit codes are documented in `kevlike --help` and `kevlike serve --help`
+    assert "3  serve: cannot listen on" in parser.format_help()
+    serve_help = _subparsers(parser)["serve"].format_help()
+    assert "3  cannot listen on --host:--port" in serve_help and "kevlike: error: cannot listen on" in serve_help
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    from tiny import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-cli") / "llama")
+
+
+KEY = "Buchhaltung→Erstattung"
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "ascii"])
+def test_json_output_is_valid_whatever_the_terminal_encoding(tmp_path, tiny_model_dir, encoding):
+    req = tmp_path / "r.json"
+    req.write_text(json.dumps({"state": "Rückerstattung → Buchhaltung, bitte.", "questions": {
+        "team": {"type": "choice", "instructions": "Wohin?", "criteria": {KEY: None, "Vertrieb": "Verkäufe"}},
+        "ton": {"type": "score", "instructions": "Ton?", "criteria": ["ruhig", "verärgert"]}}},
+        ensure_ascii=False), encoding="utf-8")
+    env = {**os.environ, "PYTHONIOENCODING": encoding, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "kevlike", "decide", str(req), "--model", tiny_model_dir, "--timing"],
+                       capture_output=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    out = json.loads(p.stdout.decode(encoding))
+    assert list(out["answers"]["team"]["probabilities"]) == [KEY, "Vertrieb"]
+    assert out["answers"]["ton"]["legend"] == {"0": "ruhig", "1": "verärgert"}
+    err = p.stderr.decode(encoding)
+    assert "Traceback" not in err and err.startswith("[kevlike] load")
+    # an error line naming a file the terminal cannot spell does not crash either
+    p = subprocess.run([sys.executable, "-m", "kevlike", "decide", str(tmp_path / f"{KEY}.json")],
+                       capture_output=True, timeout=120, env=env)
+    err = p.stderr.decode(encoding)
+    assert p.returncode == 2 and err.startswith("kevlike: error: cannot read") and err.count("\n") == 1, err
+
+
+def test_utf8_terminal_keeps_the_text_unescaped(tmp_path, capsys, tiny_model_dir):
+    from kevlike import cli
+
+    cli._print_json({"answers": {KEY: 1.0}}, indent=None)
+    out = capsys.readouterr().out
+    assert json.loads(out) == {"answers": {KEY: 1.0}}
+    if (sys.stdout.encoding or "").lower().replace("-", "") == "utf8":
+        assert KEY in out
+
+
+def test_option_orders_limit_in_cli_and_engine(tmp_path, capsys):
+    from kevlike import cli
+    from kevlike.engine import MAX_OPTION_ORDERS
+
+    assert MAX_OPTION_ORDERS == cli.MAX_OPTION_ORDERS == 24
+    req = tmp_path / "r.json"
+    req.write_text(json.dumps({"state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}))
+    t0 = time.perf_counter()
+    for argv in (["decide", str(req)], ["serve"], ["eval"], ["calibrate", str(tmp_path)]):
+        for bad in ("1000", "25"):
+            assert cli.main([*argv, "--option-orders", bad]) == 2, (argv, bad)
+            err = capsys.readouterr().err
+            assert err == "kevlike: error: --option-orders must be at most 24 (each order is one more branch per " \
+                          f"choice question in the forward pass), got {bad}\n", err
+        assert cli.main([*argv, "--option-orders", "-1"]) == 2
+        assert capsys.readouterr().err == "kevlike: error: --option-orders must be >= 0, got -1\n"
+    assert time.perf_counter() - t0 < 60  # rejected up front: no model is loaded, nothing is served

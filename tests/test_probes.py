@@ -81,7 +81,9 @@ def test_probes_run_on_a_tiny_model():
     assert out["n"] == 3 and out["spread_mean"] > 1e-4
     canonical = make_engine("llama")  # the default: one canonical order, so reordering changes nothing
     out = permutation_probe(canonical, QUESTIONS[:3])
-    assert out["flip_rate"] == 0.0 and out["spread_mean"] == 0.0
+    # the orderings are branches at different positions of one packed pass: equal up to the rounding of
+    # the CPU's matmul kernels (AVX-512/AMX tile edges round rows differently), stated as 1e-6
+    assert out["flip_rate"] == 0.0 and out["spread_mean"] <= 1e-6
     out = option_addition_probe(canonical, [("s", "Which team?", KEYS, "weather")])
     assert out["n"] == 1 and out["mean_abs_shift"] > 0
     with pytest.raises(ValueError, match="unknown probe"):

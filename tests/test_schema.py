@@ -60,9 +60,44 @@ def test_request_must_be_object():
     assert only_error([1, 2])["type"] == "model_type"
 
 
-def test_unknown_top_level_field():
-    e = only_error(dict(REQUEST, stream=True))
-    assert e["loc"] == ["body", "stream"] and e["type"] == "extra_forbidden"
+def test_unknown_top_level_fields_are_ignored_and_named():
+    """Jev ignores unknown top-level fields (clients add tracing fields); inside a question a typo changes
+    the meaning, so it stays an error."""
+    req = validate_request(dict(REQUEST, x_trace_id="abc", seed=7, stream=True))
+    assert req.ignored_fields == ("x_trace_id", "seed", "stream")
+    assert [q.id for q in req.questions] == list(REQUEST["questions"])
+    assert validate_request(REQUEST).ignored_fields == ()
+    e = only_error(with_question({"type": "noul", "instructions": "x", "critera": None}))
+    assert e["loc"] == ["body", "questions", "q", "critera"] and e["type"] == "extra_forbidden"
+
+
+def test_noul_with_criteria_may_omit_instructions():
+    q = validate_request(with_question({"type": "noul", "criteria": {"true": "the order is late", "false": None}}))
+    assert q.questions[0].instructions == "" and q.questions[0].options[0].description == "the order is late"
+    for bad in ({"type": "noul", "criteria": None}, {"type": "noul", "criteria": {}},
+                {"type": "choice", "criteria": {"a": None, "b": None}}):
+        e = only_error(with_question(bad))
+        assert e["loc"] == ["body", "questions", "q", "instructions"] and e["type"] == "missing"
+
+
+def test_number_out_of_range_names_the_literal_and_the_field():
+    body = '{"state": {"amount": 1e400, "ok": 1.5e308}, "questions": {"q": {"type": "noul", "instructions": "x"}}}'
+    e = only_error(body)
+    assert e["loc"] == ["body", "state", "amount"] and e["type"] == "number_out_of_range"
+    assert "1e400" in e["msg"] and "inf" not in e["msg"]
+    e = only_error(body.replace("1e400", "-2.5E+999"))
+    assert "-2.5E+999" in e["msg"]
+    assert parse_request(body.replace("1e400", "1e300")).state == {"amount": 1e300, "ok": 1.5e308}
+
+
+def test_counts_are_pluralised_and_deep_paths_shortened():
+    e = only_error(with_question({"type": "choice", "instructions": "x", "criteria": {"a": None}}))
+    assert e["msg"] == "choice has 1 option; it needs 2 to 255"
+    e = only_error(with_question({"type": "score", "instructions": "x", "criteria": ["low"]}))
+    assert e["msg"] == "score has 1 level; it needs 2 to 10"
+    deep = '{"state": ' + "[" * 70 + "]" * 70 + ', "questions": {"q": {"type": "noul", "instructions": "x"}}}'
+    err = errors_of(deep)
+    assert err.one_line() == "body.state[0][0][0][0]…(57 levels)…[0][0]: JSON nesting exceeds the limit of 64"
 
 
 def test_model_must_be_string():

@@ -46,8 +46,8 @@ EN = {"state": "The customer was charged twice in March.", "questions": {"q": {"
 
 def test_engine_annotates_and_refuses_by_policy():
     eng = make_engine("llama", "pointer", scripts=["Latin"])
-    assert eng.decide(EN)["input"] == {"script": "Latin", "script_share": 1.0, "script_trained": True}
-    assert eng.decide(RU)["input"] == {"script": "Cyrillic", "script_share": 1.0, "script_trained": False}
+    assert eng.decide(EN)["x_input"] == {"script": "Latin", "script_share": 1.0, "script_trained": True}
+    assert eng.decide(RU)["x_input"] == {"script": "Cyrillic", "script_share": 1.0, "script_trained": False}
     strict = make_engine("llama", "pointer", scripts=["Latin"], script_policy="refuse")
     assert strict.decide(EN)["answers"] == eng.decide(EN)["answers"]
     with pytest.raises(RequestError) as e:
@@ -56,7 +56,7 @@ def test_engine_annotates_and_refuses_by_policy():
     assert e.value.status == 422 and err["loc"] == ["body", "state"] and err["type"] == "unsupported_script"
     assert "Cyrillic" in err["msg"] and "Latin" in err["msg"]
     # no declared scripts: nothing to judge, nothing refused
-    assert make_engine("llama", "pointer", script_policy="refuse").decide(RU)["input"]["script_trained"] is None
+    assert make_engine("llama", "pointer", script_policy="refuse").decide(RU)["x_input"]["script_trained"] is None
     with pytest.raises(ValueError, match="script policy"):
         make_engine("llama", "pointer", script_policy="block")
 

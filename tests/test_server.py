@@ -126,7 +126,10 @@ BAD = [
     (b'{"state": ' + b"[" * 80 + b"]" * 80 + b', "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, None),
     (b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "x", "criteria": {"maybe": "y"}}}}', 422,
      ["body", "questions", "q", "criteria", "maybe"]),
-    (b'{"state": "s", "stream": true, "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, ["body", "stream"]),
+    (b'{"state": {"amount": 1e400}, "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422,
+     ["body", "state", "amount"]),
+    (b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "x", "critera": null}}}', 422,
+     ["body", "questions", "q", "critera"]),
     (b'{"model": 7, "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422, ["body", "model"]),
     (b'{"state": "s", "questions": {}}', 422, ["body", "questions"]),
     (b'{"state": "s", "questions": {"q": {"type": "noul"}}}', 422, ["body", "questions", "q", "instructions"]),
@@ -159,9 +162,43 @@ def test_unknown_model_404_and_budgets_413(server):
     assert status == 413 and out["detail"]["error_type"] == "tokens_exceeded" and "is 4096 tokens" in out["detail"]["message"]
 
 
+def test_jev_client_extras_are_accepted(server):
+    """Unknown top-level fields are ignored (and named in a header); a noul question with criteria but no
+    instructions is answered; extensions of the response carry an x_ prefix."""
+    status, headers, out, _ = server.post({"state": "dog", "x_trace_id": "abc", "seed": 7, "questions": {
+        "q": NOUL, "c": {"type": "noul", "criteria": {"true": "a dog is mentioned", "false": None}}}})
+    assert status == 200 and headers["x-kevlike-ignored-fields"] == "x_trace_id, seed"
+    assert list(out["answers"]) == ["q", "c"] and 0 <= out["answers"]["c"]["noul"] <= 1
+    assert set(out) == {"model", "answers", "usage", "x_input"}
+    status, headers, _, _ = server.post({"state": "dog", "questions": {"q": NOUL}})
+    assert status == 200 and "x-kevlike-ignored-fields" not in headers
+
+
+def test_head_on_read_only_endpoints(server):
+    for path in ("/health", "/v1/models", "/openapi.json", "/docs"):
+        status, _, raw = server.request("HEAD", path)
+        assert status == 200 and raw == b"", path
+    assert server.request("HEAD", "/v1/systemone")[0] == 405
+
+
 def test_method_and_path_errors_are_4xx(server):
-    assert server.request("GET", "/v1/systemone")[0] == 405
-    assert server.request("GET", "/nope")[0] == 404
+    """Unknown paths and wrong methods answer in the server's own error shape, not Starlette's."""
+    status, headers, raw = server.request("GET", "/v1/systemone")
+    assert status == 405 and json.loads(raw) == {"detail": {"error_type": "method_not_allowed",
+                                                            "message": "Method Not Allowed: GET /v1/systemone"}}
+    assert headers["allow"] == "POST"
+    status, _, raw = server.request("POST", "/v1/systemtwo", b"{}")
+    assert status == 404 and json.loads(raw)["detail"]["error_type"] == "not_found"
+
+
+@pytest.mark.parametrize("extra", [{"questions ": 1}, {" x": 1}, {"a": 1, "": 2}, {"\n\r": 1},
+                                   {f"f{i:03d}": 1 for i in range(300)}])
+def test_ignored_field_names_never_break_the_response_header(server, extra):
+    """Found by `python -m kevlike.eval.fuzz`: a header value with edge spaces made h11 drop the connection."""
+    status, headers, out, _ = server.post({"state": "s", "questions": {"q": NOUL}, **extra})
+    assert status == 200 and list(out["answers"]) == ["q"]
+    value = headers.get("x-kevlike-ignored-fields", "")
+    assert value == value.strip() and value.isascii() and len(value) <= 1024
 
 
 # --- fuzz: hostile and malformed requests never get a 5xx ----------------------------------
@@ -264,7 +301,7 @@ def test_429_when_queue_full_and_graceful_shutdown(model_dir):
         s.proc.send_signal(signal.SIGTERM)
         t.join(60)
         assert box["r"][0] == 200 and len(box["r"][2]["answers"]) == 60
-        assert s.proc.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean shutdown
+        assert s.proc.wait(30) == 0  # a clean graceful shutdown exits 0 (uvicorn's re-raised signal is absorbed)
         assert "Traceback" not in s.proc.stdout.read().decode()
     finally:
         s.stop()
@@ -322,4 +359,4 @@ def test_response_reports_the_state_script(server):
     status, _, out, _ = server.post({"state": "Клиенту дважды выставили счёт.", "questions": {"q": NOUL}})
     assert status == 200
     # a bare HF directory declares no training scripts: reported, not judged
-    assert out["input"] == {"script": "Cyrillic", "script_share": 1.0, "script_trained": None}
+    assert out["x_input"] == {"script": "Cyrillic", "script_share": 1.0, "script_trained": None}

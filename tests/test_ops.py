@@ -1,0 +1,137 @@
+"""Operating `kevlike serve`: a busy port fails at once with exit code 3, a SIGTERM or Ctrl-C after
+a graceful shutdown exits 0; the option-orders bound of the engine."""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tiny import REQUEST, make_engine, save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-ops") / "llama")
+
+
+def serve_cmd(port: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "kevlike", "serve", "--port", str(port), "--log-level", "warning", *args]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def busy_socket(listen: bool) -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    if listen:
+        s.listen()
+    return s
+
+
+@pytest.mark.parametrize("listen", [True, False], ids=["listening", "bound"])
+def test_busy_port_fails_at_once_with_exit_3(model_dir, listen):
+    with busy_socket(listen) as s:
+        port = s.getsockname()[1]
+        t0 = time.perf_counter()
+        p = subprocess.run(serve_cmd(port, "--model", model_dir), capture_output=True, timeout=120, env=ENV)
+        elapsed = time.perf_counter() - t0
+    err = p.stderr.decode()
+    assert p.returncode == 3, err
+    assert err == f"kevlike: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    assert p.stdout == b""
+    # before any model is loaded (the default model takes ~18 s; this start imports no torch)
+    assert elapsed < 10, elapsed
+
+
+def test_port_is_checked_before_the_model(tmp_path):
+    """An unknown model would be exit 2; the port comes first, so it is exit 3."""
+    with busy_socket(True) as s:
+        p = subprocess.run(serve_cmd(s.getsockname()[1], "--model", str(tmp_path / "no-such-model")),
+                           capture_output=True, timeout=120, env=ENV)
+    assert p.returncode == 3 and p.stderr.decode().startswith("kevlike: error: cannot listen on 127.0.0.1:")
+
+
+def _get(port, path, timeout=5.0):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def _post(port, body, timeout=120.0):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/systemone", body=json.dumps(body), headers={"content-type": "application/json"})
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def start_server(model_dir) -> tuple[subprocess.Popen, int]:
+    from kevlike.loadtest import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(serve_cmd(port, "--model", model_dir), env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stdout.read().decode()}")
+        try:
+            if _get(port, "/health")[0] == 200:
+                return proc, port
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_graceful_shutdown_exits_0(model_dir, sig):
+    proc, port = start_server(model_dir)
+    try:
+        slow = {"state": "the lazy dog and the quick fox " * 100,
+                "questions": {f"q{i}": REQUEST["questions"]["team"] for i in range(60)}}
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault("r", _post(port, slow)))
+        t.start()
+        time.sleep(0.2)
+        proc.send_signal(sig)
+        t.join(60)
+        assert box["r"][0] == 200 and len(box["r"][1]["answers"]) == 60  # the request in flight is answered
+        assert proc.wait(30) == 0
+        out = proc.stdout.read().decode()
+        assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_engine_bounds_option_orders(tmp_path):
+    from kevlike.engine import MAX_OPTION_ORDERS, Engine
+
+    assert MAX_OPTION_ORDERS == 24
+    for bad in (25, 720):
+        with pytest.raises(ValueError, match=r"^option_orders must be at most 24 \(.*\), got " + str(bad)):
+            make_engine(option_orders=bad)
+    with pytest.raises(ValueError, match="option_orders must be >= 0, got -1"):
+        make_engine(option_orders=-1)
+    with pytest.raises(ValueError, match="option_orders must be at most 24"):
+        # raised before the model is even looked up (this one does not exist)
+        Engine.from_pretrained(str(tmp_path / "no-such-model"), option_orders=1000)
+    engine = make_engine(option_orders=24)  # the limit itself is allowed
+    out = engine.decide(REQUEST)
+    assert abs(sum(out["answers"]["team"]["probabilities"].values()) - 1) < 1e-5
