@@ -287,6 +287,47 @@ def _looks_like_hub_id(name: str) -> bool:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPE_CHOICES = ("auto", *DTYPES)
+
+
+def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
+    """The bf16 matrix/vector units this CPU reports in ``/proc/cpuinfo`` flags (``amx_bf16``,
+    ``avx512_bf16``); empty where it has none or the file is unreadable (non-Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return []
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+
+
+def resolve_dtype(dtype: str, device: str | torch.device = "cpu", cpuinfo: str | None = None) -> tuple[str, str]:
+    """``(dtype, reason)`` for a requested ``dtype`` (``auto``, ``float32`` or ``bfloat16``).
+
+    ``auto`` picks ``bfloat16`` on CUDA and on CPUs with bf16 matrix units (:func:`cpu_bf16_units`:
+    AMX or AVX512-BF16; a user measured 515 ms in bf16 against 1,292 ms in fp32 on an Intel Xeon with
+    AMX, answers within 0.026), and ``float32`` elsewhere (on the AVX2-only AMD EPYC this project is
+    measured on, a bf16 forward is ~4× slower than fp32). ``torch.backends.cpu.get_cpu_capability()``
+    is named in the reason.
+
+    Raises:
+        ValueError: an unknown ``dtype``.
+    """
+    if dtype not in DTYPE_CHOICES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
+    if dtype != "auto":
+        return dtype, "requested"
+    if torch.device(device).type == "cuda":
+        return "bfloat16", "auto: CUDA device"
+    units = cpu_bf16_units(cpuinfo)
+    capability = torch.backends.cpu.get_cpu_capability()
+    if units:
+        return "bfloat16", f"auto: CPU has bf16 matrix units ({', '.join(units)}; torch capability {capability})"
+    return "float32", f"auto: CPU has no bf16 matrix units (torch capability {capability}; no amx_bf16/avx512_bf16 flag)"
 
 
 def load_backbone(path: str | os.PathLike, dtype: str = "float32", attn_implementation: str = "sdpa",

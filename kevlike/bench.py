@@ -242,7 +242,9 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     eng = Engine.from_pretrained(model, dtype=dtype)
     torch.manual_seed(0)
     head = PointerHead(eng.model.config.hidden_size).to(eng.device).eval()
+    reason = eng.dtype_reason
     eng = type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=eng.backend)
+    eng.dtype_reason = reason
     if compare is None:
         compare = ["sdpa"] if eng.backend == "kevlike_packed" else []
     others = {b.replace("flex_attention", "flex"): type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=b)
@@ -250,7 +252,7 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     texts = [json.loads(p.read_text())["state"] for p in sorted(Path("examples").glob("*.json"))
              if not p.name.endswith(".meta.json")] or ["The quick brown fox jumps over the lazy dog."]
     results = []
-    print(f"model={eng.name} dtype={dtype} backend={eng.backend} threads={torch.get_num_threads()} reps={reps}")
+    print(f"model={eng.name} dtype={eng.dtype} ({eng.dtype_reason}) backend={eng.backend} threads={torch.get_num_threads()} reps={reps}")
     print(f"{'S':>5} {'Q':>3} {'K':>3} {'mode':>12} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>7} {'tokens':>7} "
           f"{'peak MiB':>8} {'compiles':>8}")
     for s in grid["S"]:
@@ -268,7 +270,7 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
                 print(f"{'':13} {sep}; prefix/packed {row['speedup_prefix_over_packed']:.2f}x; "
                       f"prefix max|dz| {row['prefix_max_abs_dz']:.1e}{extra}", flush=True)
     if json_path:
-        Path(json_path).write_text(json.dumps({"model": eng.name, "dtype": dtype, "threads": torch.get_num_threads(),
+        Path(json_path).write_text(json.dumps({"model": eng.name, "dtype": eng.dtype, "dtype_reason": eng.dtype_reason, "threads": torch.get_num_threads(),
                                                "backend": eng.backend, "compare": list(others), "reps": reps,
                                                "machine": machine(), "results": results}, indent=2))
     print()

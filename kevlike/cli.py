@@ -115,7 +115,8 @@ def _cmd_decide(args) -> int:
     t2 = time.perf_counter()
     _print_json(response, indent=None if args.compact else 2)
     if args.timing:
-        print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {args.dtype}, "
+        print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.dtype} "
+              f"[{engine.dtype_reason}], "
               f"readout={engine.readout}, {response['usage']['input_tokens']} tokens, "
               f"{engine.thread_policy.describe()})", file=sys.stderr)
     return 0
@@ -155,6 +156,12 @@ def _cmd_models(args) -> int:
         if b.name in MODELS:
             continue
         print(f"{b.name}\tembedded backbone ({'ready' if is_fetched(b.name) else 'not fetched'})\t{b.description}")
+    from .backbones import resolve_dtype
+    from .threads import usable_cores
+
+    dtype, reason = resolve_dtype("auto")
+    print(f"# on this machine: --dtype auto = {dtype} ({reason}); {usable_cores()} usable CPU cores, "
+          f"--threads auto uses those other processes leave free")
     return 0
 
 
@@ -331,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=epilog,
                               formatter_class=_HelpFormatter)
 
-    dtype_help = "weight precision (bfloat16 halves memory; float32 is the tested reference)"
+    dtype_help = ("weight precision: auto picks bfloat16 on CUDA and on CPUs with bf16 matrix units (AMX, "
+                  "AVX512-BF16), float32 elsewhere; float32 is the tested reference")
     threads_help = ("torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at "
                     "most once a second), N a fixed count (default: $KEVLIKE_THREADS, else auto)")
     orders_help = (f"orders each choice question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, "
@@ -344,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     d.add_argument("--mode", choices=["packed", "separate"], default="packed",
                    help="packed: one forward pass for all questions; separate: one per question (the reference)")
-    d.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help=dtype_help)
+    d.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
     d.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: annotate (report it in the response) "
                         "or refuse it")
@@ -381,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", action="append", default=None,
                    help="model name or directory to serve (repeatable; the first is the default model; "
                         "default: kevlike-default)")
-    s.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help=dtype_help)
+    s.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
     s.add_argument("--threads", type=_threads, default=None, help=threads_help)
     s.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: annotate (report it in the response) "
@@ -412,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per mode after one warm-up (default 5; 2 with --quick)")
     b.add_argument("--batch", type=int, default=4, help="requests per forward pass in the batched mode")
-    b.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help=dtype_help)
+    b.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
     b.add_argument("--json", default=None, help="write the results to this JSON file (default: not written)")
     b.add_argument("--plot", default=None,
                    help="write a PNG of speed-up vs the FLOP model (needs matplotlib; default: no plot)")

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import torch
 
 from .answers import answer
-from .backbones import DEFAULT_MODEL, ensure_embedding_rows, load_backbone, resolve_model
+from .backbones import DEFAULT_MODEL, ensure_embedding_rows, load_backbone, resolve_dtype, resolve_model
 from .calibrate import TemperatureTable
 from .encode import EncodedRequest, Encoder, option_orders
 from .heads import PointerHead, lm_option_scores, pointer_logits
@@ -160,6 +160,8 @@ class Engine:
             # engines of several backends can share one model (kevlike bench)
             model.set_attn_implementation(self.backend)
         self.option_orders = option_orders
+        self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.dtype_reason = "the given model's weights"  # from_pretrained: why auto chose it
         self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits,
                                option_orders=option_orders)
         if head is not None:
@@ -171,7 +173,7 @@ class Engine:
         self.script_policy = check_policy(script_policy)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, dtype: str = "float32",
+    def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, dtype: str = "auto",
                         device: str | torch.device | None = None, backend: str | None = None,
                         limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
                         option_orders: int | None = None, threads: int | str | None = None) -> "Engine":
@@ -194,6 +196,7 @@ class Engine:
             check_option_orders(option_orders)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
+        dtype, dtype_reason = resolve_dtype(dtype, device)
         policy = ThreadPolicy.from_env(threads)
         resolved = resolve_model(name_or_path)
         model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
@@ -206,11 +209,14 @@ class Engine:
             manifest = json.loads((resolved.artifact_dir / "kevlike.json").read_text())
             if option_orders is None:
                 option_orders = int(manifest.get("option_orders", 1))
-            return cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
-                       backend=backend, limits=limits, scripts=manifest.get("scripts"),
-                       script_policy=script_policy, option_orders=option_orders, threads=policy)
-        return cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
-                   option_orders=1 if option_orders is None else option_orders, threads=policy)
+            engine = cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
+                         backend=backend, limits=limits, scripts=manifest.get("scripts"),
+                         script_policy=script_policy, option_orders=option_orders, threads=policy)
+        else:
+            engine = cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
+                         option_orders=1 if option_orders is None else option_orders, threads=policy)
+        engine.dtype_reason = dtype_reason
+        return engine
 
     @property
     def readout(self) -> str:

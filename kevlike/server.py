@@ -271,7 +271,7 @@ def listen_socket(host: str, port: int, backlog: int = 2048):
     return sock
 
 
-def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "float32",
+def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
           config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate",
           option_orders: int | None = None, threads: int | str | None = None) -> None:
     """Listen on ``host:port``, load the models, and answer requests until SIGTERM or SIGINT; then
@@ -330,6 +330,8 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
             first = next(iter(engines.values()))
             first.thread_policy.apply(force=True)
             log.info("CPU threads: %s", first.thread_policy.describe())
+            for eng in engines.values():
+                log.info("model %s: %s (%s)", eng.name, eng.dtype, eng.dtype_reason)
             server.run(sockets=[sock])
         except SystemExit as e:  # uvicorn exits the process when its startup fails
             raise SetupError(f"the HTTP server did not start (uvicorn exit status {e.code}; see the log)") from None

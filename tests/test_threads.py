@@ -70,3 +70,19 @@ def test_cli_threads_option():
     r = subprocess.run([sys.executable, "-m", "kevlike", "decide", "examples/review.json", "--threads", "0"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "--threads: must be 'auto' or a positive integer, got '0'" in r.stderr
+
+
+AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+AVX2 = "processor\t: 0\nflags\t\t: fpu sse4_2 avx2 fma\n"
+
+
+def test_dtype_auto_follows_the_cpu_units():
+    from kevlike.backbones import resolve_dtype
+
+    assert resolve_dtype("auto", "cpu", AMX)[0] == "bfloat16"
+    assert "amx_bf16, avx512_bf16" in resolve_dtype("auto", "cpu", AMX)[1]
+    assert resolve_dtype("auto", "cpu", AVX2)[0] == "float32"
+    assert resolve_dtype("auto", "cuda", AVX2) == ("bfloat16", "auto: CUDA device")
+    assert resolve_dtype("float32", "cpu", AMX) == ("float32", "requested")
+    with pytest.raises(ValueError, match="dtype must be one of auto, float32, bfloat16, got 'fp16'"):
+        resolve_dtype("fp16")

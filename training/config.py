@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from kevlike.backbones import cpu_bf16_units
+
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 DEFAULTS: dict = {
@@ -157,21 +159,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             raise ConfigError(f"optim.{k} must be a non-negative number, got {v!r}")
     return cfg
-
-
-def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
-    """The bf16 matrix/vector units this CPU reports in ``/proc/cpuinfo`` flags (``amx_bf16``,
-    ``avx512_bf16``); empty where it has none or the file is unreadable (non-Linux)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return []
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[1].split())
-    return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
 
 
 def resolve_precision(setting: str, cuda: bool, cpuinfo: str | None = None) -> tuple[str, str]:
