@@ -128,7 +128,7 @@ def rescore(records: list[dict], table) -> list[dict]:
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
               batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
               url: str | None = None, probes: int = 0, option_orders: int | None = None,
-              bigbench: str | Path | None = None) -> Path:
+              bigbench: str | Path | None = None, quantize: str | None = None, dtype: str = "auto") -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
     ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
@@ -136,6 +136,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     ``probes``: also run :func:`kevlike.eval.probes.run_probes` with this ``n`` (0: no probes).
     ``option_orders``: override the model's option orders (:class:`kevlike.engine.Engine`; local models).
     ``bigbench``: BIG-bench's source archive for the generalization suites (default: ``$KEVLIKE_HOME``).
+    ``quantize``, ``dtype``: as :meth:`kevlike.engine.Engine.from_pretrained` (local models).
 
     Raises:
         ValueError: unknown suite, or a model without a trained pointer head.
@@ -157,7 +158,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
 
         engine = RemoteEngine(url, model)
     if engine is None:
-        engine = Engine.from_pretrained(model, option_orders=option_orders)
+        engine = Engine.from_pretrained(model, option_orders=option_orders, quantize=quantize,
+                                        dtype="float32" if quantize else dtype)
     if engine.readout == "lm":
         raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
     if suite in GENERALIZATION_SUITES:

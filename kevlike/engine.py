@@ -109,6 +109,23 @@ def softmax_order_free(question: Question, z: torch.Tensor, temperature: float =
     return torch.empty_like(z).index_copy_(0, order, torch.softmax(z[order] / temperature, dim=-1))
 
 
+def quantize_int8(model) -> int:
+    """Replace every ``nn.Linear`` of the decoder body (not ``lm_head``) by torch's dynamically
+    quantized int8 Linear (``torch.ao.quantization.quantize_dynamic``, per-output-channel weight scales,
+    activations quantized per tensor at run time; fbgemm/x86 kernels), in place; returns the number of
+    layers replaced. Use it after any LoRA merge. Opt-in, not a default: on the shipped model it runs
+    ~1.4-1.5× faster on an AVX2 CPU but moves answers visibly (README, "int8")."""
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head")}
+    with warnings.catch_warnings():  # torch 2.13 marks the quantized tensor types deprecated (still supported)
+        warnings.simplefilter("ignore")
+        quantize_dynamic(model, {n: per_channel_dynamic_qconfig for n in names}, dtype=torch.qint8, inplace=True)
+    return len(names)
+
+
 class Engine:
     """Answers typed questions about a state.
 
@@ -176,13 +193,15 @@ class Engine:
     def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, dtype: str = "auto",
                         device: str | torch.device | None = None, backend: str | None = None,
                         limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
-                        option_orders: int | None = None, threads: int | str | None = None) -> "Engine":
+                        option_orders: int | None = None, threads: int | str | None = None,
+                        quantize: str | None = None) -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
         ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
         setting its temperatures were fitted with; 1 when the manifest has none). ``threads``: see
         :class:`Engine`; with ``auto`` the model load is the first window in which the CPU use of
-        other processes is measured.
+        other processes is measured. ``quantize="int8"``: see :func:`quantize_int8` (CPU, float32 only;
+        applied after the LoRA adapter is merged).
 
         Raises:
             kevlike.backbones.ModelNotFoundError: unknown name or path.
@@ -197,6 +216,11 @@ class Engine:
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
         dtype, dtype_reason = resolve_dtype(dtype, device)
+        if quantize not in (None, "int8"):
+            raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+        if quantize == "int8" and (device.type != "cpu" or dtype != "float32"):
+            raise ValueError(f"quantize='int8' runs on the CPU from float32 weights; got device {device.type}, "
+                             f"dtype {dtype} (pass dtype='float32')")
         policy = ThreadPolicy.from_env(threads)
         resolved = resolve_model(name_or_path)
         model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
@@ -216,6 +240,9 @@ class Engine:
             engine = cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
                          option_orders=1 if option_orders is None else option_orders, threads=policy)
         engine.dtype_reason = dtype_reason
+        if quantize == "int8":
+            quantize_int8(engine.model)
+            engine.dtype, engine.dtype_reason = "int8", f"dynamic int8 quantization of the decoder's Linear layers ({dtype_reason})"
         return engine
 
     @property

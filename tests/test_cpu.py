@@ -1,5 +1,6 @@
-"""Thread count from the CPU time of other processes (kevlike/threads.py): the rule, the /proc
-arithmetic on hand-made tick counts, fixed counts and the environment variable."""
+"""CPU choices: the thread count from the CPU time of other processes (kevlike/threads.py; the rule,
+the /proc arithmetic on hand-made tick counts, fixed counts, the environment variable), --dtype auto by
+the CPU flags, and opt-in int8 dynamic quantization."""
 
 import pytest
 import torch
@@ -86,3 +87,30 @@ def test_dtype_auto_follows_the_cpu_units():
     assert resolve_dtype("float32", "cpu", AMX) == ("float32", "requested")
     with pytest.raises(ValueError, match="dtype must be one of auto, float32, bfloat16, got 'fp16'"):
         resolve_dtype("fp16")
+
+
+def test_int8_quantization_replaces_the_decoder_linears_and_stays_close():
+    """Dynamic int8 (per-channel weights) on a tiny Llama: every Linear but lm_head replaced, answers
+    near fp32 (a random tiny model; the shipped model's accuracy cost is measured in the README)."""
+    from tiny import REQUEST, make_engine
+
+    from kevlike.engine import quantize_int8
+
+    eng = make_engine("llama", "pointer")
+    ref = eng.decide(REQUEST)["answers"]
+    n_linear = sum(isinstance(m, torch.nn.Linear) for n, m in eng.model.named_modules() if not n.endswith("lm_head"))
+    assert quantize_int8(eng.model) == n_linear == 3 * 7            # q, k, v, o, gate, up, down per layer
+    assert not any(isinstance(m, torch.nn.Linear) for n, m in eng.model.named_modules() if not n.endswith("lm_head"))
+    got = eng.decide(REQUEST)["answers"]
+    assert abs(got["urgent"]["noul"] - ref["urgent"]["noul"]) < 0.05
+    for k, p in ref["team"]["probabilities"].items():
+        assert abs(got["team"]["probabilities"][k] - p) < 0.05
+
+
+def test_int8_needs_the_cpu_and_float32():
+    from kevlike import Engine
+
+    with pytest.raises(ValueError, match="quantize must be None or 'int8'"):
+        Engine.from_pretrained("no-such-model", quantize="int4")
+    with pytest.raises(ValueError, match="runs on the CPU from float32 weights"):
+        Engine.from_pretrained("no-such-model", quantize="int8", dtype="bfloat16")
