@@ -144,6 +144,34 @@ class Encoder:
         self.branch_limit = min(limits.max_branch_context, context_limit or limits.max_branch_context)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (tokenizer.eos_token_id or 0)
+        # the most UTF-8 bytes one token can stand for (an over-estimate for byte-level and byte-fallback
+        # vocabularies, whose token strings spell a byte with 2-6 characters): text of B bytes is at
+        # least ceil(B / max_token_bytes) tokens, which refuses a huge body before tokenizing it
+        self.max_token_bytes = max(len(t.encode("utf-8", "surrogatepass")) for t in tokenizer.get_vocab()) or 1
+
+    def min_tokens(self, text: str) -> int:
+        """A lower bound on the tokens of ``text``, without tokenizing: ``ceil(bytes / max_token_bytes)``."""
+        return -(-len(text.encode("utf-8", "surrogatepass")) // self.max_token_bytes)
+
+    def precheck(self, texts: list[str]) -> None:
+        """Refuse (413) a request whose texts cannot fit the budgets whatever their tokenization: the
+        state alone (``texts[0]``) over the branch context, or all texts together over
+        ``limits.max_request_tokens``. Cheap (a byte count), and run before the tokenizer, which is
+        serialised: one huge body must not hold up other requests for seconds."""
+        state = self.min_tokens(texts[0])
+        if state + 2 > self.branch_limit:
+            raise RequestError([{
+                "loc": ["body", "state"], "type": "tokens_exceeded",
+                "msg": f"state is at least {state} tokens ({len(texts[0].encode('utf-8', 'surrogatepass'))} bytes); "
+                       f"the limit for state + longest branch is {self.branch_limit} tokens (the backbone's context)",
+            }], status=413)
+        total = state + sum(self.min_tokens(t) for t in texts[1:])
+        if total > self.limits.max_request_tokens:
+            raise RequestError([{
+                "loc": ["body"], "type": "tokens_exceeded",
+                "msg": f"request is at least {total} tokens (state + all branches); the limit is "
+                       f"{self.limits.max_request_tokens}",
+            }], status=413)
 
     def text_ids(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each user text, with special-token splitting on (no text yields a reserved id).
@@ -166,6 +194,7 @@ class Encoder:
         for q in request.questions:
             texts.append(" " + render_text(q.instructions))
             texts.extend(" " + option_text(o) for o in q.options)
+        self.precheck(texts)
         pieces = iter(self.text_ids(texts))
         state_ids = (self.state_id, *next(pieces))
         branches = []
@@ -200,6 +229,7 @@ class Encoder:
         for q in request.questions:
             texts.append(lm_prompt(q))
             texts.extend(lm_answers(q))
+        self.precheck(texts)
         pieces = iter(self.text_ids(texts))
         state_ids = tuple(next(pieces))
         branches = []

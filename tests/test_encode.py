@@ -136,3 +136,28 @@ def test_encoder_is_thread_safe():
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda _: enc.encode(req), range(400)))
     assert all(g == want for g in got)
+
+
+def test_a_huge_state_is_refused_before_tokenizing(monkeypatch):
+    """7.6 MB of one word took 12 s to tokenize before its 413 and held the (serialised) tokenizer for
+    everyone: the byte-count bound refuses it without a tokenizer call."""
+    import time
+
+    from kevlike.schema import RequestError, validate_request
+
+    enc = Encoder(make_tokenizer(), 8192)
+    calls = []
+    monkeypatch.setattr(enc, "text_ids", lambda texts: calls.append(texts) or [])
+    req = validate_request({"state": "a" * 7_600_000, "questions": {"q": {"type": "noul", "instructions": "x"}}})
+    t0 = time.perf_counter()
+    with pytest.raises(RequestError) as e:
+        enc.encode(req)
+    assert time.perf_counter() - t0 < 1.0 and not calls and e.value.status == 413
+    assert e.value.errors[0]["loc"] == ["body", "state"]
+    assert e.value.errors[0]["msg"].startswith(f"state is at least {7_600_000 // enc.max_token_bytes} tokens")
+
+
+@pytest.mark.parametrize("text", ["", "a", "word " * 300, "ü€𝐀 " * 200, "a" * 5000, "<decide></opt>" * 50])
+def test_the_byte_bound_never_exceeds_the_real_token_count(text):
+    enc = Encoder(make_tokenizer())
+    assert enc.min_tokens(text) <= len(enc.text_ids([text])[0])
