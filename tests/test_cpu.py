@@ -114,3 +114,15 @@ def test_int8_needs_the_cpu_and_float32():
         Engine.from_pretrained("no-such-model", quantize="int4")
     with pytest.raises(ValueError, match="runs on the CPU from float32 weights"):
         Engine.from_pretrained("no-such-model", quantize="int8", dtype="bfloat16")
+
+
+def test_gpu_check_script_parses_and_refuses_without_cuda():
+    """scripts/gpu_check.sh is prepared for a CUDA machine; here it must parse, and stop at once."""
+    import subprocess
+
+    assert subprocess.run(["bash", "-n", "scripts/gpu_check.sh"]).returncode == 0
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: run the script itself")
+    r = subprocess.run(["bash", "scripts/gpu_check.sh"], capture_output=True, text=True, env={
+        **__import__("os").environ, "OUT": "/tmp/kevlike-gpu-check-test"})
+    assert r.returncode != 0 and "no CUDA device" in r.stderr
