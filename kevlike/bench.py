@@ -117,6 +117,41 @@ def compiled_frames() -> int:
 
 
 @torch.inference_mode()  # every mode without autograd (a grad-enabled forward keeps all activations)
+def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 1024, reps: int = 5) -> float:
+    """The machine's matmul rate in GFLOP/s for ``dtype``: ``torch.mm`` of two ``[n, n]`` matrices,
+    ``2 n³`` FLOP, best of ``reps`` after a warm-up, at the current thread count — the roof the packed
+    pass is compared with (its projections and MLPs are matmuls of this kind)."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(reps):
+        if a.is_cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        torch.mm(a, b)
+        if a.is_cuda:
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best / 1e9
+
+
+def packed_flops(model, enc: EncodedRequest) -> float:
+    """FLOP of one packed forward pass over ``enc`` (pointer template) up to the last hidden states: ``2 · P · T`` for the
+    P weights of the decoder layers' Linear projections over T tokens, plus attention ``4 · layers ·
+    d_attn · pairs`` (QKᵀ and AV) over the (query, key) pairs the branch mask lets attend: the state's
+    causal triangle, and per branch of length L its L·S state pairs and its own triangle. Norms,
+    activations and the readout are left out (≪ 1 %)."""
+    cfg = model.config
+    layers = model.get_decoder().layers if hasattr(model, "get_decoder") else model.model.layers
+    weights = sum(m.weight.numel() for layer in layers for m in layer.modules() if isinstance(m, torch.nn.Linear))
+    S = len(enc.state_ids)
+    lens = [len(b.ids) for b in enc.branches]                    # pointer template: no answer sub-branches
+    pairs = S * (S + 1) // 2 + sum(L * S + L * (L + 1) // 2 for L in lens)
+    d_attn = cfg.num_attention_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
+    return 2.0 * weights * (S + sum(lens)) + 4.0 * len(layers) * d_attn * pairs
+
+
 def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict | None = None,
                max_separate_tokens: int | None = None) -> dict:
     """Time every mode on one request. ``others``: extra engines (same model, other attention
@@ -158,6 +193,8 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
     row["speedup_separate_over_packed"] = (row["modes"]["separate"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
                                            if "separate" in row["modes"] else None)
     row["speedup_prefix_over_packed"] = row["modes"]["prefix"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
+    row["packed_gflop"] = packed_flops(engine.model, enc) / 1e9
+    row["packed_gflops"] = row["packed_gflop"] / (row["modes"]["packed"]["p50_ms"] / 1000)
     return row
 
 
@@ -252,7 +289,10 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     texts = [json.loads(p.read_text())["state"] for p in sorted(Path("examples").glob("*.json"))
              if not p.name.endswith(".meta.json")] or ["The quick brown fox jumps over the lazy dog."]
     results = []
-    print(f"model={eng.name} dtype={eng.dtype} ({eng.dtype_reason}) backend={eng.backend} threads={torch.get_num_threads()} reps={reps}")
+    threads = eng.thread_policy.apply(force=True) if eng.device.type == "cpu" else torch.get_num_threads()
+    peak = matmul_peak_gflops(next(eng.model.parameters()).dtype, eng.device)
+    print(f"model={eng.name} dtype={eng.dtype} ({eng.dtype_reason}) backend={eng.backend} threads={threads} reps={reps}")
+    print(f"matmul peak ({eng.dtype}, torch.mm 1024³, {threads} threads): {peak:.0f} GFLOP/s")
     print(f"{'S':>5} {'Q':>3} {'K':>3} {'mode':>12} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>7} {'tokens':>7} "
           f"{'peak MiB':>8} {'compiles':>8}")
     for s in grid["S"]:
@@ -267,10 +307,14 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
                 sep = (f"separate/packed {sp:.2f}x (FLOP model {row['flop_ratio']:.2f}x, {sp / row['flop_ratio']:.0%})"
                        if sp is not None else f"separate skipped (FLOP model {row['flop_ratio']:.2f}x)")
                 extra = "".join(f"; {n} max|dz| {row[f'{n}_max_abs_dz']:.1e}" for n in others)
+                row["share_of_peak"] = row["packed_gflops"] / peak
+                print(f"{'':13} packed pass {row['packed_gflop']:.1f} GFLOP at {row['packed_gflops']:.0f} GFLOP/s = "
+                      f"{row['share_of_peak']:.0%} of the matmul peak")
                 print(f"{'':13} {sep}; prefix/packed {row['speedup_prefix_over_packed']:.2f}x; "
                       f"prefix max|dz| {row['prefix_max_abs_dz']:.1e}{extra}", flush=True)
     if json_path:
-        Path(json_path).write_text(json.dumps({"model": eng.name, "dtype": eng.dtype, "dtype_reason": eng.dtype_reason, "threads": torch.get_num_threads(),
+        Path(json_path).write_text(json.dumps({"model": eng.name, "dtype": eng.dtype, "dtype_reason": eng.dtype_reason, "threads": threads,
+                                               "matmul_peak_gflops": peak,
                                                "backend": eng.backend, "compare": list(others), "reps": reps,
                                                "machine": machine(), "results": results}, indent=2))
     print()
