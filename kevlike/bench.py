@@ -116,7 +116,7 @@ def compiled_frames() -> int:
     return int(counters["frames"]["ok"])
 
 
-@torch.inference_mode()  # every mode without autograd (a grad-enabled forward keeps all activations)
+@torch.inference_mode()
 def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 1024, reps: int = 5) -> float:
     """The machine's matmul rate in GFLOP/s for ``dtype``: ``torch.mm`` of two ``[n, n]`` matrices,
     ``2 n³`` FLOP, best of ``reps`` after a warm-up, at the current thread count — the roof the packed
@@ -152,6 +152,7 @@ def packed_flops(model, enc: EncodedRequest) -> float:
     return 2.0 * weights * (S + sum(lens)) + 4.0 * len(layers) * d_attn * pairs
 
 
+@torch.inference_mode()  # every mode without autograd (a grad-enabled forward keeps all activations)
 def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict | None = None,
                max_separate_tokens: int | None = None) -> dict:
     """Time every mode on one request. ``others``: extra engines (same model, other attention
