@@ -11,6 +11,8 @@ is answered by four modes:
 2. ``separate``: one ``[state][branch]`` forward per question;
 3. ``prefix``: the state encoded once into a transformers KV cache, a copy of it extended by each
    question's branch (the strongest naive alternative);
+   ``cached-state``: the engine's state cache (:mod:`kevlike.state_cache`) on a hit — the state's
+   keys/values already cached, only the branches run (what a second request about a state costs);
 4. ``batched``: ``--batch`` copies of the request padded into one packed forward (per-request figures).
 
 Reported per mode: ms per request (p50, p95 over ``--reps`` repetitions after a warm-up),
@@ -38,6 +40,7 @@ import torch
 from .encode import EncodedRequest
 from .heads import PointerHead, pointer_logits
 from .schema import validate_request
+from .state_cache import StateCache, cached_branch_logits
 
 QUICK = {"S": [256], "Q": [1, 2, 4], "K": [4]}  # with 2 repetitions: the "under two minutes" grid
 FULL = {"S": [256, 1024, 4096], "Q": [1, 4, 16, 64], "K": [4, 16]}
@@ -169,6 +172,7 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
         **{f"packed-{name}": ((lambda e=e: e.question_logits([enc])), 1, S + sum(lens)) for name, e in others.items()},
         "separate": (lambda: [engine.question_logits([s]) for s in singles], 1, Q * S + sum(lens)),
         "prefix": (lambda: prefix_cache_logits(engine, enc), 1, S + sum(lens)),
+        "cached-state": (lambda: cached_branch_logits(engine, enc, state_cache)[0], 1, sum(lens)),
         f"batched x{batch}": (lambda: engine.question_logits([enc] * batch), batch, batch * (S + sum(lens))),
     }
     if max_separate_tokens is not None and Q * S + sum(lens) > max_separate_tokens:
@@ -177,6 +181,9 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
            "flop_ratio": (Q * S + sum(lens)) / (S + sum(lens)), "modes": {}}
     z_packed = engine.question_logits([enc])[0]
     z_prefix = prefix_cache_logits(engine, enc)
+    state_cache = StateCache(max_mb=1 << 20)
+    z_cached, _ = cached_branch_logits(engine, enc, state_cache)      # the miss: fills the cache
+    row["cached_max_abs_dz"] = max((a - b).abs().max().item() for a, b in zip(z_packed, z_cached))
     row["prefix_max_abs_dz"] = max((a - b).abs().max().item() for a, b in zip(z_packed, z_prefix))
     first_frames = {}
     for name, e in others.items():
@@ -194,6 +201,7 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
     row["speedup_separate_over_packed"] = (row["modes"]["separate"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
                                            if "separate" in row["modes"] else None)
     row["speedup_prefix_over_packed"] = row["modes"]["prefix"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
+    row["speedup_packed_over_cached"] = row["modes"]["packed"]["p50_ms"] / row["modes"]["cached-state"]["p50_ms"]
     row["packed_gflop"] = packed_flops(engine.model, enc) / 1e9
     row["packed_gflops"] = row["packed_gflop"] / (row["modes"]["packed"]["p50_ms"] / 1000)
     return row
@@ -311,6 +319,8 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
                 row["share_of_peak"] = row["packed_gflops"] / peak
                 print(f"{'':13} packed pass {row['packed_gflop']:.1f} GFLOP at {row['packed_gflops']:.0f} GFLOP/s = "
                       f"{row['share_of_peak']:.0%} of the matmul peak")
+                print(f"{'':13} packed/cached-state {row['speedup_packed_over_cached']:.2f}x (state from the cache; "
+                      f"max|dz| {row['cached_max_abs_dz']:.1e})")
                 print(f"{'':13} {sep}; prefix/packed {row['speedup_prefix_over_packed']:.2f}x; "
                       f"prefix max|dz| {row['prefix_max_abs_dz']:.1e}{extra}", flush=True)
     if json_path:

@@ -181,7 +181,7 @@ def _cmd_serve(args) -> int:
                               limits=Limits(max_request_tokens=args.max_request_tokens))
         serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
               script_policy=args.script_policy, option_orders=args.option_orders,
-              log_level=args.log_level, threads=args.threads)
+              log_level=args.log_level, threads=args.threads, state_cache_mb=args.state_cache_mb)
     except ListenError as e:
         return _fail(str(e), EXIT_LISTEN)
     except Exception as e:
@@ -396,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: kevlike-default)")
     s.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
     s.add_argument("--threads", type=_threads, default=None, help=threads_help)
+    s.add_argument("--state-cache-mb", type=float, default=256.0, metavar="MB",
+                   help="MiB of state keys/values kept per model between requests: a request whose state (or a "
+                        "prefix of it) was seen recently runs only its questions; 0 turns it off")
     s.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: annotate (report it in the response) "
                         "or refuse it (422)")

@@ -22,6 +22,7 @@ from .kernels import attention_inputs, check_backend, default_backend
 from .pack import pack
 from .render import render_text
 from .schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError, parse_request, validate_request
+from .state_cache import StateCache, cached_branch_logits
 from .threads import ThreadPolicy
 
 MODES = ("packed", "separate")
@@ -151,6 +152,9 @@ class Engine:
         threads: torch's intra-op threads on the CPU: ``"auto"`` (the cores other processes leave
             free, re-measured at most once a second, see :mod:`kevlike.threads`), a fixed count, or
             None (``KEVLIKE_THREADS``, else ``auto``). Off the CPU it is ignored.
+        state_cache_mb: MiB of state keys/values kept between requests (:mod:`kevlike.state_cache`;
+            0 = off, the default): a request whose state, or a prefix of it, was seen recently runs
+            only the rest; responses then carry ``x_cached_tokens``. Pointer readout only.
 
     Raises:
         ValueError: an unknown backend or script policy, ``option_orders`` outside
@@ -160,8 +164,15 @@ class Engine:
     def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
                  temperatures: TemperatureTable | None = None, backend: str | None = None,
                  limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate",
-                 option_orders: int = 1, threads: int | str | None = None):
+                 option_orders: int = 1, threads: int | str | None = None, state_cache_mb: float = 0):
         check_option_orders(option_orders)
+        if state_cache_mb and head is None:
+            raise ValueError("the state cache serves the pointer readout; this model has none (LM readout)")
+        self.sliding_window = bool(getattr(model.config, "use_sliding_window", False)
+                                   or "sliding_attention" in (getattr(model.config, "layer_types", None) or ()))
+        if state_cache_mb and self.sliding_window:
+            raise ValueError("the state cache does not support sliding-window attention layers (this backbone has them)")
+        self.state_cache = StateCache(state_cache_mb) if state_cache_mb else None
         self.thread_policy = threads if isinstance(threads, ThreadPolicy) else ThreadPolicy.from_env(threads)
         self.model = model
         self.name = name
@@ -194,7 +205,7 @@ class Engine:
                         device: str | torch.device | None = None, backend: str | None = None,
                         limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
                         option_orders: int | None = None, threads: int | str | None = None,
-                        quantize: str | None = None) -> "Engine":
+                        quantize: str | None = None, state_cache_mb: float = 0) -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
         ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
@@ -235,7 +246,8 @@ class Engine:
                 option_orders = int(manifest.get("option_orders", 1))
             engine = cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
                          backend=backend, limits=limits, scripts=manifest.get("scripts"),
-                         script_policy=script_policy, option_orders=option_orders, threads=policy)
+                         script_policy=script_policy, option_orders=option_orders, threads=policy,
+                         state_cache_mb=state_cache_mb)
         else:
             engine = cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
                          option_orders=1 if option_orders is None else option_orders, threads=policy)
@@ -343,7 +355,13 @@ class Engine:
         if not prepared:
             return []
         encoded = [e for _, e in prepared]
-        if mode == "packed":
+        cached = [None] * len(encoded)
+        if mode == "packed" and self.state_cache is not None:
+            if self.device.type == "cpu":
+                self.thread_policy.apply()
+            logits, cached = zip(*(cached_branch_logits(self, e, self.state_cache) for e in encoded))
+            tokens = [e.n_tokens for e in encoded]
+        elif mode == "packed":
             logits = self.question_logits(encoded)
             tokens = [e.n_tokens for e in encoded]
         else:
@@ -352,18 +370,21 @@ class Engine:
                 singles = [enc.only_question(q) for q in range(enc.n_questions)]
                 logits.append([self.question_logits([s])[0][0] for s in singles])
                 tokens.append(sum(s.n_tokens for s in singles))
-        return [self._respond(req, z, n) for (req, _), z, n in zip(prepared, logits, tokens)]
+        return [self._respond(req, z, n, c) for (req, _), z, n, c in zip(prepared, logits, tokens, cached)]
 
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
         """Calibrated probabilities per question: ``softmax(z / T(type, K))``."""
         return [softmax_order_free(q, z, self.temperatures.lookup(q.type, len(q.options)))
                 for q, z in zip(request.questions, logits)]
 
-    def _respond(self, request: Request, logits: list[torch.Tensor], n_tokens: int) -> dict:
+    def _respond(self, request: Request, logits: list[torch.Tensor], n_tokens: int, cached: int | None = None) -> dict:
         probs = self.probabilities(request, logits)
         answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
         from .scripts import detect_script
 
         report = detect_script(render_text(request.state))
-        return {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0},
-                "x_input": report.as_dict(self.script_trained(report.script))}
+        out = {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0},
+               "x_input": report.as_dict(self.script_trained(report.script))}
+        if cached is not None:  # with a state cache: the input tokens whose keys/values came from it
+            out["x_cached_tokens"] = cached
+        return out

@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .batcher import Batcher, QueueFullError
 from .schema import DEFAULT_LIMITS, Limits, RequestError, parse_request
+from .state_cache import StateCache
 
 log = logging.getLogger("kevlike.server")
 
@@ -273,12 +274,14 @@ def listen_socket(host: str, port: int, backlog: int = 2048):
 
 def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
           config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate",
-          option_orders: int | None = None, threads: int | str | None = None) -> None:
+          option_orders: int | None = None, threads: int | str | None = None, state_cache_mb: float = 256.0) -> None:
     """Listen on ``host:port``, load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
     normally, so the process can exit 0. ``option_orders``: see :class:`kevlike.engine.Engine`
     (None: each model's own setting). ``threads``: torch's CPU threads, ``"auto"``, N or None
-    (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.threads`).
+    (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.threads`). ``state_cache_mb``: per model, see
+    :mod:`kevlike.state_cache` (0 = off; models without a pointer head or with sliding-window layers
+    are served without it).
 
     The socket is bound and listening before any model loads (:func:`listen_socket`): a busy port
     fails at once, not after the load, and no other process can take the port in between.
@@ -306,6 +309,8 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
         for m in models:
             eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
                                          option_orders=option_orders, threads=threads)
+            if state_cache_mb and eng.head is not None and not eng.sliding_window:
+                eng.state_cache = StateCache(state_cache_mb)
             engines[eng.name] = eng
             entry = MODELS.get(eng.name)
             info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",
@@ -331,7 +336,8 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
             first.thread_policy.apply(force=True)
             log.info("CPU threads: %s", first.thread_policy.describe())
             for eng in engines.values():
-                log.info("model %s: %s (%s)", eng.name, eng.dtype, eng.dtype_reason)
+                log.info("model %s: %s (%s); state cache %s", eng.name, eng.dtype, eng.dtype_reason,
+                         f"{eng.state_cache.max_bytes / 2 ** 20:g} MiB" if eng.state_cache else "off")
             server.run(sockets=[sock])
         except SystemExit as e:  # uvicorn exits the process when its startup fails
             raise SetupError(f"the HTTP server did not start (uvicorn exit status {e.code}; see the log)") from None

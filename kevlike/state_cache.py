@@ -1,0 +1,152 @@
+"""A state computed once: an LRU cache of the state's per-layer keys and values.
+
+Users ask several rounds of questions about the same text (a ticket, a document, a conversation
+that grows). The packed pass (docs/DESIGN.md §6) already reads the state once per request; this cache
+reads it once per *state*: the keys/values of every decoder layer over the state's tokens are kept,
+keyed by the exact token ids of the state (which encode the model's tokenizer and template; one cache
+belongs to one engine, i.e. one model), and a later request runs only its branches against them:
+
+* **hit** — the same state tokens: no state forward at all;
+* **prefix** — the state *extends* a cached one (a conversation that grew): only the new tokens run,
+  on top of the longest cached prefix; the extended state is cached too;
+* **miss** — the state runs once and is cached.
+
+The branches then run back to back in one row on top of the state's keys/values (transformers'
+``DynamicCache``), under a ``[ΣL, S + ΣL]`` mask with positions ``S…S+L−1`` per branch — exactly
+the positions and visibility of the packed pass: each branch sees the state and itself. The shared
+cache is extended in place and cropped back to the state after the pass, so an engine with a state
+cache must not run two forward passes at once (the server runs one model thread per model). Answers equal the
+uncached packed path to float rounding (≤ 1e-5 in fp32, tested on tiny models and the real backbone).
+
+Memory: a state costs ``2 · layers · kv_heads · head_dim · bytes`` per token (46 KB per token for
+SmolLM2-135M in fp32, 23.6 MB for a 512-token state); entries are evicted least recently used once
+their sum exceeds ``max_mb``. ``max_mb = 0`` turns the cache off. Pointer readout only.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import OrderedDict
+
+import torch
+
+
+def cache_nbytes(cache) -> int:
+    """Bytes of the key/value tensors of a transformers cache."""
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total
+
+
+class StateCache:
+    """LRU of state keys/values, keyed by the state's token ids, capped at ``max_mb`` MiB.
+
+    Raises:
+        ValueError: a negative ``max_mb``.
+    """
+
+    def __init__(self, max_mb: float):
+        if max_mb < 0:
+            raise ValueError(f"state cache size must be >= 0 MB, got {max_mb}")
+        self.max_bytes = int(max_mb * 2 ** 20)
+        self._entries: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.bytes = 0
+        self.hits = self.prefix_hits = self.misses = 0
+
+    def lookup(self, ids: tuple[int, ...]) -> tuple[int, object | None]:
+        """``(n, cache)``: the cached keys/values of the longest cached prefix of ``ids`` (``n`` tokens;
+        ``n == len(ids)`` on an exact hit), or ``(0, None)``. The cache object is shared: copy it
+        before extending it."""
+        with self._lock:
+            if ids in self._entries:
+                self._entries.move_to_end(ids)
+                self.hits += 1
+                return len(ids), self._entries[ids][0]
+            best = None
+            for key in self._entries:
+                if len(key) < len(ids) and (best is None or len(key) > len(best)) and ids[:len(key)] == key:
+                    best = key
+            if best is None:
+                self.misses += 1
+                return 0, None
+            self._entries.move_to_end(best)
+            self.prefix_hits += 1
+            return len(best), self._entries[best][0]
+
+    def put(self, ids: tuple[int, ...], cache) -> None:
+        """Keep ``cache`` for ``ids``; evict least recently used entries beyond the cap (a state larger
+        than the whole cap is not kept)."""
+        size = cache_nbytes(cache)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            if ids in self._entries:
+                self.bytes -= self._entries.pop(ids)[1]
+            self._entries[ids] = (cache, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, n) = self._entries.popitem(last=False)
+                self.bytes -= n
+
+    def discard(self, ids: tuple[int, ...]) -> None:
+        """Forget the entry for ``ids`` (if any)."""
+        with self._lock:
+            if ids in self._entries:
+                self.bytes -= self._entries.pop(ids)[1]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@torch.inference_mode()
+def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[torch.Tensor], int]:
+    """Pointer logits per question (as :meth:`kevlike.engine.Engine.question_logits` returns for one
+    request) computed from the cached state, and the number of state tokens that came from the cache.
+
+    ``engine``: an :class:`~kevlike.engine.Engine` with a pointer head; ``enc``: one encoded request.
+    """
+    from .engine import pool_orders
+
+    body = engine.model.get_decoder()
+    dev = engine.device
+    state = tuple(enc.state_ids)
+    S = len(state)
+    n_cached, kv = state_cache.lookup(state)
+    if n_cached < S:
+        rest = torch.tensor([state[n_cached:]], device=dev)
+        pos = torch.arange(n_cached, S, device=dev)[None]
+        kv = copy.deepcopy(kv) if kv is not None else None
+        kv = body(input_ids=rest, position_ids=pos, cache=kv, use_cache=True).cache
+        state_cache.put(state, kv)
+    # all branches in one row after the cached state: a [ΣL, S + ΣL] mask lets each branch see the
+    # state and its own causal prefix (no branch sees another), positions restart at S per branch;
+    # the shared cache is extended in place and cropped back to the state afterwards (no copies)
+    branches = enc.branches
+    lens = [len(b.ids) for b in branches]
+    T = sum(lens)
+    ids = torch.tensor([[t for b in branches for t in b.ids]], device=dev)
+    pos = torch.cat([torch.arange(S, S + n, device=dev) for n in lens])[None]
+    seg = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(lens, device=dev))
+    local = pos[0] - S
+    visible = (seg[:, None] == seg[None, :]) & (local[None, :] <= local[:, None])           # (T, T)
+    mask = torch.cat([torch.ones((T, S), dtype=torch.bool, device=dev), visible], 1)[None, None]
+    try:
+        h = body(input_ids=ids, attention_mask=mask, position_ids=pos, cache=kv, use_cache=True).last_hidden_state[0]
+    except BaseException:
+        state_cache.discard(state)                # its layers may be extended unevenly: never reuse it
+        raise
+    kv.crop(-(kv.get_seq_length() - S))           # transformers 5: a negative count removes that many tokens
+    starts = [sum(lens[:j]) for j in range(len(lens))]
+    K = max(len(b.options) for b in branches)
+    z = torch.full((len(branches), K), float("-inf"))
+    for j, b in enumerate(branches):
+        h_dec = h[[starts[j] + b.decide]][None]                          # (1, 1, d)
+        h_opt = h[[starts[j] + o for o in b.options]][None, None]        # (1, 1, K_j, d)
+        mask = torch.ones((1, 1, len(b.options)), dtype=torch.bool, device=dev)
+        z[j, :len(b.options)] = engine.head(h_dec, h_opt, mask)[0, 0].float().cpu()
+    return pool_orders(enc, z), n_cached
