@@ -94,6 +94,10 @@ def _cmd_decide(args) -> int:
         return _fail(f"invalid request: {e.one_line()}")
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
+    if (err := _threads_env_error(args)) is not None:
+        return _fail(err)
+    if args.quantize and args.dtype == "bfloat16":
+        return _fail("--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)")
     from .backbones import ModelNotFoundError, SetupError  # torch: only once the request is valid
     from .engine import Engine
 
@@ -171,6 +175,8 @@ def _cmd_serve(args) -> int:
     from .server import ListenError, ServerConfig, api_keys_from_env, serve
 
     if (err := _option_orders_error(args)) is not None:
+        return _fail(err)
+    if (err := _threads_env_error(args)) is not None:
         return _fail(err)
     if not 0 <= args.port <= 65535:
         return _fail(f"--port must be from 0 to 65535, got {args.port}")
@@ -305,16 +311,41 @@ def _cmd_calibrate(args) -> int:
 
 
 def _threads(value: str) -> int | str:
-    """``--threads``: ``auto`` or a positive integer (argparse type)."""
+    """``--threads``: ``auto`` or an integer from 1 to 256 (argparse type)."""
     if value == "auto":
         return value
     try:
         n = int(value)
     except ValueError:
         n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a positive integer, got {value!r}")
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer from 1 to 256, got {value!r}")
     return n
+
+
+def _threads_env_error(args) -> str | None:
+    """The error of ``KEVLIKE_THREADS`` when ``--threads`` is not given and the variable is invalid
+    (checked before any model loads; imports no torch)."""
+    if args.threads is not None:
+        return None
+    from .threads import ThreadPolicy
+
+    try:
+        ThreadPolicy.from_env(None)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _megabytes(value: str) -> float:
+    """``--state-cache-mb``: a finite number >= 0 (argparse type)."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = -1.0
+    if not (x >= 0 and x < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a number of MiB >= 0 (0 turns it off), got {value!r}")
+    return x
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -396,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: kevlike-default)")
     s.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
     s.add_argument("--threads", type=_threads, default=None, help=threads_help)
-    s.add_argument("--state-cache-mb", type=float, default=256.0, metavar="MB",
+    s.add_argument("--state-cache-mb", type=_megabytes, default=256.0, metavar="MB",
                    help="MiB of state keys/values kept per model between requests: a request whose state (or a "
                         "prefix of it) was seen recently runs only its questions; 0 turns it off")
     s.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",

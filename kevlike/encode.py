@@ -109,6 +109,10 @@ def option_orders(question: Question, n: int) -> list[tuple[int, ...]]:
     return orders
 
 
+TOKENIZE_CHUNK_CHARS = 65_536
+"""Characters of text tokenized per hold of the tokenizer lock (see :meth:`Encoder.text_ids`)."""
+
+
 class Encoder:
     """Turns validated :class:`~kevlike.schema.Request` objects into token ids.
 
@@ -173,14 +177,34 @@ class Encoder:
                        f"{self.limits.max_request_tokens}",
             }], status=413)
 
-    def text_ids(self, texts: list[str]) -> list[list[int]]:
+    def text_ids(self, texts: list[str], budget: int | None = None) -> list[list[int]]:
         """Token ids of each user text, with special-token splitting on (no text yields a reserved id).
-        Thread-safe (serialised: the server prepares requests on several threads)."""
-        if not texts:
-            return []
-        with self._lock:
-            out = self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        return [list(x) for x in out]
+        Thread-safe: the tokenizer is serialised, in chunks of at most :data:`TOKENIZE_CHUNK_CHARS`
+        characters (one text at least) with the lock released in between, so a request of thousands of
+        questions does not hold up other requests' tokenization for seconds.
+
+        Raises:
+            RequestError: 413 as soon as the texts tokenized so far exceed ``budget`` tokens (a lower
+                bound of the packed length: counting stops there).
+        """
+        out: list[list[int]] = []
+        total, i = 0, 0
+        while i < len(texts):
+            j, size = i + 1, len(texts[i])
+            while j < len(texts) and size + len(texts[j]) <= TOKENIZE_CHUNK_CHARS:
+                size += len(texts[j])
+                j += 1
+            with self._lock:
+                ids = self.tokenizer(texts[i:j], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            out.extend(list(x) for x in ids)
+            total += sum(len(x) for x in ids)
+            if budget is not None and total > budget:
+                raise RequestError([{
+                    "loc": ["body"], "type": "tokens_exceeded",
+                    "msg": f"request is more than {total} tokens (state + all branches; counting stopped after "
+                           f"{j} of {len(texts)} texts); the limit is {budget}"}], status=413)
+            i = j
+        return out
 
     # -- pointer template ------------------------------------------------------------------
     def encode(self, request: Request) -> EncodedRequest:
@@ -195,7 +219,7 @@ class Encoder:
             texts.append(" " + render_text(q.instructions))
             texts.extend(" " + option_text(o) for o in q.options)
         self.precheck(texts)
-        pieces = iter(self.text_ids(texts))
+        pieces = iter(self.text_ids(texts, budget=self.limits.max_request_tokens))
         state_ids = (self.state_id, *next(pieces))
         branches = []
         for qi, q in enumerate(request.questions):
@@ -230,7 +254,7 @@ class Encoder:
             texts.append(lm_prompt(q))
             texts.extend(lm_answers(q))
         self.precheck(texts)
-        pieces = iter(self.text_ids(texts))
+        pieces = iter(self.text_ids(texts, budget=self.limits.max_request_tokens))
         state_ids = tuple(next(pieces))
         branches = []
         for qi, q in enumerate(request.questions):

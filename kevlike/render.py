@@ -31,12 +31,18 @@ tokens and the same answers:
    (ﬁ → fi), no-break spaces become spaces; "…" becomes "...", "½" becomes "1⁄2", "²" becomes "2".
 2. Default-ignorable code points (the Unicode property ``Default_Ignorable_Code_Point``: zero-width
    space U+200B, word joiner U+2060, soft hyphen U+00AD, BOM U+FEFF, bidi controls, Hangul fillers,
-   tag characters …) are removed — they render as nothing. Kept: ZWNJ U+200C and ZWJ U+200D (they
-   change how Persian, Indic scripts and emoji sequences are drawn) and variation selectors.
+   …) are removed — they render as nothing. Kept: ZWNJ U+200C and ZWJ U+200D (they change how
+   Persian, Indic scripts and emoji sequences are drawn), variation selectors and tag characters
+   (the flags of England, Scotland, Wales). Removal comes before NFKC, so an invisible character
+   between a letter and its accent does not block their composition.
+
+In an object or array state, every string — object keys too — is normalised before the keys are
+sorted and the JSON is written (a full-width quote stays a quote *inside* a string, escaped).
 
 Option *keys* are normalised only in the text the model reads: the response reports every key
 exactly as the request sent it, byte for byte. Two keys that normalise to the same text (``"A"``
-and ``"𝐀"``) are read identically, so they get equal probabilities.
+and ``"𝐀"``) read the same, but at different places in the option list, so their probabilities
+differ as two identical options would.
 """
 
 from __future__ import annotations
@@ -48,8 +54,8 @@ import regex
 
 from .schema import Option, Question, Text
 
-_INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}--[\u200c\u200d\ufe00-\ufe0f\U000e0100-\U000e01ef]]",
-                           regex.V1)
+_INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}--[\u200c\u200d\ufe00-\ufe0f\U000e0100-\U000e01ef"
+                           r"\U000e0020-\U000e007f]]", regex.V1)
 
 
 def normalize_text(text: str) -> str:
@@ -57,16 +63,32 @@ def normalize_text(text: str) -> str:
     ASCII text is returned unchanged (it is already normal)."""
     if text.isascii():
         return text
-    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    # invisibles first: one between a letter and its combining accent would otherwise block composition
+    return unicodedata.normalize("NFKC", _INVISIBLE.sub("", text))
+
+
+def _normalize_json(value):
+    """Every string of a JSON value (object keys too) normalised; an object whose keys would collide after
+    normalisation keeps its keys as sent (no member is lost)."""
+    if isinstance(value, str):
+        return normalize_text(value)
+    if isinstance(value, list):
+        return [_normalize_json(v) for v in value]
+    if isinstance(value, dict):
+        keys = [normalize_text(k) if isinstance(k, str) else k for k in value]
+        if len(set(keys)) < len(keys):
+            keys = list(value)
+        return {k: _normalize_json(v) for k, v in zip(keys, value.values())}
+    return value
 
 
 def render_text(value: Text) -> str:
-    """A string normalised (:func:`normalize_text`); an object or array as canonical JSON (sorted keys,
-    compact separators, ``ensure_ascii=False``: key order carries no meaning, so it must not change the
-    tokens), then normalised as a whole."""
+    """A string normalised (:func:`normalize_text`); an object or array with every string (keys too)
+    normalised first, then as canonical JSON (sorted keys, compact separators, ``ensure_ascii=False``:
+    key order carries no meaning, so it must not change the tokens)."""
     if isinstance(value, str):
         return normalize_text(value)
-    return normalize_text(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+    return json.dumps(_normalize_json(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def option_text(option: Option) -> str:

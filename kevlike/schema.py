@@ -15,14 +15,15 @@ Decisions where the wire format is silent (also in the README):
 * an empty question id ``""`` is rejected (almost always a client bug, and ids are the only way
   to match answers to questions);
 * ``instructions`` is required (it may be an empty string), except on a ``noul`` question whose
-  ``criteria`` describe both answers (Jev accepts that; the instructions are then empty);
+  ``criteria`` describe an answer (at least one non-blank description; Jev accepts that; the
+  instructions are then empty);
 * unknown fields *inside a question* are rejected rather than ignored, so a misspelt ``critera``
   is an error, not a silently unconstrained question; unknown *top-level* fields (a client's
   ``"x_trace_id"``, ``"seed"``) are ignored as Jev ignores them, and listed in
   :attr:`Request.ignored_fields` (the server names them in the ``x-kevlike-ignored-fields`` header);
 * duplicate keys anywhere in the JSON are rejected (Python's json would keep the last one);
-* numbers ``NaN``/``Infinity``, numbers beyond the 64-bit float range (``1e400``, rejected with the
-  literal the client sent) and strings that cannot be encoded as UTF-8 (lone surrogates) are
+* numbers ``NaN``/``Infinity``, numbers with a fraction or exponent beyond the 64-bit float range
+  (``1e400``, rejected with the literal the client sent; integers are exact in JSON and kept) and strings that cannot be encoded as UTF-8 (lone surrogates) are
   rejected.
 """
 
@@ -312,7 +313,10 @@ def _validate_question(qid: str, q: Any, loc: list, limits: Limits, errors: list
                            "union_tag_invalid"))
         return None
     if "instructions" not in q:
-        if not (qtype == "noul" and isinstance(q.get("criteria"), dict) and q["criteria"]):
+        crit0 = q.get("criteria")
+        described = qtype == "noul" and isinstance(crit0, dict) and any(
+            (isinstance(v, str) and v.strip()) or (isinstance(v, (dict, list)) and v) for v in crit0.values())
+        if not described:
             errors.append(_err([*loc, "instructions"], "field required" + (
                 " (a noul question may omit it only when its criteria describe the answers)" if qtype == "noul" else ""),
                 "missing"))

@@ -20,6 +20,7 @@ out is running more ``kevlike serve`` processes behind any HTTP load balancer.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -33,7 +34,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .batcher import Batcher, QueueFullError
 from .schema import DEFAULT_LIMITS, Limits, RequestError, parse_request
-from .state_cache import StateCache
 
 log = logging.getLogger("kevlike.server")
 
@@ -56,8 +56,9 @@ class ServerConfig:
     def __post_init__(self):
         if self.max_batch < 1 or self.queue_size < 1 or self.max_batch_tokens < 1:
             raise ValueError("max_batch, queue_size and max_batch_tokens must be >= 1")
-        if self.timeout_s <= 0 or self.max_wait_ms < 0:
-            raise ValueError("timeout_s must be > 0 and max_wait_ms >= 0")
+        if not (0 < self.timeout_s < float("inf")) or not (0 <= self.max_wait_ms < float("inf")):
+            raise ValueError(f"timeout_s must be a finite number > 0 and max_wait_ms a finite number >= 0, got "
+                             f"{self.timeout_s} and {self.max_wait_ms}")
 
 
 def api_keys_from_env(path: str | None = None) -> frozenset:
@@ -101,6 +102,21 @@ def request_schema(limits: Limits = DEFAULT_LIMITS) -> dict:
                          "minItems": limits.min_levels, "maxItems": limits.max_levels, "items": text}]}}}},
         },
     }
+
+
+def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
+    """The ``x-kevlike-ignored-fields`` value: each ignored field name as a JSON string (ASCII, escaped, so
+    empty, space-edged, non-ASCII and control-character names stay visible and unambiguous), comma
+    separated, at most ``limit`` characters, then ``..., (N more)``."""
+    parts, used = [], 0
+    for i, name in enumerate(names):
+        text = json.dumps(name).replace("\x7f", "\\u007f")
+        if used + len(text) > limit:
+            parts.append(f"... ({len(names) - i} more)")
+            break
+        parts.append(text)
+        used += len(text) + 2
+    return ", ".join(parts)
 
 
 def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None):
@@ -212,13 +228,9 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             return _error(503, "timeout", f"not answered within {config.timeout_s:g} s", {"Retry-After": "5"})
         headers = {}
         if req.ignored_fields:
-            names = ", ".join(req.ignored_fields)
-            # printable ASCII only, no edge spaces (h11 refuses them after the response has started)
-            value = "".join(c if c.isascii() and c.isprintable() else "?" for c in names[:1024]).strip(" ,")
-            if value:
-                headers["x-kevlike-ignored-fields"] = value
+            headers["x-kevlike-ignored-fields"] = ignored_fields_header(req.ignored_fields)
             log.info("request id=%s ignored unknown top-level fields: %s", request.state.request_id,
-                     value or "(unprintable)")
+                     headers["x-kevlike-ignored-fields"])
         return JSONResponse(response, headers=headers)
 
     def _request_error(e: RequestError):
@@ -226,7 +238,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             return JSONResponse({"detail": e.errors}, status_code=422)
         return _error(e.status, "tokens_exceeded", e.one_line())
 
-    @app.api_route("/v1/models", methods=["GET", "HEAD"])
+    @app.get("/v1/models")
     async def models():
         """Served models and the aliases that resolve to them."""
         info = model_info or {}
@@ -234,12 +246,16 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
                             "release_date": info.get(n, {}).get("release_date", ""),
                             "aliases": [a for a, t in aliases.items() if t == n]} for n in engines]}
 
-    @app.api_route("/health", methods=["GET", "HEAD"])
+    @app.get("/health")
     async def health():
         """Liveness, and the requests waiting per model."""
         return {"status": "ok", "models": {n: {"waiting": b.waiting, "batches": b.batches, "answered": b.batched}
                                            for n, b in batchers.items()}}
 
+    # HEAD for monitors that probe with it: the same handlers, left out of the OpenAPI document (one
+    # operation id per path and method there)
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route("/v1/models", models, methods=["HEAD"], include_in_schema=False)
     return app
 
 
@@ -303,6 +319,7 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
     try:
         from .backbones import MODELS, SetupError
         from .engine import Engine
+        from .state_cache import StateCache
 
         engines = {}
         info = {}
@@ -337,7 +354,7 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
             log.info("CPU threads: %s", first.thread_policy.describe())
             for eng in engines.values():
                 log.info("model %s: %s (%s); state cache %s", eng.name, eng.dtype, eng.dtype_reason,
-                         f"{eng.state_cache.max_bytes / 2 ** 20:g} MiB" if eng.state_cache else "off")
+                         f"{eng.state_cache.max_bytes / 2 ** 20:g} MiB" if eng.state_cache is not None else "off")
             server.run(sockets=[sock])
         except SystemExit as e:  # uvicorn exits the process when its startup fails
             raise SetupError(f"the HTTP server did not start (uvicorn exit status {e.code}; see the log)") from None

@@ -50,8 +50,8 @@ class StateCache:
     """
 
     def __init__(self, max_mb: float):
-        if max_mb < 0:
-            raise ValueError(f"state cache size must be >= 0 MB, got {max_mb}")
+        if not (0 <= max_mb < float("inf")):
+            raise ValueError(f"state cache size must be a finite number of MB >= 0, got {max_mb}")
         self.max_bytes = int(max_mb * 2 ** 20)
         self._entries: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
         self._lock = threading.Lock()

@@ -70,8 +70,8 @@ class ThreadPolicy:
     """
 
     def __init__(self, threads: int | str = "auto"):
-        if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be 'auto' or a positive integer, got {threads!r}")
+        if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256):
+            raise ValueError(f"threads must be 'auto' or an integer from 1 to 256, got {threads!r}")
         self.threads = threads
         self.cores = usable_cores()
         self._mark = (_ticks(), time.monotonic())
@@ -89,8 +89,8 @@ class ThreadPolicy:
             raw = os.environ.get("KEVLIKE_THREADS", "auto").strip()
             try:
                 return cls("auto" if raw == "auto" else int(raw))
-            except ValueError:
-                raise ValueError(f"KEVLIKE_THREADS must be 'auto' or a positive integer, got {raw!r}") from None
+            except ValueError:  # not an integer, or out of range
+                raise ValueError(f"KEVLIKE_THREADS must be 'auto' or an integer from 1 to 256, got {raw!r}") from None
         return cls(threads)
 
     def apply(self, force: bool = False) -> int:

@@ -49,7 +49,7 @@ def test_fixed_counts_and_the_environment(monkeypatch, restore_threads):
     assert th.ThreadPolicy.from_env(None).threads == 3
     assert th.ThreadPolicy.from_env(2).threads == 2                    # an explicit value wins
     monkeypatch.setenv("KEVLIKE_THREADS", "many")
-    with pytest.raises(ValueError, match="KEVLIKE_THREADS must be 'auto' or a positive integer, got 'many'"):
+    with pytest.raises(ValueError, match="KEVLIKE_THREADS must be 'auto' or an integer from 1 to 256, got 'many'"):
         th.ThreadPolicy.from_env(None)
     for bad in (0, -1, "2", True, 1.5):
         with pytest.raises(ValueError, match="threads must be"):
@@ -70,7 +70,7 @@ def test_cli_threads_option():
 
     r = subprocess.run([sys.executable, "-m", "kevlike", "decide", "examples/review.json", "--threads", "0"],
                        capture_output=True, text=True)
-    assert r.returncode == 2 and "--threads: must be 'auto' or a positive integer, got '0'" in r.stderr
+    assert r.returncode == 2 and "--threads: must be 'auto' or an integer from 1 to 256, got '0'" in r.stderr
 
 
 AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
@@ -126,3 +126,33 @@ def test_gpu_check_script_parses_and_refuses_without_cuda():
     r = subprocess.run(["bash", "scripts/gpu_check.sh"], capture_output=True, text=True, env={
         **__import__("os").environ, "OUT": "/tmp/kevlike-gpu-check-test"})
     assert r.returncode != 0 and "no CUDA device" in r.stderr
+
+
+@pytest.mark.parametrize("argv,env,message", [
+    (["--threads", "99999"], {}, "--threads: must be 'auto' or an integer from 1 to 256"),
+    ([], {"KEVLIKE_THREADS": "abc"}, "KEVLIKE_THREADS must be 'auto' or an integer from 1 to 256, got 'abc'"),
+    (["--quantize", "int8", "--dtype", "bfloat16"], {}, "--quantize int8 quantizes float32 weights"),
+])
+def test_bad_cpu_settings_fail_before_any_model_loads(argv, env, message):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "kevlike", "decide", "examples/review.json", *argv],
+                       capture_output=True, text=True, env={**os.environ, **env})
+    assert r.returncode == 2 and message in r.stderr and r.stdout == ""
+    assert time.perf_counter() - t0 < 8          # no model load (that takes 10+ s on this machine)
+
+
+def test_server_settings_must_be_finite():
+    from kevlike.server import ServerConfig
+    from kevlike.state_cache import StateCache
+
+    for bad in ({"timeout_s": float("inf")}, {"timeout_s": float("nan")}, {"max_wait_ms": float("inf")}):
+        with pytest.raises(ValueError, match="finite"):
+            ServerConfig(**bad)
+    for bad in (float("inf"), float("nan"), -1):
+        with pytest.raises(ValueError, match="finite number of MB"):
+            StateCache(bad)

@@ -161,3 +161,25 @@ def test_a_huge_state_is_refused_before_tokenizing(monkeypatch):
 def test_the_byte_bound_never_exceeds_the_real_token_count(text):
     enc = Encoder(make_tokenizer())
     assert enc.min_tokens(text) <= len(enc.text_ids([text])[0])
+
+
+def test_tokenizing_stops_once_over_the_budget():
+    """4,900 questions of 1,632 characters: the byte bound cannot refuse them, so tokenizing stops at the
+    first chunk that passes the budget (it used to tokenize 8 MB, 4.5 s, holding the tokenizer lock)."""
+    from kevlike.encode import TOKENIZE_CHUNK_CHARS
+
+    enc = Encoder(make_tokenizer(), 8192, Limits(max_request_tokens=20_000))
+    enc.max_token_bytes = 10_000        # as a vocabulary with one very long token: the byte bound is weak
+    req = validate_request({"state": "x", "questions": {f"q{i}": {"type": "noul", "instructions": "word " * 300}
+                                                         for i in range(500)}})
+    with pytest.raises(RequestError) as e:
+        enc.encode(req)
+    msg = e.value.errors[0]["msg"]
+    # 1 state + 500 × (instructions, "true", "false") = 1,501 texts; one chunk of 64 Ki characters holds
+    # ~43 questions of 1,500 characters, already 51,859 tokens: counting stops after the first chunk
+    assert e.value.status == 413 and "of 1501 texts" in msg
+    stopped = int(msg.split("counting stopped after ")[1].split(" ")[0])
+    assert 3 * (TOKENIZE_CHUNK_CHARS // 1501) - 3 <= stopped <= 3 * (TOKENIZE_CHUNK_CHARS // 1501) + 3
+    small = validate_request({"state": "x", "questions": {f"q{i}": {"type": "noul", "instructions": "word " * 30}
+                                                           for i in range(50)}})
+    assert enc.encode(small).n_tokens > 0                                   # under the budget: unchanged

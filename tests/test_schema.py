@@ -75,6 +75,7 @@ def test_noul_with_criteria_may_omit_instructions():
     q = validate_request(with_question({"type": "noul", "criteria": {"true": "the order is late", "false": None}}))
     assert q.questions[0].instructions == "" and q.questions[0].options[0].description == "the order is late"
     for bad in ({"type": "noul", "criteria": None}, {"type": "noul", "criteria": {}},
+                {"type": "noul", "criteria": {"true": None, "false": None}}, {"type": "noul", "criteria": {"true": " "}},
                 {"type": "choice", "criteria": {"a": None, "b": None}}):
         e = only_error(with_question(bad))
         assert e["loc"] == ["body", "questions", "q", "instructions"] and e["type"] == "missing"

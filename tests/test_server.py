@@ -167,7 +167,7 @@ def test_jev_client_extras_are_accepted(server):
     instructions is answered; extensions of the response carry an x_ prefix."""
     status, headers, out, _ = server.post({"state": "dog", "x_trace_id": "abc", "seed": 7, "questions": {
         "q": NOUL, "c": {"type": "noul", "criteria": {"true": "a dog is mentioned", "false": None}}}})
-    assert status == 200 and headers["x-kevlike-ignored-fields"] == "x_trace_id, seed"
+    assert status == 200 and headers["x-kevlike-ignored-fields"] == '"x_trace_id", "seed"'
     assert list(out["answers"]) == ["q", "c"] and 0 <= out["answers"]["c"]["noul"] <= 1
     assert {k for k in out if not k.startswith("x_")} == {"model", "answers", "usage"} and "x_input" in out
     status, headers, _, _ = server.post({"state": "dog", "questions": {"q": NOUL}})
@@ -197,8 +197,17 @@ def test_ignored_field_names_never_break_the_response_header(server, extra):
     """Found by `python -m kevlike.eval.fuzz`: a header value with edge spaces made h11 drop the connection."""
     status, headers, out, _ = server.post({"state": "s", "questions": {"q": NOUL}, **extra})
     assert status == 200 and list(out["answers"]) == ["q"]
-    value = headers.get("x-kevlike-ignored-fields", "")
-    assert value == value.strip() and value.isascii() and len(value) <= 1024
+    value = headers["x-kevlike-ignored-fields"]
+    assert value == value.strip() and value.isascii() and len(value) <= 1024 and value.isprintable()
+
+
+def test_ignored_fields_header_names_every_field_unambiguously():
+    from kevlike.server import ignored_fields_header
+
+    assert ignored_fields_header(("", " ", "ключ", "a\nb", "a\x7fb")) == \
+        '"", " ", "\\u043a\\u043b\\u044e\\u0447", "a\\nb", "a\\u007fb"'
+    many = ignored_fields_header(tuple(f"f{i:03d}" for i in range(300)), limit=100)
+    assert many == ", ".join(f'"f{i:03d}"' for i in range(12)) + ", ... (288 more)"
 
 
 # --- fuzz: hostile and malformed requests never get a 5xx ----------------------------------

@@ -107,3 +107,17 @@ def test_issue_cases_on_the_default_model(default_engine):
         assert got["angry"]["noul"] == pytest.approx(ref["angry"]["noul"], abs=1e-3)
         for k, p in ref["team"]["probabilities"].items():
             assert got["team"]["probabilities"][k] == pytest.approx(p, abs=1e-3)
+
+
+def test_invisibles_go_before_composition_and_objects_are_normalised_per_string():
+    """Found by trying to break it: an invisible between a letter and its accent blocked NFKC's
+    composition; object keys were sorted before normalisation; a full-width quote became a raw quote
+    inside the JSON text."""
+    assert normalize_text("cafe\u200b\u0301") == normalize_text("caf\u00e9") == "caf\u00e9"
+    assert normalize_text("\u1100\u200b\u1161") == normalize_text("\u1100\u1161")
+    assert render_text({bold("body"): 1, "customer": 2}) == render_text({"body": 1, "customer": 2}) \
+        == '{"body":1,"customer":2}'
+    assert render_text({"x": "＂hi＂"}) == render_text({"x": '"hi"'}) == '{"x":"\\"hi\\""}'
+    assert render_text({"A": 1, bold("A"): 2}) == '{"A":1,"' + bold("A") + '":2}'    # collision: keys kept
+    flag = "🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"           # England: tags kept
+    assert normalize_text(flag) == flag
