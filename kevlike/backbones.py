@@ -121,8 +121,8 @@ MODELS = {
     DEFAULT_MODEL: ModelEntry(
         name=DEFAULT_MODEL,
         backbone="smollm2-135m-instruct",
-        description="SmolLM2-135M-Instruct + LoRA r=16 + pointer head, trained on Banking77, CLINC150, SMS spam and "
-                    "VADER ratings (model card: kevlike/models/default/MODEL_CARD.md)",
+        description="SmolLM2-135M-Instruct + LoRA r=16 + pointer head, trained on question families over 20 "
+                    "labelled sources (model card: kevlike/models/default/MODEL_CARD.md)",
         release_date="2026-11-30",
         artifact=str(DEFAULT_ARTIFACT),
     ),

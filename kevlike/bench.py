@@ -120,7 +120,7 @@ def compiled_frames() -> int:
 
 
 @torch.inference_mode()
-def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 1024, reps: int = 5) -> float:
+def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 2048, reps: int = 5) -> float:
     """The machine's matmul rate in GFLOP/s for ``dtype``: ``torch.mm`` of two ``[n, n]`` matrices,
     ``2 n³`` FLOP, best of ``reps`` after a warm-up, at the current thread count — the roof the packed
     pass is compared with (its projections and MLPs are matmuls of this kind)."""
@@ -301,7 +301,7 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     threads = eng.thread_policy.apply(force=True) if eng.device.type == "cpu" else torch.get_num_threads()
     peak = matmul_peak_gflops(next(eng.model.parameters()).dtype, eng.device)
     print(f"model={eng.name} dtype={eng.dtype} ({eng.dtype_reason}) backend={eng.backend} threads={threads} reps={reps}")
-    print(f"matmul peak ({eng.dtype}, torch.mm 1024³, {threads} threads): {peak:.0f} GFLOP/s")
+    print(f"matmul peak ({eng.dtype}, torch.mm 2048³, {threads} threads): {peak:.0f} GFLOP/s")
     print(f"{'S':>5} {'Q':>3} {'K':>3} {'mode':>12} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>7} {'tokens':>7} "
           f"{'peak MiB':>8} {'compiles':>8}")
     for s in grid["S"]:
