@@ -109,6 +109,11 @@ def option_orders(question: Question, n: int) -> list[tuple[int, ...]]:
     return orders
 
 
+def _tokens_exceeded(loc: list, msg: str) -> RequestError:
+    """The 413 :class:`RequestError` of a token budget (never a truncation)."""
+    return RequestError([{"loc": loc, "type": "tokens_exceeded", "msg": msg}], status=413)
+
+
 TOKENIZE_CHUNK_CHARS = 65_536
 """Characters of text tokenized per hold of the tokenizer lock (see :meth:`Encoder.text_ids`)."""
 
@@ -164,18 +169,13 @@ class Encoder:
         serialised: one huge body must not hold up other requests for seconds."""
         state = self.min_tokens(texts[0])
         if state + 2 > self.branch_limit:
-            raise RequestError([{
-                "loc": ["body", "state"], "type": "tokens_exceeded",
-                "msg": f"state is at least {state} tokens ({len(texts[0].encode('utf-8', 'surrogatepass'))} bytes); "
-                       f"the limit for state + longest branch is {self.branch_limit} tokens (the backbone's context)",
-            }], status=413)
+            size = len(texts[0].encode("utf-8", "surrogatepass"))
+            raise _tokens_exceeded(["body", "state"], f"state is at least {state} tokens ({size} bytes); the limit for "
+                                   f"state + longest branch is {self.branch_limit} tokens (the backbone's context)")
         total = state + sum(self.min_tokens(t) for t in texts[1:])
         if total > self.limits.max_request_tokens:
-            raise RequestError([{
-                "loc": ["body"], "type": "tokens_exceeded",
-                "msg": f"request is at least {total} tokens (state + all branches); the limit is "
-                       f"{self.limits.max_request_tokens}",
-            }], status=413)
+            raise _tokens_exceeded(["body"], f"request is at least {total} tokens (state + all branches); the limit "
+                                             f"is {self.limits.max_request_tokens}")
 
     def text_ids(self, texts: list[str], budget: int | None = None) -> list[list[int]]:
         """Token ids of each user text, with special-token splitting on (no text yields a reserved id).
@@ -199,10 +199,8 @@ class Encoder:
             out.extend(list(x) for x in ids)
             total += sum(len(x) for x in ids)
             if budget is not None and total > budget:
-                raise RequestError([{
-                    "loc": ["body"], "type": "tokens_exceeded",
-                    "msg": f"request is more than {total} tokens (state + all branches; counting stopped after "
-                           f"{j} of {len(texts)} texts); the limit is {budget}"}], status=413)
+                raise _tokens_exceeded(["body"], f"request is more than {total} tokens (state + all branches; counting "
+                                                 f"stopped after {j} of {len(texts)} texts); the limit is {budget}")
             i = j
         return out
 
@@ -269,23 +267,15 @@ class Encoder:
         """Raise a 413 :class:`RequestError` naming the limit; never truncate."""
         total = enc.n_tokens
         if total > self.limits.max_request_tokens:
-            raise RequestError([{
-                "loc": ["body"], "type": "tokens_exceeded",
-                "msg": f"request is {total} tokens packed (state + all branches); the limit is "
-                       f"{self.limits.max_request_tokens}",
-            }], status=413)
+            raise _tokens_exceeded(["body"], f"request is {total} tokens packed (state + all branches); the limit is "
+                                             f"{self.limits.max_request_tokens}")
         S = len(enc.state_ids)
+        context = f"the limit for state + longest branch is {self.branch_limit} tokens (the backbone's context)"
         if S + 1 > self.branch_limit:
-            raise RequestError([{
-                "loc": ["body", "state"], "type": "tokens_exceeded",
-                "msg": f"state is {S} tokens; the limit for state + longest branch is {self.branch_limit} "
-                       f"tokens (the backbone's context)",
-            }], status=413)
+            raise _tokens_exceeded(["body", "state"], f"state is {S} tokens; {context}")
         for b in enc.branches:
             if S + b.span > self.branch_limit:
                 qid = request.questions[b.question].id
-                raise RequestError([{
-                    "loc": ["body", "questions", qid], "type": "tokens_exceeded",
-                    "msg": f"state ({S} tokens) + this question's branch ({b.span} tokens) = {S + b.span} "
-                           f"tokens; the limit is {self.branch_limit} (the backbone's context)",
-                }], status=413)
+                raise _tokens_exceeded(["body", "questions", qid], f"state ({S} tokens) + this question's branch "
+                                       f"({b.span} tokens) = {S + b.span} tokens; the limit is {self.branch_limit} "
+                                       f"(the backbone's context)")
