@@ -31,6 +31,8 @@ from collections import OrderedDict
 
 import torch
 
+from .heads import gather_positions
+
 
 def cache_nbytes(cache) -> int:
     """Bytes of the key/value tensors of a transformers cache."""
@@ -141,12 +143,14 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
         state_cache.discard(state)                # its layers may be extended unevenly: never reuse it
         raise
     kv.crop(-(kv.get_seq_length() - S))           # transformers 5: a negative count removes that many tokens
+    # the pointer readout of the packed path (heads.gather_positions + one head call), on this one row
     starts = [sum(lens[:j]) for j in range(len(lens))]
     K = max(len(b.options) for b in branches)
-    z = torch.full((len(branches), K), float("-inf"))
-    for j, b in enumerate(branches):
-        h_dec = h[[starts[j] + b.decide]][None]                          # (1, 1, d)
-        h_opt = h[[starts[j] + o for o in b.options]][None, None]        # (1, 1, K_j, d)
-        mask = torch.ones((1, 1, len(b.options)), dtype=torch.bool, device=dev)
-        z[j, :len(b.options)] = engine.head(h_dec, h_opt, mask)[0, 0].float().cpu()
-    return pool_orders(enc, z), n_cached
+    decide = torch.tensor([[s + b.decide for s, b in zip(starts, branches)]], device=dev)          # (1, NB)
+    option_index = torch.zeros((1, len(branches), K), dtype=torch.long, device=dev)
+    option_mask = torch.zeros((1, len(branches), K), dtype=torch.bool, device=dev)
+    for j, (s, b) in enumerate(zip(starts, branches)):
+        option_index[0, j, :len(b.options)] = torch.tensor([s + o for o in b.options], device=dev)
+        option_mask[0, j, :len(b.options)] = True
+    z = engine.head(gather_positions(h[None], decide), gather_positions(h[None], option_index), option_mask)[0]
+    return pool_orders(enc, z.float().cpu()), n_cached
