@@ -21,19 +21,30 @@ def bucket_of(k: int) -> str:
     raise ValueError(f"option count {k} is outside 2-255")
 
 
+def calibration_type(qtype: str, option_mode: str = "list") -> str:
+    """The key a question's temperature is stored under: its type, or ``"choice:set"`` for a choice
+    question read in set mode (its logits come from another template, so they get their own fit)."""
+    return f"{qtype}:set" if option_mode == "set" and qtype == "choice" else qtype
+
+
 @dataclass(frozen=True)
 class TemperatureTable:
-    """``by_bucket[(type, bucket)]``, else ``by_type[type]``, else 1."""
+    """``by_bucket[(type, bucket)]``, else ``by_type[type]``, else 1. Set-mode choice questions look up
+    ``choice:set`` first and fall back to ``choice``'s entries."""
 
     by_bucket: dict = field(default_factory=dict)
     by_type: dict = field(default_factory=dict)
     source: str = "default: T = 1 (not fitted)"
 
-    def lookup(self, qtype: str, k: int) -> float:
-        t = self.by_bucket.get((qtype, bucket_of(k)))
-        if t is None:
-            t = self.by_type.get(qtype, 1.0)
-        return float(t)
+    def lookup(self, qtype: str, k: int, option_mode: str = "list") -> float:
+        """The temperature of a ``qtype`` question with ``k`` options read in ``option_mode``."""
+        key = calibration_type(qtype, option_mode)
+        for t in (self.by_bucket.get((key, bucket_of(k))), self.by_type.get(key)):
+            if t is not None:
+                return float(t)
+        if key != qtype:
+            return self.lookup(qtype, k)
+        return 1.0
 
 
 # --- fitting (DESIGN.md §9) -------------------------------------------------------------------

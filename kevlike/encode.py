@@ -19,13 +19,31 @@ from .schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError
 
 DELIMITERS = ("<state>", "<q>", "<opt>", "</opt>", "<decide>")
 
+OPTION_MODES = ("list", "set")
+"""How a choice question's options are read by the pointer readout (see :meth:`Encoder.encode`):
+``list`` — one after another in one branch (each option reads the ones before it); ``set`` — each option
+in its own sub-branch that sees the state, the question and itself only."""
+
+
+def check_option_mode(mode: str, name: str = "option_mode") -> str:
+    """Validate an option mode and return it.
+
+    Raises:
+        ValueError: not one of :data:`OPTION_MODES`.
+    """
+    if mode not in OPTION_MODES:
+        raise ValueError(f"{name} must be one of {', '.join(OPTION_MODES)}, got {mode!r}")
+    return mode
+
 
 @dataclass(frozen=True)
 class EncodedBranch:
     """One branch's token ids and the local indices its readout reads.
 
-    Pointer template: ``ids`` is the whole branch, ``decide`` the index of ``<decide>`` and
-    ``options`` the index of each option's ``</opt>``, in option order.
+    Pointer template, list mode: ``ids`` is the whole branch, ``decide`` the index of ``<decide>`` and
+    ``options`` the index of each option's ``</opt>``, in option order. Set mode: ``ids`` is
+    ``<q> instructions <decide>`` and each option ``<opt> key: description </opt>`` is a sub-branch in
+    ``answers`` (request order), read at its last token.
 
     LM template: ``ids`` is the question prompt, ``decide`` its last token, and ``answers`` holds each
     option's answer tokens as a *sub-branch* packed after the prompt: it sees the state, the prompt
@@ -130,13 +148,17 @@ class Encoder:
         limits: request limits; the packed sequence must fit ``limits.max_request_tokens``.
         option_orders: the orders each choice question is encoded in (pointer template), see
             :func:`option_orders`; 0 (the default, used by training) keeps the request's order.
+            Ignored for choice questions in set mode (one branch, no order).
+        option_mode: ``"list"`` (default) or ``"set"``: how choice questions are encoded (see
+            :meth:`encode`); noul and score questions are always read as a list.
     """
 
     def __init__(self, tokenizer, context_limit: int | None = None, limits: Limits = DEFAULT_LIMITS,
-                 option_orders: int = 0):
+                 option_orders: int = 0, option_mode: str = "list"):
         if option_orders < 0:
             raise ValueError(f"option_orders must be >= 0, got {option_orders}")
         self.option_orders = option_orders
+        self.option_mode = check_option_mode(option_mode)
         missing = [t for t in DELIMITERS if t not in tokenizer.get_vocab()]
         if missing:
             tokenizer.add_special_tokens({"extra_special_tokens": list(DELIMITERS)},
@@ -205,13 +227,19 @@ class Encoder:
         return out
 
     # -- pointer template ------------------------------------------------------------------
-    def encode(self, request: Request) -> EncodedRequest:
+    def encode(self, request: Request, option_mode: str | None = None) -> EncodedRequest:
         """Pointer-template ids: ``<state> s`` then per question and option order
-        ``<q> instr (<opt> key: desc </opt>)… <decide>`` (see :func:`option_orders`).
+        ``<q> instr (<opt> key: desc </opt>)… <decide>`` (list mode, see :func:`option_orders`).
+
+        In set mode (``option_mode``, default the encoder's) a choice question is one branch
+        ``<q> instr <decide>`` with one sub-branch ``<opt> key: desc </opt>`` per option: every option
+        starts at the same position, sees the state, the question and itself, never a sibling — so an
+        option's pointer logit does not depend on which other options exist or their order (DESIGN §5).
 
         Raises:
             RequestError: status 413 when the packed sequence or state + a branch exceeds a limit.
         """
+        option_mode = self.option_mode if option_mode is None else check_option_mode(option_mode)
         texts = [render_text(request.state)]
         for q in request.questions:
             texts.append(" " + render_text(q.instructions))
@@ -223,6 +251,11 @@ class Encoder:
         for qi, q in enumerate(request.questions):
             instr = next(pieces)
             opts = [next(pieces) for _ in q.options]
+            if option_mode == "set" and q.type == "choice":
+                subs = tuple((self.opt_id, *o, self.end_opt_id) for o in opts)
+                branches.append(EncodedBranch((self.q_id, *instr, self.decide_id), len(instr) + 1,
+                                              answers=subs, question=qi))
+                continue
             for order in option_orders(q, self.option_orders):
                 ids = [self.q_id, *instr]
                 opt_at = []

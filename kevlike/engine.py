@@ -16,7 +16,7 @@ import torch
 from .answers import answer
 from .backbones import DEFAULT_MODEL, ensure_embedding_rows, load_backbone, resolve_dtype, resolve_model
 from .calibrate import TemperatureTable
-from .encode import EncodedRequest, Encoder, option_orders
+from .encode import OPTION_MODES, EncodedRequest, Encoder, check_option_mode, option_orders
 from .heads import PointerHead, lm_option_scores, pointer_logits
 from .kernels import attention_inputs, check_backend, default_backend
 from .pack import pack
@@ -155,17 +155,24 @@ class Engine:
         state_cache_mb: MiB of state keys/values kept between requests (:mod:`kevlike.state_cache`;
             0 = off, the default): a request whose state, or a prefix of it, was seen recently runs
             only the rest; responses then carry ``x_cached_tokens``. Pointer readout only.
+        option_mode: ``"list"`` (default) or ``"set"``: how the pointer readout reads a choice question's
+            options (:meth:`kevlike.encode.Encoder.encode`). In set mode every option is its own
+            sub-branch, so adding, removing or reordering options leaves the logits of the others
+            unchanged (``option_orders`` does not apply). The LM readout scores options as sub-branches
+            in either mode.
 
     Raises:
-        ValueError: an unknown backend or script policy, ``option_orders`` outside
+        ValueError: an unknown backend, script policy or option mode, ``option_orders`` outside
             ``[0, MAX_OPTION_ORDERS]``, or ``kevlike_packed`` off the CPU.
     """
 
     def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
                  temperatures: TemperatureTable | None = None, backend: str | None = None,
                  limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate",
-                 option_orders: int = 1, threads: int | str | None = None, state_cache_mb: float = 0):
+                 option_orders: int = 1, threads: int | str | None = None, state_cache_mb: float = 0,
+                 option_mode: str = "list"):
         check_option_orders(option_orders)
+        self.option_mode = check_option_mode(option_mode)
         if state_cache_mb and head is None:
             raise ValueError("the state cache serves the pointer readout; this model has none (LM readout)")
         self.sliding_window = bool(getattr(model.config, "use_sliding_window", False)
@@ -191,7 +198,7 @@ class Engine:
         self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype_reason = "the given model's weights"  # from_pretrained: why auto chose it
         self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits,
-                               option_orders=option_orders)
+                               option_orders=option_orders, option_mode=option_mode)
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
         self.limits = limits
@@ -205,23 +212,30 @@ class Engine:
                         device: str | torch.device | None = None, backend: str | None = None,
                         limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
                         option_orders: int | None = None, threads: int | str | None = None,
-                        quantize: str | None = None, state_cache_mb: float = 0) -> "Engine":
+                        quantize: str | None = None, state_cache_mb: float = 0,
+                        option_mode: str | None = None) -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
         ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
         setting its temperatures were fitted with; 1 when the manifest has none). ``threads``: see
         :class:`Engine`; with ``auto`` the model load is the first window in which the CPU use of
         other processes is measured. ``quantize="int8"``: see :func:`quantize_int8` (CPU, float32 only;
-        applied after the LoRA adapter is merged).
+        applied after the LoRA adapter is merged). ``option_mode``: see :class:`Engine`; None takes the
+        manifest's ``option_mode`` (``"list"`` when it has none); a decision model answers only in the
+        modes its manifest lists in ``option_modes`` (``["list"]`` when absent: it was never trained on
+        the set template).
 
         Raises:
             kevlike.backbones.ModelNotFoundError: unknown name or path.
-            ValueError: unknown dtype, backend or script policy, or ``option_orders`` (given, or
-                the artifact's) outside ``[0, MAX_OPTION_ORDERS]`` (a given one before any weights load).
+            ValueError: unknown dtype, backend, script policy or option mode, an option mode the model
+                was not trained for, or ``option_orders`` (given, or the artifact's) outside
+                ``[0, MAX_OPTION_ORDERS]`` (a given one before any weights load).
         """
         from .scripts import check_policy
 
         check_policy(script_policy)
+        if option_mode is not None:
+            check_option_mode(option_mode)
         if option_orders is not None:
             check_option_orders(option_orders)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -244,13 +258,20 @@ class Engine:
             manifest = json.loads((resolved.artifact_dir / "kevlike.json").read_text())
             if option_orders is None:
                 option_orders = int(manifest.get("option_orders", 1))
+            modes = manifest.get("option_modes", ["list"])
+            if option_mode is None:
+                option_mode = manifest.get("option_mode", "list")
+            if option_mode not in modes:
+                raise ValueError(f"model {resolved.name!r} was trained for option mode(s) {', '.join(modes)}, "
+                                 f"not {option_mode!r}")
             engine = cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
                          backend=backend, limits=limits, scripts=manifest.get("scripts"),
                          script_policy=script_policy, option_orders=option_orders, threads=policy,
-                         state_cache_mb=state_cache_mb)
+                         state_cache_mb=state_cache_mb, option_mode=option_mode)
         else:
             engine = cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
-                         option_orders=1 if option_orders is None else option_orders, threads=policy)
+                         option_orders=1 if option_orders is None else option_orders, threads=policy,
+                         option_mode=option_mode or "list")
         engine.dtype_reason = dtype_reason
         if quantize == "int8":
             quantize_int8(engine.model)
@@ -269,7 +290,7 @@ class Engine:
     def hidden_states(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor,
                       option_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Backbone body with the branch mask and restarted positions: ``[B, L]`` ids -> ``[B, L, d]``.
-        ``option_ids`` (``[B, L]``) adds the sub-branch level of the mask (LM readout answers).
+        ``option_ids`` (``[B, L]``) adds the sub-branch level of the mask (set-mode options, LM readout answers).
         The mask is always passed (without it transformers infers packed documents from the position
         jumps and branches 2+ lose the state, PITFALLS.md #1)."""
         return backbone_hidden(self.model, self.backend, input_ids, segment_ids, position_ids, option_ids)
@@ -281,11 +302,10 @@ class Engine:
         if self.device.type == "cpu":
             self.thread_policy.apply()
         batch = pack(encoded, self.encoder.pad_id, padding_side).to(self.device)
+        hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids, batch.option_ids)
         if self.head is not None:
-            hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids)
             z = pointer_logits(self.head, hidden, batch)                                   # (B, NB, K)
         else:
-            hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids, batch.option_ids)
             z = lm_option_scores(hidden, batch, self.model.get_output_embeddings())       # (B, NB, K)
         return [pool_orders(enc, z[b].cpu()) for b, enc in enumerate(encoded)]
 
@@ -373,8 +393,10 @@ class Engine:
         return [self._respond(req, z, n, c) for (req, _), z, n, c in zip(prepared, logits, tokens, cached)]
 
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Calibrated probabilities per question: ``softmax(z / T(type, K))``."""
-        return [softmax_order_free(q, z, self.temperatures.lookup(q.type, len(q.options)))
+        """Calibrated probabilities per question: ``softmax(z / T(type, K))`` (set-mode choice
+        questions take the ``choice:set`` temperatures when the table has them)."""
+        mode = self.option_mode if self.head is not None else "list"
+        return [softmax_order_free(q, z, self.temperatures.lookup(q.type, len(q.options), mode))
                 for q, z in zip(request.questions, logits)]
 
     def _respond(self, request: Request, logits: list[torch.Tensor], n_tokens: int, cached: int | None = None) -> dict:

@@ -23,7 +23,8 @@ def gather_positions(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 class PointerHead(nn.Module):
     """``z_k = (W_q h_dec) · (W_k h_k) / √d_head`` with h_dec the hidden state at ``<decide>`` and h_k the
-    hidden state at option k's ``</opt>``. Parameters are shared across positions, so one head serves any
+    hidden state at option k's ``</opt>`` (in list mode after all options, in set mode after the
+    question and before the options' sub-branches). Parameters are shared across positions, so one head serves any
     K and any label set. Scaled by 1/√d_head (unscaled scores drove training into denormals, DESIGN §6).
 
     Args:
@@ -48,9 +49,11 @@ class PointerHead(nn.Module):
 
 
 def pointer_logits(head: PointerHead, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
-    """Pointer logits ``[B, NB, K]`` (float32, -inf on padding) from backbone hidden states ``[B, L, d]``."""
-    h_dec = gather_positions(hidden, batch.decide_index)         # (B, NB, d)
-    h_opt = gather_positions(hidden, batch.option_index)         # (B, NB, K, d)
+    """Pointer logits ``[B, NB, K]`` (float32, -inf on padding) from backbone hidden states ``[B, L, d]``.
+    Option k is read at its last token, ``option_end − 1``: the ``</opt>`` of list mode, and the
+    ``</opt>`` closing its sub-branch in set mode."""
+    h_dec = gather_positions(hidden, batch.decide_index)                        # (B, NB, d)
+    h_opt = gather_positions(hidden, (batch.option_end - 1).clamp_min(0))       # (B, NB, K, d)
     return head(h_dec, h_opt, batch.option_mask)
 
 

@@ -125,32 +125,50 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
         kv = copy.deepcopy(kv) if kv is not None else None
         kv = body(input_ids=rest, position_ids=pos, cache=kv, use_cache=True).cache
         state_cache.put(state, kv)
-    # all branches in one row after the cached state: a [ΣL, S + ΣL] mask lets each branch see the
-    # state and its own causal prefix (no branch sees another), positions restart at S per branch;
-    # the shared cache is extended in place and cropped back to the state afterwards (no copies)
-    branches = enc.branches
-    lens = [len(b.ids) for b in branches]
-    T = sum(lens)
-    ids = torch.tensor([[t for b in branches for t in b.ids]], device=dev)
-    pos = torch.cat([torch.arange(S, S + n, device=dev) for n in lens])[None]
-    seg = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(lens, device=dev))
-    local = pos[0] - S
-    visible = (seg[:, None] == seg[None, :]) & (local[None, :] <= local[:, None])           # (T, T)
+    # all branches in one row after the cached state, each as [prompt][sub-branch 1]…: a [T, S + T] mask lets
+    # each token see the state and what the packed mask lets it see (its own branch, causally, and no
+    # sibling sub-branch); positions restart at S per branch and after the prompt per sub-branch. The shared
+    # cache is extended in place and cropped back to the state afterwards (no copies)
+    ids, pos, seg, opt, decide, reads = [], [], [], [], [], []
+    for j, b in enumerate(enc.branches):
+        start = len(ids)
+        n = len(b.ids)
+        ids.extend(b.ids)
+        pos.extend(range(S, S + n))
+        seg.extend([j] * n)
+        opt.extend([0] * n)
+        decide.append(start + b.decide)
+        if b.answers:                                       # set mode: read each sub-branch's last token
+            row = []
+            for o, a in enumerate(b.answers):
+                ids.extend(a)
+                pos.extend(range(S + n, S + n + len(a)))
+                seg.extend([j] * len(a))
+                opt.extend([o + 1] * len(a))
+                row.append(len(ids) - 1)
+            reads.append(row)
+        else:
+            reads.append([start + o for o in b.options])
+    T = len(ids)
+    seg_t, opt_t = torch.tensor(seg, device=dev), torch.tensor(opt, device=dev)
+    order = torch.arange(T, device=dev)
+    sibling_free = (opt_t[:, None] == 0) | (opt_t[None, :] == 0) | (opt_t[:, None] == opt_t[None, :])
+    visible = (seg_t[:, None] == seg_t[None, :]) & (order[None, :] <= order[:, None]) & sibling_free   # (T, T)
     mask = torch.cat([torch.ones((T, S), dtype=torch.bool, device=dev), visible], 1)[None, None]
     try:
-        h = body(input_ids=ids, attention_mask=mask, position_ids=pos, cache=kv, use_cache=True).last_hidden_state[0]
+        h = body(input_ids=torch.tensor([ids], device=dev), attention_mask=mask,
+                 position_ids=torch.tensor([pos], device=dev), cache=kv, use_cache=True).last_hidden_state[0]
     except BaseException:
         state_cache.discard(state)                # its layers may be extended unevenly: never reuse it
         raise
     kv.crop(-(kv.get_seq_length() - S))           # transformers 5: a negative count removes that many tokens
     # the pointer readout of the packed path (heads.gather_positions + one head call), on this one row
-    starts = [sum(lens[:j]) for j in range(len(lens))]
-    K = max(len(b.options) for b in branches)
-    decide = torch.tensor([[s + b.decide for s, b in zip(starts, branches)]], device=dev)          # (1, NB)
-    option_index = torch.zeros((1, len(branches), K), dtype=torch.long, device=dev)
-    option_mask = torch.zeros((1, len(branches), K), dtype=torch.bool, device=dev)
-    for j, (s, b) in enumerate(zip(starts, branches)):
-        option_index[0, j, :len(b.options)] = torch.tensor([s + o for o in b.options], device=dev)
-        option_mask[0, j, :len(b.options)] = True
-    z = engine.head(gather_positions(h[None], decide), gather_positions(h[None], option_index), option_mask)[0]
+    NB, K = len(reads), max(len(r) for r in reads)
+    option_index = torch.zeros((1, NB, K), dtype=torch.long, device=dev)
+    option_mask = torch.zeros((1, NB, K), dtype=torch.bool, device=dev)
+    for j, row in enumerate(reads):
+        option_index[0, j, :len(row)] = torch.tensor(row, device=dev)
+        option_mask[0, j, :len(row)] = True
+    z = engine.head(gather_positions(h[None], torch.tensor([decide], device=dev)),
+                    gather_positions(h[None], option_index), option_mask)[0]
     return pool_orders(enc, z.float().cpu()), n_cached

@@ -34,6 +34,8 @@ DEFAULTS: dict = {
         "sentiment": {"weight": 0.3},
     },
     "loss": {"perm": 0.5, "ord": 1.0},     # λ_perm (symmetric KL between twins), λ_ord (RPS)
+    "set_share": 0.0,                      # share of training requests whose choice questions are read in set
+                                           # mode (each option its own sub-branch); > 0 trains both templates
     "optim": {"lr": 3e-4, "head_lr": 1e-3, "weight_decay": 0.01, "warmup": 0.1, "grad_clip": 1.0},
     "batch_size": 4,                       # requests per micro-batch (one packed forward)
     "grad_accum": 1,
@@ -152,6 +154,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
             raise ConfigError(f"tasks.{name}.weight must be a number ≥ 0, got {w!r}")
     if sum(float(o.get("weight", 1.0)) for o in cfg["tasks"].values()) <= 0:
         raise ConfigError("the task weights sum to 0: give at least one task a positive weight")
+    share = cfg["set_share"]
+    if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share <= 1:
+        raise ConfigError(f"set_share must be a number from 0 to 1, got {share!r}")
     n_val = cfg["validation"]["n"]
     if not isinstance(n_val, int) or isinstance(n_val, bool) or n_val < 1:
         raise ConfigError(f"validation.n must be a positive integer, got {n_val!r}")

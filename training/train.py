@@ -66,7 +66,8 @@ class DecisionModel(nn.Module):
         return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        hidden = backbone_hidden(self.causal_lm(), self.backend, batch.input_ids, batch.segment_ids, batch.position_ids)
+        hidden = backbone_hidden(self.causal_lm(), self.backend, batch.input_ids, batch.segment_ids, batch.position_ids,
+                                 batch.option_ids)
         return pointer_logits(self.head, hidden, batch)
 
 
@@ -144,12 +145,18 @@ def _init_artifact(cfg: dict, resolved) -> Path | None:
 
 # --- batches ---------------------------------------------------------------------------------
 
-def make_batch(examples: list[Example], encoder, device) -> tuple[PackedBatch, dict]:
+def make_batch(examples: list[Example], encoder, device, modes: list[str] | None = None) -> tuple[PackedBatch, dict]:
     """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]`` and the twin pairs
     (``pairs_a``, ``pairs_b`` as ``(b, j)`` indices and ``perm [P, K]`` aligning b's options to a's: by key,
-    or through a twin's key map ``{key of a: key of b}`` — a negation twin maps true ↔ false)."""
+    or through a twin's key map ``{key of a: key of b}`` — a negation twin maps true ↔ false).
+
+    ``modes``: the option mode of each example (default all ``"list"``). In set mode a choice question's
+    logits cannot depend on the order of its options, so a twin pair of two choice questions (a
+    reordering twin) is dropped there: its symmetric KL would be 0 up to rounding, a term that teaches
+    nothing. Twins across types (a noul and its two-option choice) stay: they tie two templates."""
+    modes = list(modes) if modes is not None else ["list"] * len(examples)
     reqs = [validate_request(e.request) for e in examples]
-    encoded = [encoder.encode(r) for r in reqs]
+    encoded = [encoder.encode(r, m) for r, m in zip(reqs, modes)]
     batch = pack(encoded, encoder.pad_id).to(device)
     B, NB, K = batch.option_mask.shape
     targets = torch.zeros(B, NB, K)
@@ -163,6 +170,8 @@ def make_batch(examples: list[Example], encoder, device) -> tuple[PackedBatch, d
             is_score[b, j] = q.type == "score"
         for qa, qb, *keymap in ex.twins:
             ja, jb = pos[qa], pos[qb]
+            if modes[b] == "set" and req.questions[ja].type == req.questions[jb].type == "choice":
+                continue
             keymap = keymap[0] if keymap else {}
             keys_b = [o.key for o in req.questions[jb].options]
             perm = [keys_b.index(keymap.get(o.key, o.key)) for o in req.questions[ja].options]
@@ -205,11 +214,18 @@ def validation_set(cfg: dict) -> list[Example]:
     return out
 
 
-def validate(engine: Engine, examples: list[Example], batch_size: int = 4) -> dict:
-    """Mean NLL (nats) and accuracy per source and overall, through the serving engine."""
+def validate(engine: Engine, examples: list[Example], batch_size: int = 4, set_engine: Engine | None = None) -> dict:
+    """Mean NLL (nats) and accuracy per source and overall, through the serving engine. With
+    ``set_engine`` (the same model in set mode) the choice questions are answered in both modes and the
+    set-mode records join the summary as sources ``{source}@set``: the model is selected on both."""
     from kevlike.eval.metrics import records_from_logits, summarize
 
     records = records_from_logits(engine, examples, batch_size)
+    if set_engine is not None:
+        chosen = [e for e in examples if any(q.get("type") == "choice" for q in e.request["questions"])]
+        for r in records_from_logits(set_engine, chosen, batch_size):
+            if r["type"] == "choice":
+                records.append({**r, "source": f"{r['source']}@set"})
     return summarize(records)
 
 
@@ -242,8 +258,9 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
         scripts = training_scripts(tasks)
     except DataUnavailableError:  # artifacts written without the data packages declare no scripts
         scripts = None
+    modes = ["list", "set"] if cfg.get("set_share", 0) > 0 else ["list"]
     extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
-             "scripts": scripts,
+             "scripts": scripts, "option_modes": modes, "option_mode": "list",
              "training": {"config": cfg, "metrics": metrics, "git_commit": git_commit()}}
     parent = _init_artifact(cfg, resolved)
     if parent is not None:  # provenance: the training record of the model this run fine-tuned
@@ -371,10 +388,12 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             metrics_f.flush()
 
     engine = Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend="sdpa")
+    set_engine = (Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend="sdpa", option_mode="set")
+                  if cfg["set_share"] > 0 else None)
 
     def run_validation() -> dict:
         inner.eval()
-        summary = validate(engine, val_examples)
+        summary = validate(engine, val_examples, set_engine=set_engine)
         inner.train()
         return summary
 
@@ -403,7 +422,10 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             # every process draws the same global batch and keeps its own share (one process: all of it)
             drawn = mixture.take(cfg["batch_size"] * accelerator.num_processes)
             examples = drawn[accelerator.process_index::accelerator.num_processes]
-            batch, aux = make_batch(examples, encoder, accelerator.device)
+            # each request's option mode, a function of (seed, step, draw): the same on resume
+            draw = random.Random(f"{cfg['seed']}/{step}/{len(window)}")
+            modes = ["set" if draw.random() < cfg["set_share"] else "list" for _ in examples]
+            batch, aux = make_batch(examples, encoder, accelerator.device, modes)
             tokens += sum(batch.n_tokens)
             with accelerator.accumulate(model):
                 logits = model(batch)
