@@ -94,6 +94,11 @@ def attention_inputs(backend: str, config, segment_ids: torch.Tensor, position_i
         from .packed import PackedLayout, sentinel_mask, supports
 
         if supports(config, option_ids):
-            return {"attention_mask": sentinel_mask(segment_ids.shape[0], segment_ids.device),
-                    "packed_layout": PackedLayout.from_segments(segment_ids)}
+            try:
+                layout = PackedLayout.from_segments(segment_ids, option_ids)
+            except ValueError:            # a layout the kernel does not cover: the dense mask below
+                layout = None
+            if layout is not None:
+                return {"attention_mask": sentinel_mask(segment_ids.shape[0], segment_ids.device),
+                        "packed_layout": layout}
     return {"attention_mask": attention_mask_for(backend, config, segment_ids, position_ids, option_ids)}

@@ -26,8 +26,10 @@ cache, a 2-D padding mask — is exactly transformers' sdpa). A packed forward p
 extra keywords to every attention call) together with :func:`sentinel_mask`, an empty 4-D tensor
 that transformers passes through untouched, so it builds no ``[L, L]`` mask of its own (with restarted
 positions and no mask it would infer packed documents, PITFALLS.md #1). Inference only: the kernel's
-log-sum-exp output has no gradient, so training keeps ``sdpa`` with the dense mask. Backbones with sliding-window layers and the LM readout's option
-sub-branches are not covered (:func:`supports` says so) and use ``sdpa``.
+log-sum-exp output has no gradient, so training keeps ``sdpa`` with the dense mask. Option
+sub-branches (set mode, the LM readout's answers) are covered by a third key set (:class:`RowLayout` ``prefixes``: a sub-branch token also
+reads its branch's prompt, non-causally), so a set-mode request of thousands of options costs what its
+tokens cost. Backbones with sliding-window layers are not covered (:func:`supports` says so) and use ``sdpa``.
 """
 
 from __future__ import annotations
@@ -41,16 +43,22 @@ NAME = "kevlike_packed"
 
 @dataclass(frozen=True)
 class RowLayout:
-    """One packed row: the state at ``[state_start, state_end)``, then branches back to back;
-    ``gather [NB, L_max]`` indexes the branch tokens (relative to ``state_end``) into a padded batch
-    (padding repeats the branch's last token), ``scatter [N_b]`` maps each branch token back to its
-    place in the flattened ``[NB · L_max]`` batch."""
+    """One packed row: the state at ``[state_start, state_end)``, then branches back to back.
+
+    A branch is one *unit* (its tokens see each other causally), or, with option sub-branches (set
+    mode, the LM readout), a prompt unit followed by one unit per sub-branch. ``gather [NU, L_max]``
+    indexes the units' tokens (relative to ``state_end``) into a padded batch (padding repeats the
+    unit's last token), ``scatter [N_b]`` maps each branch token back to its place in the flattened
+    ``[NU · L_max]`` batch. ``prefixes`` lists, per branch with sub-branches, ``(queries, start, end)``:
+    the sub-branch tokens (relative to ``state_end``) that also see the prompt ``[start, end)``
+    (a third key set, non-causal: the whole prompt precedes them)."""
 
     state_start: int
     state_end: int
     branch_end: int
     gather: torch.Tensor
     scatter: torch.Tensor
+    prefixes: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -64,14 +72,16 @@ class PackedLayout:
     length: int
 
     @classmethod
-    def from_segments(cls, segment_ids: torch.Tensor) -> "PackedLayout":
-        """``segment_ids [B, L]`` long (0 state, k ≥ 1 branch k, −1 padding; from :func:`kevlike.pack.pack`).
+    def from_segments(cls, segment_ids: torch.Tensor, option_ids: torch.Tensor | None = None) -> "PackedLayout":
+        """``segment_ids [B, L]`` long (0 state, k ≥ 1 branch k, −1 padding) and optionally ``option_ids
+        [B, L]`` (o ≥ 1 on option sub-branch o, else 0), from :func:`kevlike.pack.pack`.
 
         Raises:
             ValueError: a row whose segments are not ``[state][branch 1]…[branch NB]`` contiguous
-                (left or right padding allowed).
+                (left or right padding allowed), or a branch that is not ``[prompt][sub 1]…[sub K]``.
         """
         seg = segment_ids.detach().cpu()
+        opt = None if option_ids is None else option_ids.detach().cpu()
         rows = []
         for b in range(seg.shape[0]):
             s = seg[b]
@@ -88,19 +98,36 @@ class PackedLayout:
                 rows.append(RowLayout(start, state_end, state_end, torch.empty(0, 0, dtype=torch.long),
                                       torch.empty(0, dtype=torch.long)))
                 continue
-            _, counts = torch.unique_consecutive(branches, return_counts=True)
+            subs = torch.zeros_like(branches) if opt is None else opt[b, state_end:end]
+            # units: runs of equal (branch, sub-branch); sub-branches follow their branch's prompt in order
+            _, counts = torch.unique_consecutive(branches * (int(subs.max()) + 2) + subs, return_counts=True)
             counts = counts.tolist()
+            firsts = torch.tensor([0, *counts[:-1]]).cumsum(0).tolist()
+            prefixes, prompt = [], None
+            for first, n in zip(firsts, counts):
+                o = int(subs[first])
+                new_branch = first == 0 or int(branches[first]) != int(branches[first - 1])
+                if o == 0:
+                    if not new_branch:
+                        raise ValueError(f"row {b}: question tokens after option sub-branches")
+                    prompt = (first, first + n)
+                    continue
+                if new_branch or prompt is None or (int(subs[first - 1]) >= o):
+                    raise ValueError(f"row {b}: option sub-branches must follow their branch's prompt in order")
+                prefixes.append((first, first + n, *prompt))
             lmax = max(counts)
             gather = torch.empty((len(counts), lmax), dtype=torch.long)
             scatter = torch.empty(len(branches), dtype=torch.long)
-            off = 0
-            for j, n in enumerate(counts):
-                idx = torch.arange(off, off + n)
-                gather[j, :n] = idx
+            for j, (off, n) in enumerate(zip(firsts, counts)):
+                gather[j, :n] = torch.arange(off, off + n)
                 gather[j, n:] = off + n - 1
                 scatter[off:off + n] = j * lmax + torch.arange(n)
-                off += n
-            rows.append(RowLayout(start, state_end, end, gather, scatter))
+            # group the sub-branches of one prompt: one non-causal call per branch
+            grouped: dict = {}
+            for q0, q1, p0, p1 in prefixes:
+                grouped.setdefault((p0, p1), []).append(torch.arange(q0, q1))
+            rows.append(RowLayout(start, state_end, end, gather, scatter,
+                                  tuple((torch.cat(qs), p0, p1) for (p0, p1), qs in grouped.items())))
         return cls(tuple(rows), seg.shape[1])
 
 
@@ -109,11 +136,12 @@ def sentinel_mask(batch: int, device=None) -> torch.Tensor:
     return torch.empty((batch, 1, 0, 0), dtype=torch.bool, device=device)
 
 
-def supports(config, option_ids: torch.Tensor | None) -> bool:
-    """Whether the packed kernel covers this forward: no sliding-window layers, no option sub-branches."""
+def supports(config, option_ids: torch.Tensor | None = None) -> bool:
+    """Whether the packed kernel covers this forward: no sliding-window layers (option sub-branches
+    are covered when each branch is ``[prompt][sub 1]…[sub K]``, see :meth:`PackedLayout.from_segments`)."""
     from .attention import sliding_window_of
 
-    return sliding_window_of(config) is None and (option_ids is None or not bool(option_ids.any()))
+    return sliding_window_of(config) is None
 
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -182,10 +210,18 @@ def packed_attention(module, query: torch.Tensor, key: torch.Tensor, value: torc
         sc = row.scatter.to(query.device)
         o2 = o2.transpose(0, 1).reshape(H, NB * lmax, d)[:, sc]                     # (H, N_b, d)
         lse2 = lse2.transpose(0, 1).reshape(H, NB * lmax)[:, sc]                    # (H, N_b)
-        lse = torch.logaddexp(lse1[0], lse2)
-        w1 = torch.exp(lse1[0] - lse).unsqueeze(-1).to(query.dtype)
+        o1, lse1 = o1[0], lse1[0]
+        for idx, p0, p1 in row.prefixes:      # sub-branch tokens × their branch's prompt: a third key set
+            idx = idx.to(query.device)
+            o3, lse3 = _attend(qb[None, :, idx], kb[None, :, p0:p1], vb[None, :, p0:p1], False, scale)
+            lse13 = torch.logaddexp(lse1[:, idx], lse3[0])
+            o1[:, idx] = (torch.exp(lse1[:, idx] - lse13).unsqueeze(-1).to(query.dtype) * o1[:, idx]
+                          + torch.exp(lse3[0] - lse13).unsqueeze(-1).to(query.dtype) * o3[0])
+            lse1[:, idx] = lse13
+        lse = torch.logaddexp(lse1, lse2)
+        w1 = torch.exp(lse1 - lse).unsqueeze(-1).to(query.dtype)
         w2 = torch.exp(lse2 - lse).unsqueeze(-1).to(query.dtype)
-        out[b, :, s1:e] = w1 * o1[0] + w2 * o2
+        out[b, :, s1:e] = w1 * o1 + w2 * o2
     return out.transpose(1, 2).contiguous(), None
 
 

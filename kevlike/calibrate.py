@@ -10,15 +10,18 @@ BUCKETS = ((2, 2), (3, 5), (6, 20), (21, 255))
 
 
 def bucket_of(k: int) -> str:
-    """Bucket label for an option (or level) count, e.g. ``"3-5"``.
+    """Bucket label for an option (or level) count, e.g. ``"3-5"``; ``"256+"`` for the choices beyond
+    Jev's 255 options that ``--max-options`` allows.
 
     Raises:
-        ValueError: k outside 2–255.
+        ValueError: k below 2.
     """
     for lo, hi in BUCKETS:
         if lo <= k <= hi:
             return f"{lo}" if lo == hi else f"{lo}-{hi}"
-    raise ValueError(f"option count {k} is outside 2-255")
+    if k > BUCKETS[-1][1]:
+        return f"{BUCKETS[-1][1] + 1}+"
+    raise ValueError(f"option count {k} is below 2")
 
 
 def calibration_type(qtype: str, option_mode: str = "list") -> str:

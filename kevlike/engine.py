@@ -9,6 +9,7 @@ training-free LM readout (mean log-probability of each option's answer text).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
@@ -26,6 +27,51 @@ from .state_cache import StateCache, cached_branch_logits
 from .threads import ThreadPolicy
 
 MODES = ("packed", "separate")
+
+JEV_MAX_OPTIONS = 255
+"""Jev's limit on a choice question's options. Beyond it (``Limits.max_options``, ``--max-options``) a
+question is answered in one set-mode pass when it fits the token budget, else by shortlist-then-decide
+(:class:`ShortlistPlan`)."""
+
+SHORTLIST_SIZE = 64
+"""Options kept by the first stage of shortlist-then-decide (``M``)."""
+
+SHORTLIST_CHUNK = 256
+"""Options per branch in the first stage of shortlist-then-decide."""
+
+
+@dataclass
+class ShortlistPlan:
+    """Shortlist-then-decide for a request with a choice question of more than :data:`JEV_MAX_OPTIONS`
+    options that cannot be answered in one pass (DESIGN §5, "Set mode"):
+
+    1. **score**: every option of each such question, in chunks of :data:`SHORTLIST_CHUNK` options, each
+       chunk one branch ``<q> instructions <decide>`` with the options as set-mode sub-branches; branches
+       share the state and are packed into as few passes as the token budget allows (``passes``). In set
+       mode an option's logit does not depend on its siblings, so chunking changes nothing but rounding.
+    2. **shortlist**: the ``shortlist`` options with the highest logits;
+    3. **decide**: the request again with each such question cut to its shortlist, in the engine's option
+       mode, one packed pass with the other questions.
+
+    The answer's probabilities: the first stage's distribution ``p₁ = softmax(z / T)`` over all options
+    (T: the ``choice`` temperature of the ``256+`` bucket in set mode), with the shortlist's mass
+    redistributed by the second stage: ``p(o) = p₁(shortlist) · p₂(o)`` for a shortlisted option and
+    ``p₁(o)`` otherwise — so every option keeps a probability and they sum to 1. The response reports the
+    shortlist size per question in ``x_shortlist``.
+
+    ``passes``: stage-1 encoded requests; ``slots[i]`` lists, for pass i, ``(question, first option)``
+    per branch; ``n_tokens``: the stage-1 tokens (what the batcher budgets).
+    """
+
+    request: Request
+    questions: tuple[int, ...]
+    passes: list
+    slots: list
+    shortlist: int = SHORTLIST_SIZE
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(e.n_tokens for e in self.passes)
 
 MAX_OPTION_ORDERS = 24
 """The most option orders (``option_orders``) a choice question may be read in. Each order is one
@@ -195,6 +241,8 @@ class Engine:
             # engines of several backends can share one model (kevlike bench)
             model.set_attn_implementation(self.backend)
         self.option_orders = option_orders
+        # the modes this model answers in (from_pretrained: its manifest's option_modes)
+        self.option_modes = ("list", "set") if head is None else tuple(dict.fromkeys(("list", option_mode)))
         self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype_reason = "the given model's weights"  # from_pretrained: why auto chose it
         self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits,
@@ -268,6 +316,7 @@ class Engine:
                          backend=backend, limits=limits, scripts=manifest.get("scripts"),
                          script_policy=script_policy, option_orders=option_orders, threads=policy,
                          state_cache_mb=state_cache_mb, option_mode=option_mode)
+            engine.option_modes = tuple(modes)
         else:
             engine = cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
                          option_orders=1 if option_orders is None else option_orders, threads=policy,
@@ -337,7 +386,46 @@ class Engine:
                     "msg": f"the state is written in {report.script} script ({report.share:.0%} of its "
                            f"{report.letters} letters); model {self.name!r} was trained on "
                            f"{', '.join(sorted(self.scripts))} only (script policy: refuse)"}])
-        return req, self.encode(req)
+        big = tuple(i for i, q in enumerate(req.questions) if q.type == "choice" and len(q.options) > JEV_MAX_OPTIONS)
+        if not big:
+            return req, self.encode(req)
+        if self.head is None or self.option_mode == "set":
+            try:
+                return req, self.encode(req)       # one pass: every option its own sub-branch
+            except RequestError as e:
+                if e.status != 413:
+                    raise
+        return req, self.plan_shortlist(req, big)
+
+    def plan_shortlist(self, request: Request, big: Sequence[int], shortlist: int = SHORTLIST_SIZE) -> ShortlistPlan:
+        """Stage 1 of shortlist-then-decide (:class:`ShortlistPlan`) for questions ``big`` of ``request``:
+        tokenized and packed into passes that fit ``limits.max_request_tokens``.
+
+        Raises:
+            RequestError: 413 when the state and one chunk do not fit the budget.
+        """
+        mode = "set" if self.head is None or "set" in self.option_modes else "list"
+        branches = []                                   # (question, first option, encoded branch)
+        state_ids = None
+        for qi in big:
+            q = request.questions[qi]
+            for first in range(0, len(q.options), SHORTLIST_CHUNK):
+                part = replace(request, questions=(replace(q, options=q.options[first:first + SHORTLIST_CHUNK]),))
+                enc = self.encoder.encode(part, mode) if self.head is not None else self.encoder.encode_lm(part)
+                state_ids = enc.state_ids
+                branches.extend((qi, first, b) for b in enc.branches)
+        passes, slots, cur, total = [], [], [], len(state_ids)
+        budget = self.limits.max_request_tokens
+        for qi, first, b in branches:
+            if cur and total + b.n_tokens > budget:
+                passes.append(EncodedRequest(state_ids, tuple(replace(x, question=j) for j, (_, _, x) in enumerate(cur)), len(cur)))
+                slots.append([(a, f) for a, f, _ in cur])
+                cur, total = [], len(state_ids)
+            cur.append((qi, first, b))
+            total += b.n_tokens
+        passes.append(EncodedRequest(state_ids, tuple(replace(x, question=j) for j, (_, _, x) in enumerate(cur)), len(cur)))
+        slots.append([(a, f) for a, f, _ in cur])
+        return ShortlistPlan(request, tuple(big), passes, slots, shortlist)
 
     def script_trained(self, script: str | None) -> bool | None:
         """Whether ``script`` is one the model was trained on; None when unknown (no ``scripts``
@@ -374,6 +462,15 @@ class Engine:
         """Forward pass(es) and responses for already prepared requests (see :meth:`prepare`)."""
         if not prepared:
             return []
+        if any(isinstance(e, ShortlistPlan) for _, e in prepared):
+            out = [None] * len(prepared)
+            rest = [i for i, (_, e) in enumerate(prepared) if not isinstance(e, ShortlistPlan)]
+            for i, resp in zip(rest, self.run([prepared[i] for i in rest], mode=mode)):
+                out[i] = resp
+            for i, (_, plan) in enumerate(prepared):
+                if isinstance(plan, ShortlistPlan):
+                    out[i] = self.run_shortlist(plan)
+            return out
         encoded = [e for _, e in prepared]
         cached = [None] * len(encoded)
         if mode == "packed" and self.state_cache is not None:
@@ -399,8 +496,47 @@ class Engine:
         return [softmax_order_free(q, z, self.temperatures.lookup(q.type, len(q.options), mode))
                 for q, z in zip(request.questions, logits)]
 
-    def _respond(self, request: Request, logits: list[torch.Tensor], n_tokens: int, cached: int | None = None) -> dict:
-        probs = self.probabilities(request, logits)
+    @torch.inference_mode()
+    def run_shortlist(self, plan: ShortlistPlan) -> dict:
+        """Stages 1-3 of :class:`ShortlistPlan`; returns the response (with ``x_shortlist``).
+
+        Raises:
+            RequestError: 413 when the request with its questions cut to their shortlists does not fit.
+        """
+        request = plan.request
+        full = {qi: torch.empty(len(request.questions[qi].options)) for qi in plan.questions}
+        for enc, slots in zip(plan.passes, plan.slots):
+            for z, (qi, first) in zip(self.question_logits([enc])[0], slots):
+                full[qi][first:first + len(z)] = z
+        stage1_mode = "set" if self.head is None or "set" in self.option_modes else "list"
+        keep, p1 = {}, {}
+        for qi, z in full.items():
+            q = request.questions[qi]
+            p1[qi] = torch.softmax(z / self.temperatures.lookup("choice", len(z), stage1_mode), -1)
+            keep[qi] = torch.topk(z, min(plan.shortlist, len(z))).indices.sort().values
+        questions = tuple(replace(q, options=tuple(q.options[i] for i in keep[qi].tolist())) if qi in keep else q
+                          for qi, q in enumerate(request.questions))
+        cut = replace(request, questions=questions)
+        enc = self.encode(cut)
+        logits = self.question_logits([enc])[0]
+        probs = self.probabilities(cut, logits)
+        final = []
+        for qi, p in enumerate(probs):
+            if qi not in keep:
+                final.append(p)
+                continue
+            out = p1[qi].clone()
+            mass = out[keep[qi]].sum()
+            out[keep[qi]] = mass * p
+            final.append(out)
+        resp = self._respond(request, None, plan.n_tokens + enc.n_tokens, probs=final)
+        resp["x_shortlist"] = {request.questions[qi].id: int(len(keep[qi])) for qi in plan.questions}
+        return resp
+
+    def _respond(self, request: Request, logits: list[torch.Tensor] | None, n_tokens: int, cached: int | None = None,
+                 probs: list[torch.Tensor] | None = None) -> dict:
+        if probs is None:
+            probs = self.probabilities(request, logits)
         answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
         from .scripts import detect_script
 

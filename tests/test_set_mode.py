@@ -131,3 +131,49 @@ def test_set_mode_temperatures_fall_back_to_choice():
     z = torch.tensor([1.0, 0.0])
     p = eng.probabilities(req, [z])[0]
     assert math.isclose(float(p[0]), 1 / (1 + math.exp(-2.0)), rel_tol=1e-6)     # T = 0.5
+
+
+def _many(n: int, state: str = "The quick brown fox jumps over the lazy dog. " * 8) -> dict:
+    return {"state": state, "questions": {
+        "pick": {"type": "choice", "instructions": "Which team should handle this?",
+                 "criteria": {f"team {i}": None for i in range(n)}},
+        "fox": {"type": "noul", "instructions": "Is a fox mentioned?"}}}
+
+
+def test_more_than_255_options_needs_the_limit_raised():
+    from kevlike.schema import RequestError
+
+    eng = make_engine("llama", option_mode="set")
+    with pytest.raises(RequestError, match="it needs 2 to 255"):
+        eng.decide(_many(300))
+
+
+def test_5000_options_one_set_pass_and_shortlist_then_decide():
+    from kevlike.schema import Limits
+
+    big = Limits(max_options=5000)
+    one = make_engine("llama", option_mode="set", limits=big)
+    r1 = one.decide(_many(5000))
+    p1 = r1["answers"]["pick"]["probabilities"]
+    assert len(p1) == 5000 and abs(sum(p1.values()) - 1) < 1e-4 and "x_shortlist" not in r1
+    # the same request over a token budget it does not fit in one pass: shortlist-then-decide
+    tokens = r1["usage"]["input_tokens"]
+    small = make_engine("llama", option_mode="set", limits=Limits(max_options=5000, max_request_tokens=tokens // 3))
+    r2 = small.decide(_many(5000))
+    assert r2["x_shortlist"] == {"pick": 64}
+    p2 = r2["answers"]["pick"]["probabilities"]
+    assert list(p2) == list(p1) and abs(sum(p2.values()) - 1) < 1e-4
+    # set mode, T = 1: p1(shortlist) · softmax over the shortlist = p1, option by option
+    assert max(abs(p1[k] - p2[k]) for k in p1) <= 1e-5
+    assert abs(r1["answers"]["fox"]["noul"] - r2["answers"]["fox"]["noul"]) <= 1e-5
+    # list mode: > 255 options always go through the shortlist; the top 64 by stage 1 are decided as a list
+    lst = make_engine("llama", option_mode="set", limits=big)
+    lst.option_mode, lst.encoder.option_mode = "list", "list"
+    r3 = lst.decide(_many(1000))
+    assert r3["x_shortlist"] == {"pick": 64}
+    p3 = r3["answers"]["pick"]["probabilities"]
+    assert len(p3) == 1000 and abs(sum(p3.values()) - 1) < 1e-4
+    # options outside the shortlist keep their stage-1 (set-mode) probabilities
+    ref = make_engine("llama", option_mode="set", limits=big).decide(_many(1000))["answers"]["pick"]["probabilities"]
+    outside = sorted(ref, key=ref.get)[:900]
+    assert max(abs(ref[k] - p3[k]) for k in outside) <= 1e-6
