@@ -16,7 +16,7 @@ from pathlib import Path
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
                        batch_size: int = 4, quiet: bool = False, min_count: int | None = None,
                        out: str | Path = "runs", tasks: list[str] | None = None,
-                       option_orders: int | None = None) -> dict:
+                       option_orders: int | None = None, option_mode: str | None = None) -> dict:
     """Fit and write temperatures; returns the fit report (with validation NLL at T = 1 and fitted).
 
     The validation logits are written to ``OUT/calibrate-STAMP/records.jsonl`` (with the report), so
@@ -26,6 +26,11 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     ``option_orders``: the engine's option orders (:class:`kevlike.engine.Engine`) to fit the
     temperatures for; default the artifact's. The value is written to ``kevlike.json``, so serving
     uses the setting the temperatures were fitted with. Raises ValueError if it is negative.
+    ``option_mode``: ``list``, ``set`` or ``both`` (default): the option modes whose choice temperatures
+    are fitted; set-mode choice questions are stored as type ``choice:set``
+    (:func:`kevlike.calibrate.calibration_type`). Temperatures of types not fitted in this call (e.g.
+    ``choice:set`` with ``list``) are kept from the existing ``calibration.json``. Raises ValueError for
+    a mode the model was not trained for.
     """
     if option_orders is not None and option_orders < 0:
         raise ValueError(f"--option-orders must be >= 0, got {option_orders}")
@@ -37,6 +42,10 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if not manifest_path.is_file():
         raise ValueError(f"{artifact} is not a decision-model directory (no kevlike.json)")
     manifest = json.loads(manifest_path.read_text())
+    trained = manifest.get("option_modes", ["list"])
+    modes = trained if option_mode in (None, "both") else [option_mode]
+    if any(m not in trained for m in modes):
+        raise ValueError(f"--option-mode {option_mode}: {artifact} was trained for option mode(s) {', '.join(trained)}")
     if tasks is None:
         tasks = sorted((manifest.get("training", {}).get("config", {}).get("tasks") or {"banking77": {}}).keys())
     from kevlike.training.data import TASKS
@@ -52,14 +61,21 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
 
         from .metrics import records_from_logits
 
-        engine = Engine.from_pretrained(artifact, option_orders=option_orders)
+        engine = Engine.from_pretrained(artifact, option_orders=option_orders, option_mode="list")
         option_orders = engine.option_orders
+        set_engine = Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,
+                            backend=engine.backend, option_mode="set") if "set" in modes else None
         records = []
         for t in tasks:
             exs = eval_examples(t, "validation", n, seed=0, noul_twins=1)  # intents also feed the noul temperature
             if not quiet:
                 print(f"{t}: {len(exs)} validation requests", file=sys.stderr)
-            records.extend(records_from_logits(engine, exs, batch_size, progress=not quiet, calibrated=False))
+            if "list" in modes:
+                records.extend(records_from_logits(engine, exs, batch_size, progress=not quiet, calibrated=False))
+            chosen = [e for e in exs if any(q.get("type") == "choice" for q in e.request["questions"])]
+            if set_engine is not None and chosen:
+                records.extend({**r, "type": "choice:set"} for r in records_from_logits(
+                    set_engine, chosen, batch_size, progress=not quiet, calibrated=False) if r["type"] == "choice")
         from datetime import datetime
 
         run_dir = Path(out) / f"calibrate-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -81,6 +97,15 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
 
         table = TemperatureTable(source=f"T = 1 everywhere: no type had enough validation questions with errors "
                                         f"to fit ({counts})")
+    fitted = {r["type"] for r in records}
+    if (artifact / "calibration.json").is_file():  # keep the temperatures of types not fitted in this call
+        from dataclasses import replace as _replace
+
+        from kevlike.artifact import load_temperatures
+
+        old = load_temperatures(artifact)
+        table = _replace(table, by_type={**{k: v for k, v in old.by_type.items() if k not in fitted}, **table.by_type},
+                         by_bucket={**{k: v for k, v in old.by_bucket.items() if k[0] not in fitted}, **table.by_bucket})
     for t, e in report["types"].items():  # accuracy at T = 1 (the argmax does not depend on T)
         rs = [r for r in records if r["type"] == t]
         e["accuracy"] = sum(max(range(len(r["logits"])), key=lambda k: r["logits"][k]) == r["gold"] for r in rs) / len(rs)

@@ -128,7 +128,8 @@ def rescore(records: list[dict], table) -> list[dict]:
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
               batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
               url: str | None = None, probes: int = 0, option_orders: int | None = None,
-              bigbench: str | Path | None = None, quantize: str | None = None, dtype: str = "auto") -> Path:
+              bigbench: str | Path | None = None, quantize: str | None = None, dtype: str = "auto",
+              option_mode: str | None = None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
     ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
@@ -136,10 +137,10 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     ``probes``: also run :func:`kevlike.eval.probes.run_probes` with this ``n`` (0: no probes).
     ``option_orders``: override the model's option orders (:class:`kevlike.engine.Engine`; local models).
     ``bigbench``: BIG-bench's source archive for the generalization suites (default: ``$KEVLIKE_HOME``).
-    ``quantize``, ``dtype``: as :meth:`kevlike.engine.Engine.from_pretrained` (local models).
+    ``quantize``, ``dtype``, ``option_mode``: as :meth:`kevlike.engine.Engine.from_pretrained` (local models).
 
     Raises:
-        ValueError: unknown suite, or a model without a trained pointer head.
+        ValueError: unknown suite, an option mode the model was not trained for, or a model without a trained pointer head.
         kevlike.eval.remote.RemoteError: ``url`` unreachable or answering errors.
         kevlike.backbones.ModelNotFoundError: unknown model.
         kevlike.training.data.DataUnavailableError: a data package is missing.
@@ -159,7 +160,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         engine = RemoteEngine(url, model)
     if engine is None:
         engine = Engine.from_pretrained(model, option_orders=option_orders, quantize=quantize,
-                                        dtype="float32" if quantize else dtype)
+                                        dtype="float32" if quantize else dtype, option_mode=option_mode)
     if engine.readout == "lm":
         raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
     if suite in GENERALIZATION_SUITES:
@@ -193,11 +194,12 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     meta = {"model": engine.name, "suite": suite, "sizes": sizes, "noul_twins": NOUL_TWINS.get(suite, 0),
             "seed": 0, "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing, "temperatures": engine.temperatures.source,
-            "option_orders": getattr(engine, "option_orders", None)}
+            "option_orders": getattr(engine, "option_orders", None),
+            "option_mode": getattr(engine, "option_mode", None)}
     sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
     intro = (f"Test splits, seeded samples ({sample_sizes}); "
              f"probabilities with the model's temperatures ({engine.temperatures.source}); option orders per choice "
-             f"question: {meta['option_orders']}. Commit {meta['git_commit']}; "
+             f"question: {meta['option_orders']}; option mode: {meta['option_mode']}. Commit {meta['git_commit']}; "
              f"{meta['machine']}; seconds per dataset {timing}.")
     return _write_run(run_dir, meta, summary, records, f"# kevlike eval: suite `{suite}`, model `{engine.name}`", intro, quiet)
 
@@ -304,7 +306,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     meta = {"model": engine.name, "suite": suite, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,
             "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing,
-            "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None)}
+            "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None),
+            "option_mode": getattr(engine, "option_mode", None)}
     (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
     with open(run_dir / "records.jsonl", "w") as f:
         for r in records:

@@ -373,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--option-orders", type=int, default=None, metavar="M",
                     help="local engines: option orders per choice question (default: the model's; 0 = as listed)")
+    ap.add_argument("--option-mode", choices=["list", "set"], default=None,
+                    help="local engines: how choice options are read (default: the model's)")
     ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBES)}")
     args = ap.parse_args(argv)
     only = None if args.only is None else [x for x in args.only.split(",") if x]
@@ -387,8 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from kevlike.engine import Engine
 
-        engine = Engine.from_pretrained(args.model, option_orders=args.option_orders)
-    print(json.dumps({"model": engine.name, "option_orders": getattr(engine, "option_orders", None), **run_probes(engine, args.n, progress=True, only=only)}, indent=2))
+        engine = Engine.from_pretrained(args.model, option_orders=args.option_orders, option_mode=args.option_mode)
+    print(json.dumps({"model": engine.name, "option_orders": getattr(engine, "option_orders", None),
+                      "option_mode": getattr(engine, "option_mode", None),
+                      **run_probes(engine, args.n, progress=True, only=only)}, indent=2))
     return 0
 
 

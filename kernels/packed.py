@@ -46,17 +46,18 @@ class RowLayout:
     """One packed row: the state at ``[state_start, state_end)``, then branches back to back.
 
     A branch is one *unit* (its tokens see each other causally), or, with option sub-branches (set
-    mode, the LM readout), a prompt unit followed by one unit per sub-branch. ``gather [NU, L_max]``
-    indexes the units' tokens (relative to ``state_end``) into a padded batch (padding repeats the
-    unit's last token), ``scatter [N_b]`` maps each branch token back to its place in the flattened
-    ``[NU · L_max]`` batch. ``prefixes`` lists, per branch with sub-branches, ``(queries, start, end)``:
+    mode, the LM readout), a prompt unit followed by one unit per sub-branch. Units are grouped by
+    length (powers of two), so a long prompt never pads hundreds of three-token options to its length:
+    ``gather`` holds one ``[NU_g, L_g]`` index tensor per group (token indices relative to
+    ``state_end``; padding repeats the unit's last token), and ``scatter [N_b]`` maps each branch token
+    to its place in the groups' flattened ``[NU_g · L_g]`` batches, concatenated. ``prefixes`` lists, per branch with sub-branches, ``(queries, start, end)``:
     the sub-branch tokens (relative to ``state_end``) that also see the prompt ``[start, end)``
     (a third key set, non-causal: the whole prompt precedes them)."""
 
     state_start: int
     state_end: int
     branch_end: int
-    gather: torch.Tensor
+    gather: tuple
     scatter: torch.Tensor
     prefixes: tuple = ()
 
@@ -95,8 +96,7 @@ class PackedLayout:
             state_end = start + int((body == 0).sum())
             branches = body[state_end - start:]
             if branches.numel() == 0:
-                rows.append(RowLayout(start, state_end, state_end, torch.empty(0, 0, dtype=torch.long),
-                                      torch.empty(0, dtype=torch.long)))
+                rows.append(RowLayout(start, state_end, state_end, (), torch.empty(0, dtype=torch.long)))
                 continue
             subs = torch.zeros_like(branches) if opt is None else opt[b, state_end:end]
             # units: runs of equal (branch, sub-branch); sub-branches follow their branch's prompt in order
@@ -115,13 +115,20 @@ class PackedLayout:
                 if new_branch or prompt is None or (int(subs[first - 1]) >= o):
                     raise ValueError(f"row {b}: option sub-branches must follow their branch's prompt in order")
                 prefixes.append((first, first + n, *prompt))
-            lmax = max(counts)
-            gather = torch.empty((len(counts), lmax), dtype=torch.long)
-            scatter = torch.empty(len(branches), dtype=torch.long)
-            for j, (off, n) in enumerate(zip(firsts, counts)):
-                gather[j, :n] = torch.arange(off, off + n)
-                gather[j, n:] = off + n - 1
-                scatter[off:off + n] = j * lmax + torch.arange(n)
+            groups: dict = {}
+            for off, n in zip(firsts, counts):
+                groups.setdefault((n - 1).bit_length(), []).append((off, n))
+            gather, scatter, base = [], torch.empty(len(branches), dtype=torch.long), 0
+            for _, units in sorted(groups.items()):
+                lmax = max(n for _, n in units)
+                g = torch.empty((len(units), lmax), dtype=torch.long)
+                for j, (off, n) in enumerate(units):
+                    g[j, :n] = torch.arange(off, off + n)
+                    g[j, n:] = off + n - 1
+                    scatter[off:off + n] = base + j * lmax + torch.arange(n)
+                gather.append(g)
+                base += len(units) * lmax
+            gather = tuple(gather)
             # group the sub-branches of one prompt: one non-causal call per branch
             grouped: dict = {}
             for q0, q1, p0, p1 in prefixes:
@@ -200,16 +207,20 @@ def packed_attention(module, query: torch.Tensor, key: torch.Tensor, value: torc
             continue
         qb, kb, vb = query[b, :, s1:e], key[b, :, s1:e], value[b, :, s1:e]          # (H, N_b, d)
         o1, lse1 = _attend(qb[None], ks, vs, False, scale)                          # (1, H, N_b, ·)
-        NB, lmax = row.gather.shape
-        g = row.gather.to(query.device).reshape(-1)
+        outs, lses = [], []
+        for gather in row.gather:              # units of similar length: one padded causal batch each
+            NU, lmax = gather.shape
+            g = gather.to(query.device).reshape(-1)
 
-        def batched(t):  # (H, N_b, d) -> (NB, H, L_max, d)
-            return t[:, g].reshape(H, NB, lmax, d).transpose(0, 1)
+            def batched(t):  # (H, N_b, d) -> (NU, H, L_max, d)
+                return t[:, g].reshape(H, NU, lmax, d).transpose(0, 1)
 
-        o2, lse2 = _attend(batched(qb), batched(kb), batched(vb), True, scale)     # (NB, H, L_max, ·)
+            o2, lse2 = _attend(batched(qb), batched(kb), batched(vb), True, scale)  # (NU, H, L_max, ·)
+            outs.append(o2.transpose(0, 1).reshape(H, NU * lmax, d))
+            lses.append(lse2.transpose(0, 1).reshape(H, NU * lmax))
         sc = row.scatter.to(query.device)
-        o2 = o2.transpose(0, 1).reshape(H, NB * lmax, d)[:, sc]                     # (H, N_b, d)
-        lse2 = lse2.transpose(0, 1).reshape(H, NB * lmax)[:, sc]                    # (H, N_b)
+        o2 = torch.cat(outs, 1)[:, sc]                                              # (H, N_b, d)
+        lse2 = torch.cat(lses, 1)[:, sc]                                            # (H, N_b)
         o1, lse1 = o1[0], lse1[0]
         for idx, p0, p1 in row.prefixes:      # sub-branch tokens × their branch's prompt: a third key set
             idx = idx.to(query.device)

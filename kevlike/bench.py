@@ -278,9 +278,11 @@ def plot(results: list[dict], path: str) -> bool:
 
 def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_path: str | None,
         plot_path: str | None, S: list[int] | None = None, Q: list[int] | None = None, K: list[int] | None = None,
-        compare: list[str] | None = None, max_separate_tokens: int | None = None) -> list[dict]:
+        compare: list[str] | None = None, max_separate_tokens: int | None = None,
+        option_mode: str | None = None) -> list[dict]:
     """The benchmark grid; ``compare``: extra attention backends timed as ``packed-NAME`` (default
-    ``["sdpa"]`` when the engine's backend is ``kevlike_packed``)."""
+    ``["sdpa"]`` when the engine's backend is ``kevlike_packed``); ``option_mode``: how choice options are
+    read (``list``/``set``, default list; see :class:`kevlike.engine.Engine`)."""
     from .engine import Engine
 
     grid = dict(QUICK if quick else FULL)
@@ -289,18 +291,21 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     torch.manual_seed(0)
     head = PointerHead(eng.model.config.hidden_size).to(eng.device).eval()
     reason = eng.dtype_reason
-    eng = type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=eng.backend)
+    mode = option_mode or "list"
+    eng = type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=eng.backend, option_mode=mode)
     eng.dtype_reason = reason
     if compare is None:
         compare = ["sdpa"] if eng.backend == "kevlike_packed" else []
-    others = {b.replace("flex_attention", "flex"): type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=b)
+    others = {b.replace("flex_attention", "flex"): type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head,
+                                                             backend=b, option_mode=mode)
               for b in compare if b != eng.backend}
     texts = [json.loads(p.read_text())["state"] for p in sorted(Path("examples").glob("*.json"))
              if not p.name.endswith(".meta.json")] or ["The quick brown fox jumps over the lazy dog."]
     results = []
     threads = eng.thread_policy.apply(force=True) if eng.device.type == "cpu" else torch.get_num_threads()
     peak = matmul_peak_gflops(next(eng.model.parameters()).dtype, eng.device)
-    print(f"model={eng.name} dtype={eng.dtype} ({eng.dtype_reason}) backend={eng.backend} threads={threads} reps={reps}")
+    print(f"model={eng.name} dtype={eng.dtype} ({eng.dtype_reason}) backend={eng.backend} option_mode={mode} "
+          f"threads={threads} reps={reps}")
     print(f"matmul peak ({eng.dtype}, torch.mm 2048³, {threads} threads): {peak:.0f} GFLOP/s")
     print(f"{'S':>5} {'Q':>3} {'K':>3} {'mode':>12} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>7} {'tokens':>7} "
           f"{'peak MiB':>8} {'compiles':>8}")
@@ -308,6 +313,7 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
         for k in grid["K"]:
             for q in grid["Q"]:
                 row = bench_cell(eng, synthetic_request(eng, s, q, k, texts), reps, batch, others, max_separate_tokens)
+                row["option_mode"] = mode
                 results.append(row)
                 for name, m in row["modes"].items():
                     print(f"{s:5d} {q:3d} {k:3d} {name:>12} {m['p50_ms']:9.1f} {m['p95_ms']:9.1f} "

@@ -33,6 +33,9 @@ from . import __version__
 EXIT_OK, EXIT_SETUP, EXIT_USAGE, EXIT_LISTEN = 0, 1, 2, 3
 """The exit codes of the module docstring."""
 
+MAX_OPTIONS_CAP = 100_000
+"""The largest ``--max-options`` accepted (an extension of Jev's 255; DESIGN §5 "Set mode")."""
+
 MAX_OPTION_ORDERS = 24
 """``kevlike.engine.MAX_OPTION_ORDERS``, repeated here so that ``--help`` needs no torch (a test
 keeps the two equal); the values themselves are checked by :func:`kevlike.engine.check_option_orders`."""
@@ -81,6 +84,23 @@ def _option_orders_error(args) -> str | None:
     return None
 
 
+def _max_options_error(args) -> str | None:
+    """The error line for a bad ``--max-options`` value, or None."""
+    n = getattr(args, "max_options", None)
+    if n is not None and not 2 <= n <= MAX_OPTIONS_CAP:
+        return f"--max-options must be from 2 to {MAX_OPTIONS_CAP}, got {n}"
+    return None
+
+
+def _limits(args, **kw):
+    """The request :class:`~kevlike.schema.Limits` of the command's options (``--max-options``)."""
+    from .schema import Limits
+
+    if getattr(args, "max_options", None) is not None:
+        kw["max_options"] = args.max_options
+    return Limits(**kw)
+
+
 def _cmd_decide(args) -> int:
     from .schema import RequestError, parse_request
 
@@ -88,8 +108,10 @@ def _cmd_decide(args) -> int:
         body = sys.stdin.buffer.read() if args.path == "-" else open(args.path, "rb").read()
     except OSError as e:
         return _fail(f"cannot read {args.path}: {e.strerror}")
+    if (err := _max_options_error(args)) is not None:
+        return _fail(err)
     try:
-        request = parse_request(body)
+        request = parse_request(body, _limits(args))
     except RequestError as e:
         return _fail(f"invalid request: {e.one_line()}")
     if (err := _option_orders_error(args)) is not None:
@@ -105,7 +127,8 @@ def _cmd_decide(args) -> int:
     try:
         engine = Engine.from_pretrained(args.model, dtype="float32" if args.quantize else args.dtype,
                                         script_policy=args.script_policy, option_orders=args.option_orders,
-                                        threads=args.threads, quantize=args.quantize)
+                                        threads=args.threads, quantize=args.quantize, option_mode=args.option_mode,
+                                        limits=_limits(args))
     except ModelNotFoundError as e:
         return _fail(str(e))
     except SetupError as e:
@@ -176,6 +199,8 @@ def _cmd_serve(args) -> int:
 
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
+    if (err := _max_options_error(args)) is not None:
+        return _fail(err)
     if (err := _threads_env_error(args)) is not None:
         return _fail(err)
     if not 0 <= args.port <= 65535:
@@ -184,9 +209,9 @@ def _cmd_serve(args) -> int:
         config = ServerConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
                               timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
                               api_keys=api_keys_from_env(args.api_keys_file),
-                              limits=Limits(max_request_tokens=args.max_request_tokens))
+                              limits=_limits(args, max_request_tokens=args.max_request_tokens))
         serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
-              script_policy=args.script_policy, option_orders=args.option_orders,
+              script_policy=args.script_policy, option_orders=args.option_orders, option_mode=args.option_mode,
               log_level=args.log_level, threads=args.threads, state_cache_mb=args.state_cache_mb)
     except ListenError as e:
         return _fail(str(e), EXIT_LISTEN)
@@ -226,7 +251,7 @@ def _cmd_bench(args) -> int:
         if reps < 1:
             return _fail(f"--reps must be >= 1, got {reps}")
         run(args.model, args.quick, reps, args.batch, args.dtype, args.json, args.plot,
-            ints(args.S), ints(args.Q), ints(args.K), compare, args.max_separate_tokens)
+            ints(args.S), ints(args.Q), ints(args.K), compare, args.max_separate_tokens, args.option_mode)
     except (ModelNotFoundError, ValueError) as e:
         return _fail(str(e))
     except SetupError as e:
@@ -272,6 +297,8 @@ def _cmd_eval(args) -> int:
         return _fail(f"--probes must be >= 0, got {args.probes}")
     if args.option_orders is not None and args.url is not None:
         return _fail("--option-orders applies to local models only (not --url)")
+    if args.option_mode is not None and args.url is not None:
+        return _fail("--option-mode applies to local models only (not --url; the server has its own)")
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
     if args.reuse is not None and not (Path(args.reuse) / "records.jsonl").is_file():
@@ -283,7 +310,7 @@ def _cmd_eval(args) -> int:
     try:
         run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
                   url=args.url, probes=args.probes, option_orders=args.option_orders, bigbench=args.bigbench,
-                  quantize=args.quantize)
+                  quantize=args.quantize, option_mode=args.option_mode)
     except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
         return _fail(str(e))
     except SetupError as e:
@@ -302,7 +329,7 @@ def _cmd_calibrate(args) -> int:
     try:
         tasks = None if args.data is None else [t for t in args.data.split(",") if t]
         calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
-                           out=args.out, tasks=tasks, option_orders=args.option_orders)
+                           out=args.out, tasks=tasks, option_orders=args.option_orders, option_mode=args.option_mode)
     except (DataUnavailableError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
     except SetupError as e:
@@ -377,6 +404,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "~1.4x faster on an AVX2 CPU, answers move: see the README's int8 section); default: none")
     threads_help = ("torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at "
                     "most once a second), N a fixed count (default: $KEVLIKE_THREADS, else auto)")
+    mode_help = ("how a choice question's options are read: list (one after another in one branch) or set (each "
+                 "option its own sub-branch: no option sees another, so adding, removing or reordering options "
+                 "leaves the others' log-odds unchanged)")
+    max_options_help = ("allow choice questions with up to N options, beyond Jev's 255 (an extension): answered in one "
+                        "set-mode pass when they fit --max-request-tokens, else by shortlist-then-decide (the top 64 "
+                        "of a chunked set-mode pass decided again; the response's x_shortlist gives the size)")
     orders_help = (f"orders each choice question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, "
                    f"M>=2 pooled (M x the choice branches' tokens), 0 as listed")
 
@@ -393,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "or refuse it")
     d.add_argument("--option-orders", type=int, default=None, metavar="M",
                    help=f"{orders_help} (default: the model's)")
+    d.add_argument("--option-mode", choices=["list", "set"], default=None, help=f"{mode_help} (default: the model's)")
+    d.add_argument("--max-options", type=int, default=None, metavar="N", help=f"{max_options_help} (default: 255)")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
     d.add_argument("--threads", type=_threads, default=None, help=threads_help)
@@ -435,6 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "or refuse it (422)")
     s.add_argument("--option-orders", type=int, default=None, metavar="M",
                    help=f"{orders_help} (default: each model's)")
+    s.add_argument("--option-mode", choices=["list", "set"], default=None, help=f"{mode_help} (default: each model's)")
+    s.add_argument("--max-options", type=int, default=None, metavar="N", help=f"{max_options_help} (default: 255)")
     s.add_argument("--max-batch", type=int, default=8, help="requests per packed forward pass")
     s.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more requests, in ms")
     s.add_argument("--queue-size", type=int, default=64, help="waiting requests before answering 429")
@@ -466,6 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compare", default=None,
                    help="other attention backends timed as packed-NAME, e.g. sdpa,flex_attention "
                         "(default: sdpa on the CPU; '' for none)")
+    b.add_argument("--option-mode", choices=["list", "set"], default=None,
+                   help=f"{mode_help}; timed for the pointer readout (default: the model's)")
     b.add_argument("--max-separate-tokens", type=int, default=None,
                    help="skip the separate mode in cells where it would process more tokens than this "
                         "(default: no limit)")
@@ -504,6 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--quantize", choices=["int8"], default=None, help=quantize_help)
     e.add_argument("--option-orders", type=int, default=None, metavar="M",
                    help=f"{orders_help}; local models only (default: the model's)")
+    e.add_argument("--option-mode", choices=["list", "set"], default=None,
+                   help=f"{mode_help}; local models only (default: the model's)")
     e.set_defaults(func=_cmd_eval)
 
     c = command("calibrate", "fit temperatures per (question type, option-count bucket) on validation data")
@@ -519,6 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quiet", action="store_true", help="no progress bars")
     c.add_argument("--option-orders", type=int, default=None, metavar="M",
                    help=f"{orders_help}; fitted for and stored in kevlike.json (default: the artifact's)")
+    c.add_argument("--option-mode", choices=["list", "set", "both"], default=None,
+                   help="fit the choice temperatures of this option mode (set: stored as choice:set); both: "
+                        "each mode the model was trained for (default: both)")
     c.set_defaults(func=_cmd_calibrate)
     return p
 

@@ -290,10 +290,11 @@ def listen_socket(host: str, port: int, backlog: int = 2048):
 
 def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
           config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate",
-          option_orders: int | None = None, threads: int | str | None = None, state_cache_mb: float = 256.0) -> None:
+          option_orders: int | None = None, threads: int | str | None = None, state_cache_mb: float = 256.0,
+          option_mode: str | None = None) -> None:
     """Listen on ``host:port``, load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
-    normally, so the process can exit 0. ``option_orders``: see :class:`kevlike.engine.Engine`
+    normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.engine.Engine`
     (None: each model's own setting). ``threads``: torch's CPU threads, ``"auto"``, N or None
     (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.threads`). ``state_cache_mb``: per model, see
     :mod:`kevlike.state_cache` (0 = off; models without a pointer head or with sliding-window layers
@@ -325,7 +326,7 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
         info = {}
         for m in models:
             eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
-                                         option_orders=option_orders, threads=threads)
+                                         option_orders=option_orders, threads=threads, option_mode=option_mode)
             if state_cache_mb and eng.head is not None and not eng.sliding_window:
                 eng.state_cache = StateCache(state_cache_mb)
             engines[eng.name] = eng

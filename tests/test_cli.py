@@ -206,3 +206,25 @@ def test_option_orders_limit_in_cli_and_engine(tmp_path, capsys):
         assert cli.main([*argv, "--option-orders", "-1"]) == 2
         assert capsys.readouterr().err == "kevlike: error: --option-orders must be >= 0, got -1\n"
     assert time.perf_counter() - t0 < 60  # rejected up front: no model is loaded, nothing is served
+
+
+def test_max_options_and_option_mode_on_decide(tmp_path, capsys, tiny_model_dir):
+    from kevlike import cli
+
+    req = tmp_path / "many.json"
+    req.write_text(json.dumps({"state": "The quick brown fox.", "questions": {
+        "pick": {"type": "choice", "instructions": "Which one?", "criteria": {f"fox {i}": None for i in range(1000)}}}}))
+    assert cli.main(["decide", str(req), "--model", tiny_model_dir]) == 2        # Jev's 255 without the flag
+    err = capsys.readouterr().err
+    assert "choice has 1000 options; it needs 2 to 255" in err and err.count("\n") == 1
+    assert cli.main(["decide", str(req), "--max-options", "1", "--model", tiny_model_dir]) == 2
+    assert capsys.readouterr().err == "kevlike: error: --max-options must be from 2 to 100000, got 1\n"
+    assert cli.main(["decide", str(req), "--max-options", "1000", "--option-mode", "set", "--compact",
+                     "--model", tiny_model_dir]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["answers"]["pick"]["probabilities"]) == 1000
+    assert abs(sum(out["answers"]["pick"]["probabilities"].values()) - 1) < 1e-4
+    for cmd in (["decide", str(req)], ["serve"], ["eval"], ["calibrate", str(tmp_path)], ["bench"]):
+        with pytest.raises(SystemExit):
+            cli.main([*cmd, "--option-mode", "bag"])
+        assert "invalid choice: 'bag'" in capsys.readouterr().err

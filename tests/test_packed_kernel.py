@@ -53,8 +53,11 @@ def test_layout_reads_the_segments():
     seg = segments([(2, 3, [2, 4])], 12)
     row = PackedLayout.from_segments(seg).rows[0]
     assert (row.state_start, row.state_end, row.branch_end) == (2, 5, 11)
-    assert row.gather.tolist() == [[0, 1, 1, 1], [2, 3, 4, 5]]
-    assert row.scatter.tolist() == [0, 1, 4, 5, 6, 7]
+    assert [g.tolist() for g in row.gather] == [[[0, 1]], [[2, 3, 4, 5]]]     # grouped by length
+    assert row.scatter.tolist() == [0, 1, 2, 3, 4, 5]
+    row = PackedLayout.from_segments(segments([(0, 1, [3, 4, 1])], 9)).rows[0]
+    assert [g.tolist() for g in row.gather] == [[[7]], [[0, 1, 2, 2], [3, 4, 5, 6]]]
+    assert row.scatter.tolist() == [1, 2, 3, 5, 6, 7, 8, 0]
 
 
 def test_layout_refuses_interleaved_branches():

@@ -369,3 +369,20 @@ def test_response_reports_the_state_script(server):
     assert status == 200
     # a bare HF directory declares no training scripts: reported, not judged
     assert out["x_input"] == {"script": "Cyrillic", "script_share": 1.0, "script_trained": None}
+
+
+def test_max_options_extension_over_http(model_dir):
+    many = {"state": "The quick brown fox.", "questions": {
+        "pick": {"type": "choice", "instructions": "Which one?", "criteria": {f"fox {i}": None for i in range(2000)}},
+        "fox": NOUL}}
+    s = Server(model_dir, "--max-options", "5000", "--max-request-tokens", "4000", "--option-mode", "set")
+    try:
+        status, _, out, _ = s.post(many)
+        assert status == 200, out
+        assert out["x_shortlist"] == {"pick": 64}             # 2,000 options do not fit 4,000 tokens: shortlisted
+        assert len(out["answers"]["pick"]["probabilities"]) == 2000
+        status, _, out, _ = s.post({**many, "questions": {"pick": {**many["questions"]["pick"], "criteria": {
+            f"k{i}": None for i in range(5001)}}}})
+        assert status == 422 and "it needs 2 to 5000" in json.dumps(out)
+    finally:
+        s.stop()
