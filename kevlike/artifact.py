@@ -14,6 +14,7 @@ backbone's weights (``merge_and_unload``), so serving runs the stock model with 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -101,7 +102,65 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
 
 
 def load_temperatures(path: str | Path) -> TemperatureTable:
-    """The temperature table of a decision-model directory (its ``calibration.json``)."""
-    cal = json.loads((Path(path) / "calibration.json").read_text())
+    """The temperature table of a decision-model directory (its ``calibration.json``), or of a
+    calibration file itself (a profile, see :func:`profile_path`)."""
+    path = Path(path)
+    cal = json.loads((path if path.suffix == ".json" else path / "calibration.json").read_text())
     return TemperatureTable(by_bucket={(r["type"], r["bucket"]): r["temperature"] for r in cal["by_bucket"]},
                             by_type=cal["by_type"], source=cal["source"])
+
+
+# --- calibration profiles ------------------------------------------------------------------------
+
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def check_profile_name(name: str) -> str:
+    """Validate a profile name (letters, digits, ``_ . -``, 1-64 characters, not starting with a
+    punctuation mark) and return it.
+
+    Raises:
+        ValueError: any other name.
+    """
+    if not isinstance(name, str) or not PROFILE_NAME.match(name):
+        raise ValueError(f"profile name must be 1-64 letters, digits, '_', '.' or '-' (not first), got {name!r}")
+    return name
+
+
+def profiles_dir(artifact_dir: str | Path, model_name: str) -> Path:
+    """Where the calibration profiles of a decision model live: ``profiles/`` inside the model directory,
+    except for a model shipped inside the installed package (read-only, replaced on upgrade), whose
+    profiles go under ``$KEVLIKE_HOME/profiles/MODEL_NAME/``."""
+    artifact_dir = Path(artifact_dir).resolve()
+    package = Path(__file__).resolve().parent
+    if package in artifact_dir.parents:
+        from .backbones import kevlike_home
+
+        return kevlike_home() / "profiles" / model_name.replace("/", "_")
+    return artifact_dir / "profiles"
+
+
+def profile_path(artifact_dir: str | Path, model_name: str, name: str) -> Path:
+    """The file of profile ``name`` (``NAME.json``, the format of ``calibration.json``)."""
+    return profiles_dir(artifact_dir, model_name) / f"{check_profile_name(name)}.json"
+
+
+def list_profiles(artifact_dir: str | Path, model_name: str) -> list[str]:
+    """The profile names stored for a model, sorted."""
+    d = profiles_dir(artifact_dir, model_name)
+    return sorted(p.stem for p in d.glob("*.json") if PROFILE_NAME.match(p.stem)) if d.is_dir() else []
+
+
+def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: TemperatureTable,
+                 report: dict | None = None) -> Path:
+    """Write profile ``name`` (atomically: a server starting meanwhile never reads half a file)."""
+    path = profile_path(artifact_dir, model_name, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({
+        "source": table.source, "by_type": table.by_type,
+        "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in table.by_bucket.items()],
+        **({"fit": report} if report else {}),
+    }, indent=2))
+    tmp.replace(path)
+    return path

@@ -35,13 +35,15 @@ class Batcher:
         max_wait_s: how long the first request of a batch waits for company (seconds).
         queue_size: requests that may wait (not counting the batch being computed).
         max_batch_tokens: bound on ``batch size × longest request`` (padded tokens) per pass.
+        executor: the single-thread executor the forward passes run on (default: a new one); batchers of
+            engines that share a model pass the same one, so that model runs one pass at a time.
 
     Raises:
         ValueError: a bound below 1 (or a negative wait).
     """
 
     def __init__(self, engine, max_batch: int = 8, max_wait_s: float = 0.005, queue_size: int = 64,
-                 max_batch_tokens: int = 32768):
+                 max_batch_tokens: int = 32768, executor: ThreadPoolExecutor | None = None):
         if max_batch < 1 or queue_size < 1 or max_batch_tokens < 1 or max_wait_s < 0:
             raise ValueError("max_batch, queue_size and max_batch_tokens must be >= 1 and max_wait_s >= 0")
         self.engine = engine
@@ -49,7 +51,8 @@ class Batcher:
         self.max_wait_s = max_wait_s
         self.max_batch_tokens = max_batch_tokens
         self.queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=queue_size)
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kevlike-model")
+        self.owns_executor = executor is None
+        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="kevlike-model")
         self._carry: _Item | None = None
         self._task: asyncio.Task | None = None
         self._busy = False
@@ -136,4 +139,5 @@ class Batcher:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        self.executor.shutdown(wait=True)
+        if self.owns_executor:
+            self.executor.shutdown(wait=True)

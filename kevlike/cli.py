@@ -128,7 +128,7 @@ def _cmd_decide(args) -> int:
         engine = Engine.from_pretrained(args.model, dtype="float32" if args.quantize else args.dtype,
                                         script_policy=args.script_policy, option_orders=args.option_orders,
                                         threads=args.threads, quantize=args.quantize, option_mode=args.option_mode,
-                                        limits=_limits(args))
+                                        limits=_limits(args), profile=args.profile)
     except ModelNotFoundError as e:
         return _fail(str(e))
     except SetupError as e:
@@ -301,6 +301,22 @@ def _cmd_eval(args) -> int:
         return _fail("--option-mode applies to local models only (not --url; the server has its own)")
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
+    if args.data is not None:
+        if args.reuse is not None or args.probes:
+            return _fail("--data evaluates your labelled file; drop --reuse/--probes")
+        from .eval.owndata import evaluate_data
+        from .userdata import LabelledDataError
+
+        try:
+            evaluate_data(args.model, args.data, args.out, costs=args.costs, url=args.url, batch_size=args.batch,
+                          quiet=args.quiet, option_mode=args.option_mode, profile=args.profile)
+        except (ModelNotFoundError, LabelledDataError, ValueError, FileNotFoundError, RemoteError) as e:
+            return _fail(str(e))
+        except SetupError as e:
+            return _fail(str(e), EXIT_SETUP)
+        return 0
+    if args.costs is not None or args.profile is not None:
+        return _fail("--costs and --profile go with --data FILE.jsonl")
     if args.reuse is not None and not (Path(args.reuse) / "records.jsonl").is_file():
         return _fail(f"--reuse {args.reuse}: not an eval run directory (no records.jsonl; use a runs/eval-… directory)")
     if args.url is not None and args.reuse is not None:
@@ -326,6 +342,24 @@ def _cmd_calibrate(args) -> int:
 
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
+    is_file = args.data is not None and (args.data.endswith((".jsonl", ".json")) or Path(args.data).is_file())
+    if args.profile is not None or is_file:
+        if not (args.profile and is_file):
+            return _fail("a calibration profile is fitted on a labelled file: give both --data FILE.jsonl and --profile NAME")
+        if args.option_mode == "both":
+            return _fail("--profile fits the option mode the model is served in: --option-mode list or set")
+        from .backbones import ModelNotFoundError
+        from .eval.owndata import fit_profile
+        from .userdata import LabelledDataError
+
+        try:
+            fit_profile(args.artifact, args.data, args.profile, min_count=args.min_count, batch_size=args.batch,
+                        quiet=args.quiet, option_mode=args.option_mode)
+        except (ModelNotFoundError, LabelledDataError, ValueError, FileNotFoundError) as e:
+            return _fail(str(e))
+        except SetupError as e:
+            return _fail(str(e), EXIT_SETUP)
+        return 0
     try:
         tasks = None if args.data is None else [t for t in args.data.split(",") if t]
         calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
@@ -427,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--option-orders", type=int, default=None, metavar="M",
                    help=f"{orders_help} (default: the model's)")
     d.add_argument("--option-mode", choices=["list", "set"], default=None, help=f"{mode_help} (default: the model's)")
+    d.add_argument("--profile", default=None, metavar="NAME",
+                   help="answer with the temperatures of this calibration profile (kevlike calibrate --profile; "
+                        "default: the model's own)")
     d.add_argument("--max-options", type=int, default=None, metavar="N", help=f"{max_options_help} (default: 255)")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
@@ -545,14 +582,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"{orders_help}; local models only (default: the model's)")
     e.add_argument("--option-mode", choices=["list", "set"], default=None,
                    help=f"{mode_help}; local models only (default: the model's)")
+    e.add_argument("--data", default=None, metavar="FILE.jsonl",
+                   help="evaluate on your labelled requests instead of a suite: one JSON object per line, "
+                        '{"request": <Jev request>, "gold": {question id: answer}, "weight": optional}; '
+                        "writes per-type and per-question metrics, reliability diagrams and a noul threshold table")
+    e.add_argument("--costs", default=None, metavar="COSTS",
+                   help="with --data: YAML/JSON costs of false positives and negatives for the threshold table, "
+                        "{default: {false_positive: X, false_negative: Y}, questions: {ID: {...}}} (default: 1 and 1)")
+    e.add_argument("--profile", default=None, metavar="NAME",
+                   help="with --data: answer with the temperatures of this calibration profile (default: the model's)")
     e.set_defaults(func=_cmd_eval)
 
-    c = command("calibrate", "fit temperatures per (question type, option-count bucket) on validation data")
-    c.add_argument("artifact", help="decision-model directory (its calibration.json is rewritten)")
+    c = command("calibrate", "fit temperatures per (question type, option-count bucket) on validation data, "
+                             "or on your labelled requests as a named profile")
+    c.add_argument("artifact", help="decision-model directory (its calibration.json is rewritten); with --profile "
+                                    "also a model name, e.g. kevlike-default")
     c.add_argument("--n", type=int, default=200, help="validation requests per training task")
     c.add_argument("--data", default=None,
                    help="comma-separated tasks whose validation splits to fit on (default: the tasks the "
-                        "artifact was trained on), e.g. banking77,spam,sentiment")
+                        "artifact was trained on), e.g. banking77,spam,sentiment; or a labelled FILE.jsonl (as "
+                        "eval --data reads) to fit a profile on, with --profile")
+    c.add_argument("--profile", default=None, metavar="NAME",
+                   help="store the temperatures fitted on --data FILE.jsonl as calibration profile NAME (in the model "
+                        "directory; for the shipped model under $KEVLIKE_HOME/profiles/) instead of rewriting "
+                        "calibration.json; served as MODEL@NAME (default: no profile)")
+    c.add_argument("--min-count", type=int, default=50,
+                   help="with --profile: questions a type or option-count bucket needs for its own temperature "
+                        "(fewer: the type's, else T = 1)")
     c.add_argument("--records", default=None,
                    help="reuse validation logits from this records JSONL (default: compute them with the model)")
     c.add_argument("--batch", type=int, default=4, help="requests per forward pass")

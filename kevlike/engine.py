@@ -241,6 +241,8 @@ class Engine:
             # engines of several backends can share one model (kevlike bench)
             model.set_attn_implementation(self.backend)
         self.option_orders = option_orders
+        self.artifact_dir = None      # from_pretrained: the decision-model directory (its calibration profiles)
+        self.profile = None           # the calibration profile whose temperatures are served (with_profile)
         # the modes this model answers in (from_pretrained: its manifest's option_modes)
         self.option_modes = ("list", "set") if head is None else tuple(dict.fromkeys(("list", option_mode)))
         self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -261,7 +263,7 @@ class Engine:
                         limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
                         option_orders: int | None = None, threads: int | str | None = None,
                         quantize: str | None = None, state_cache_mb: float = 0,
-                        option_mode: str | None = None) -> "Engine":
+                        option_mode: str | None = None, profile: str | None = None) -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
         ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
@@ -271,12 +273,14 @@ class Engine:
         applied after the LoRA adapter is merged). ``option_mode``: see :class:`Engine`; None takes the
         manifest's ``option_mode`` (``"list"`` when it has none); a decision model answers only in the
         modes its manifest lists in ``option_modes`` (``["list"]`` when absent: it was never trained on
-        the set template).
+        the set template). ``profile``: serve the temperatures of this calibration profile (``kevlike
+        calibrate --data FILE --profile NAME``) instead of the model's own; the engine is then named
+        ``MODEL@NAME``.
 
         Raises:
             kevlike.backbones.ModelNotFoundError: unknown name or path.
             ValueError: unknown dtype, backend, script policy or option mode, an option mode the model
-                was not trained for, or ``option_orders`` (given, or the artifact's) outside
+                was not trained for, an unknown profile (or one given for a model without a pointer head), or ``option_orders`` (given, or the artifact's) outside
                 ``[0, MAX_OPTION_ORDERS]`` (a given one before any weights load).
         """
         from .scripts import check_policy
@@ -284,6 +288,10 @@ class Engine:
         check_policy(script_policy)
         if option_mode is not None:
             check_option_mode(option_mode)
+        if profile is not None:
+            from .artifact import check_profile_name
+
+            check_profile_name(profile)
         if option_orders is not None:
             check_option_orders(option_orders)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -296,6 +304,16 @@ class Engine:
                              f"dtype {dtype} (pass dtype='float32')")
         policy = ThreadPolicy.from_env(threads)
         resolved = resolve_model(name_or_path)
+        if profile is not None:
+            if resolved.artifact_dir is None:
+                raise ValueError(f"model {resolved.name!r} has no pointer head; calibration profiles are for decision models")
+            from .artifact import list_profiles, profile_path
+
+            path = profile_path(resolved.artifact_dir, resolved.name, profile)
+            if not path.is_file():
+                have = list_profiles(resolved.artifact_dir, resolved.name)
+                raise ValueError(f"model {resolved.name!r} has no calibration profile {profile!r} (looked for {path}; "
+                                 f"profiles: {', '.join(have) or 'none'})")
         model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
         if resolved.artifact_dir is not None:
             from .artifact import load_decision_model
@@ -322,10 +340,36 @@ class Engine:
                          option_orders=1 if option_orders is None else option_orders, threads=policy,
                          option_mode=option_mode or "list")
         engine.dtype_reason = dtype_reason
+        engine.artifact_dir = resolved.artifact_dir
+        if profile is not None:
+            engine = engine.with_profile(profile)
         if quantize == "int8":
             quantize_int8(engine.model)
             engine.dtype, engine.dtype_reason = "int8", f"dynamic int8 quantization of the decoder's Linear layers ({dtype_reason})"
         return engine
+
+    def with_profile(self, profile: str) -> "Engine":
+        """An engine sharing this one's model, tokenizer, head and state cache, with the temperatures of
+        calibration profile ``profile`` and the name ``{name}@{profile}``.
+
+        Raises:
+            ValueError: the engine has no model directory with that profile.
+        """
+        import copy
+
+        from .artifact import load_temperatures, profile_path
+
+        base = self.name.split("@")[0]
+        if self.artifact_dir is None:
+            raise ValueError(f"model {base!r} was not loaded from a decision-model directory: it has no profiles")
+        path = profile_path(self.artifact_dir, base, profile)
+        if not path.is_file():
+            raise ValueError(f"model {base!r} has no calibration profile {profile!r} (looked for {path})")
+        other = copy.copy(self)
+        other.temperatures = load_temperatures(path)
+        other.name = f"{base}@{profile}"
+        other.profile = profile
+        return other
 
     @property
     def readout(self) -> str:

@@ -139,8 +139,11 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     @asynccontextmanager
     async def lifespan(app):
         for name, eng in engines.items():
+            # engines sharing one model (its calibration profiles, MODEL@PROFILE) share its model thread:
+            # one forward pass at a time per model (the state cache relies on it)
+            shared = next((b.executor for b in batchers.values() if b.engine.model is eng.model), None)
             batchers[name] = Batcher(eng, config.max_batch, config.max_wait_ms / 1000, config.queue_size,
-                                     config.max_batch_tokens)
+                                     config.max_batch_tokens, executor=shared)
             batchers[name].start()
         yield
         for b in batchers.values():  # uvicorn has already let in-flight requests finish
@@ -333,6 +336,15 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
             entry = MODELS.get(eng.name)
             info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",
                               "release_date": entry.release_date if entry else ""}
+            if eng.artifact_dir is not None:   # calibration profiles: the same model as MODEL@PROFILE
+                from .artifact import list_profiles
+
+                for prof in list_profiles(eng.artifact_dir, eng.name):
+                    pe = eng.with_profile(prof)
+                    engines[pe.name] = pe
+                    info[pe.name] = {"description": f"{info[eng.name]['description']}; temperatures of calibration "
+                                                    f"profile {prof!r} ({pe.temperatures.source})",
+                                     "release_date": info[eng.name]["release_date"]}
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         app = create_app(engines, next(iter(engines)), config, info)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,

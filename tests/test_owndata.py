@@ -1,0 +1,144 @@
+"""A user's own labelled data (kevlike/userdata.py, eval/owndata.py): the file format and its errors,
+the threshold table by hand, a temperature profile whose optimum is known, and the profile served
+by name (Engine, decide, server)."""
+
+import json
+import math
+
+import pytest
+
+from kevlike import Engine
+from kevlike.artifact import list_profiles, profile_path, save_decision_model
+from kevlike.schema import validate_request
+from kevlike.userdata import LabelledDataError, answer_target, read_labelled
+
+from tiny import REQUEST, make_engine
+
+REQ = {"state": "Customer: I was charged twice.", "questions": {
+    "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+    "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "tech": None, "sales": None}},
+    "anger": {"type": "score", "instructions": "How angry?", "criteria": ["calm", "upset", "furious"]}}}
+
+
+def _write(path, lines):
+    path.write_text("\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines) + "\n")
+    return path
+
+
+def test_answers_of_every_type_and_soft_labels():
+    q = {x.id: x for x in validate_request(REQ).questions}
+    assert answer_target(q["urgent"], True) == [1.0, 0.0] and answer_target(q["urgent"], "false") == [0.0, 1.0]
+    assert answer_target(q["team"], "tech") == [0.0, 1.0, 0.0]
+    assert answer_target(q["anger"], 2) == [0.0, 0.0, 1.0] and answer_target(q["anger"], "0") == [1.0, 0.0, 0.0]
+    assert answer_target(q["team"], {"billing": 0.7, "sales": 0.3}) == pytest.approx([0.7, 0.0, 0.3])
+    for qid, bad, msg in [("urgent", 1, "true or false"), ("team", "legal", "not an option key"),
+                          ("anger", 3, "outside 0-2"), ("anger", True, "level index"),
+                          ("team", {"billing": 0.5}, "sum to 0.5"), ("team", {"billing": -0.1, "tech": 1.1}, ">= 0"),
+                          ("urgent", {"yes": 1.0}, "not an answer")]:
+        with pytest.raises(ValueError, match=msg):
+            answer_target(q[qid], bad)
+
+
+def test_bad_lines_name_file_line_and_field(tmp_path):
+    good = {"request": REQ, "gold": {"urgent": True}}
+    cases = [
+        ("{not json", "(line): not JSON"),
+        ({"gold": {}}, "request: missing"),
+        ({"request": REQ, "gold": {"nope": True}}, "gold.nope: no question 'nope'"),
+        ({"request": REQ, "gold": {"team": "legal"}}, "gold.team: 'legal' is not an option key"),
+        ({"request": REQ, "gold": {"urgent": True}, "weight": 0}, "weight: must be a number > 0"),
+        ({"request": REQ, "gold": {"urgent": True}, "labels": 1}, "labels: unknown field"),
+        ({"request": {**REQ, "questions": {}}, "gold": {}}, "request.questions:"),
+    ]
+    for bad, msg in cases:
+        p = _write(tmp_path / "d.jsonl", [good, "", bad])
+        with pytest.raises(LabelledDataError) as e:
+            read_labelled(p)
+        assert str(e.value).startswith(f"{p}:3: ") and msg in str(e.value), str(e.value)
+    items = read_labelled(_write(tmp_path / "ok.jsonl", [good, {"request": REQ, "gold": {}}]))
+    assert [it.line for it in items] == [1, 2] and items[1].gold == {}       # partial labels: kept, score nothing
+    with pytest.raises(LabelledDataError, match="no labelled question"):
+        read_labelled(_write(tmp_path / "none.jsonl", [{"request": REQ}]))
+
+
+def test_threshold_table_by_hand():
+    from kevlike.eval.owndata import read_costs, threshold_table
+
+    # P(true) and truth for 4 decisions; κ_FP = 1, κ_FN = 3: act iff p > 1/4
+    recs = [{"type": "noul", "question": "q", "probs": [p, 1 - p], "target": [float(y), 1.0 - y]}
+            for p, y in [(0.9, 1), (0.3, 0), (0.2, 1), (0.6, 0)]]
+    t = threshold_table(recs, {"default": {"false_positive": 1.0, "false_negative": 3.0}, "questions": {}})["q"]
+    assert t["threshold"] == 0.25
+    assert t["cost_at_threshold"] == pytest.approx((1 + 3 + 1) / 4)       # acts on 0.9, 0.3 (FP), 0.6 (FP); misses 0.2 (FN)
+    assert t["cost_always"] == pytest.approx(2 / 4) and t["cost_never"] == pytest.approx(6 / 4)
+    assert t["saving_vs_best_trivial"] == pytest.approx(0.5 - 1.25)
+    assert read_costs(None)["default"] == {"false_positive": 1.0, "false_negative": 1.0}
+
+
+def _artifact(tmp_path):
+    tiny = make_engine("qwen2")
+    backbone = tmp_path / "backbone"
+    tiny.model.save_pretrained(backbone)
+    tiny.encoder.tokenizer.save_pretrained(backbone)
+    return save_decision_model(tmp_path / "m", backbone=str(backbone), model=tiny.model,
+                               tokenizer=tiny.encoder.tokenizer, head=tiny.head)
+
+
+def test_profile_fit_with_a_known_optimum_is_served_by_name(tmp_path, capsys):
+    from kevlike import cli
+    from kevlike.eval.owndata import fit_profile
+
+    art = _artifact(tmp_path)
+    # 100 noul questions with logits (2, 0), right 3 times in 4: the NLL optimum is sigmoid(2 / T) = 3/4,
+    # T = 2 / ln 3
+    recs = [{"type": "noul", "logits": [2.0, 0.0], "gold": 0 if i % 4 else 1} for i in range(100)]
+    path, fit = fit_profile(str(art), "hand-made records", "ops", min_count=50, records=recs, quiet=True)
+    assert path == art / "profiles" / "ops.json" and list_profiles(art, str(art)) == ["ops"]
+    assert fit["types"]["noul"]["temperature"] == pytest.approx(2 / math.log(3), rel=1e-4)
+    eng = Engine.from_pretrained(art, profile="ops")
+    assert eng.name == f"{art}@ops" and eng.temperatures.lookup("noul", 2) == pytest.approx(2 / math.log(3), rel=1e-4)
+    assert Engine.from_pretrained(art).temperatures.lookup("noul", 2) == 1.0          # the model's own: untouched
+    with pytest.raises(ValueError, match="no calibration profile 'nope'.*profiles: ops"):
+        Engine.from_pretrained(art, profile="nope")
+    with pytest.raises(ValueError, match="profile name must be"):
+        Engine.from_pretrained(art, profile="../x")
+    req = tmp_path / "r.json"
+    req.write_text(json.dumps(REQUEST))
+    assert cli.main(["decide", str(req), "--model", str(art), "--profile", "ops", "--compact"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == f"{art}@ops"
+
+
+def test_shipped_model_profiles_live_under_kevlike_home(tmp_path, monkeypatch):
+    import kevlike
+    from pathlib import Path
+
+    monkeypatch.setenv("KEVLIKE_HOME", str(tmp_path / "home"))
+    shipped = Path(kevlike.__file__).parent / "models" / "default"
+    assert profile_path(shipped, "kevlike-default", "ops") == tmp_path / "home" / "profiles" / "kevlike-default" / "ops.json"
+
+
+def test_eval_and_calibrate_on_a_labelled_file(tmp_path, capsys):
+    from kevlike import cli
+
+    art = _artifact(tmp_path)
+    lines = [{"request": REQ, "gold": {"urgent": i % 2 == 0, "team": ["billing", "tech", "sales"][i % 3], "anger": i % 3}}
+             for i in range(6)] + [{"request": REQ, "gold": {"team": {"billing": 0.5, "tech": 0.5}}}]
+    data = _write(tmp_path / "mine.jsonl", lines)
+    costs = tmp_path / "costs.yaml"
+    costs.write_text("questions:\n  urgent: {false_positive: 1, false_negative: 9}\n")
+    assert cli.main(["eval", "--model", str(art), "--data", str(data), "--costs", str(costs), "--out", str(tmp_path),
+                     "--quiet"]) == 0
+    run = next(tmp_path.glob("eval-data-*"))
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["per_type"]["noul"]["n"] == 6 and m["per_type"]["choice"]["n"] == 7 and m["per_type"]["score"]["n"] == 6
+    assert set(m["per_question"]) == {"urgent", "team", "anger"}
+    t = json.loads((run / "thresholds.json").read_text())["urgent"]
+    assert t["threshold"] == pytest.approx(0.1) and t["n"] == 6
+    assert len([json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]) == 19
+    assert cli.main(["calibrate", str(art), "--data", str(data), "--profile", "mine", "--min-count", "2", "--quiet"]) == 0
+    assert list_profiles(art, str(art)) == ["mine"]
+    assert cli.main(["calibrate", str(art), "--profile", "x"]) == 2
+    assert "give both --data FILE.jsonl and --profile NAME" in capsys.readouterr().err
+    bad = _write(tmp_path / "bad.jsonl", [lines[0], {"request": REQ, "gold": {"urgent": "maybe"}}])
+    assert cli.main(["eval", "--model", str(art), "--data", str(bad)]) == 2
+    assert f"{bad}:2: gold.urgent: a noul answer is true or false" in capsys.readouterr().err
