@@ -72,7 +72,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
                 print(f"{t}: {len(exs)} validation requests", file=sys.stderr)
             if "list" in modes:
                 records.extend(records_from_logits(engine, exs, batch_size, progress=not quiet, calibrated=False))
-            chosen = [e for e in exs if any(q.get("type") == "choice" for q in e.request["questions"])]
+            chosen = [e for e in exs if any(q.get("type") == "choice" for q in e.request["questions"].values())]
             if set_engine is not None and chosen:
                 records.extend({**r, "type": "choice:set"} for r in records_from_logits(
                     set_engine, chosen, batch_size, progress=not quiet, calibrated=False) if r["type"] == "choice")

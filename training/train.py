@@ -222,7 +222,7 @@ def validate(engine: Engine, examples: list[Example], batch_size: int = 4, set_e
 
     records = records_from_logits(engine, examples, batch_size)
     if set_engine is not None:
-        chosen = [e for e in examples if any(q.get("type") == "choice" for q in e.request["questions"])]
+        chosen = [e for e in examples if any(q.get("type") == "choice" for q in e.request["questions"].values())]
         for r in records_from_logits(set_engine, chosen, batch_size):
             if r["type"] == "choice":
                 records.append({**r, "source": f"{r['source']}@set"})
