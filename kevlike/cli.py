@@ -212,7 +212,8 @@ def _cmd_serve(args) -> int:
                               limits=_limits(args, max_request_tokens=args.max_request_tokens))
         serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
               script_policy=args.script_policy, option_orders=args.option_orders, option_mode=args.option_mode,
-              log_level=args.log_level, threads=args.threads, state_cache_mb=args.state_cache_mb)
+              log_level=args.log_level, threads=args.threads, state_cache_mb=args.state_cache_mb,
+              record=args.record, record_state=args.record_state)
     except ListenError as e:
         return _fail(str(e), EXIT_LISTEN)
     except Exception as e:
@@ -371,6 +372,29 @@ def _cmd_calibrate(args) -> int:
     return 0
 
 
+def _cmd_recalibrate(args) -> int:
+    from .backbones import ModelNotFoundError, SetupError
+
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from .eval.owndata import fit_profile
+        from .feedback import FeedbackStore
+
+        model = args.model or "kevlike-default"
+        store = FeedbackStore(args.db)
+        records = store.records(model)
+        if not records:
+            return _fail(f"{args.db}: no recorded answer of model {model!r} has an outcome yet")
+        fit_profile(model, f"{len(records)} outcomes in {args.db}", args.profile, min_count=args.min_count,
+                    quiet=args.quiet, records=records)
+    except (ModelNotFoundError, ValueError, SQLAlchemyError) as e:
+        return _fail(str(e).splitlines()[0])
+    except SetupError as e:
+        return _fail(str(e), EXIT_SETUP)
+    return 0
+
+
 def _threads(value: str) -> int | str:
     """``--threads``: ``auto`` or an integer from 1 to 256 (argparse type)."""
     if value == "auto":
@@ -519,6 +543,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-keys-file", default=None,
                    help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated; "
                         "default: no keys, no authentication)")
+    s.add_argument("--record", default=None, metavar="DB_URL",
+                   help="record every answered request (id, model, time, each question's id, type and probabilities) "
+                        "in this database and accept outcomes on POST /v1/feedback; a SQLAlchemy URL, e.g. "
+                        "sqlite:///feedback.db (default: off)")
+    s.add_argument("--record-state", action="store_true",
+                   help="with --record: also store each request's state text (default: not stored)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level of the server and of uvicorn (info: one line per request)")
     s.set_defaults(func=_cmd_serve)
@@ -620,6 +650,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fit the choice temperatures of this option mode (set: stored as choice:set); both: "
                         "each mode the model was trained for (default: both)")
     c.set_defaults(func=_cmd_calibrate)
+
+    r = command("recalibrate", "fit a calibration profile on the outcomes recorded by kevlike serve --record")
+    r.add_argument("--db", required=True, metavar="DB_URL", help="the database serve --record wrote to")
+    r.add_argument("--model", default=None,
+                   help="the served model whose recorded answers to fit on (its profiles' answers too; "
+                        "default: kevlike-default)")
+    r.add_argument("--profile", required=True, metavar="NAME",
+                   help="the profile to write; the server serves it as MODEL@NAME from its next start")
+    r.add_argument("--min-count", type=int, default=50,
+                   help="outcomes a type or option-count bucket needs for its own temperature (fewer: the type's, "
+                        "else T = 1)")
+    r.add_argument("--quiet", action="store_true", help="no fit summary on stderr")
+    r.set_defaults(func=_cmd_recalibrate)
     return p
 
 

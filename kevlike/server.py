@@ -119,7 +119,8 @@ def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
     return ", ".join(parts)
 
 
-def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None):
+def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None,
+               store=None, record_state: bool = False):
     """Build the FastAPI app.
 
     Args:
@@ -127,6 +128,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         default: the name answering requests without ``model`` (and the Jev aliases).
         config: :class:`ServerConfig`.
         model_info: name -> {"description", "release_date"} for ``/v1/models``.
+        store: a :class:`kevlike.feedback.FeedbackStore` to record every answered request in (and to
+            serve ``/v1/feedback``); None: recording off, the feedback endpoints answer 404.
+        record_state: also record each request's state text (off by default: the store then holds
+            question ids, types and probabilities only).
 
     Raises:
         ValueError: ``default`` is not among ``engines``.
@@ -229,12 +234,106 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             response = await asyncio.wait_for(fut, config.timeout_s)
         except asyncio.TimeoutError:
             return _error(503, "timeout", f"not answered within {config.timeout_s:g} s", {"Retry-After": "5"})
+        if store is not None:
+            try:
+                await loop.run_in_executor(None, _record, request.state.request_id, name, engine, req, response)
+            except Exception:  # the answer stands; a store failure is the operator's to see
+                log.exception("recording request id=%s failed", request.state.request_id)
         headers = {}
         if req.ignored_fields:
             headers["x-kevlike-ignored-fields"] = ignored_fields_header(req.ignored_fields)
             log.info("request id=%s ignored unknown top-level fields: %s", request.state.request_id,
                      headers["x-kevlike-ignored-fields"])
         return JSONResponse(response, headers=headers)
+
+    def _record(rid: str, name: str, engine, req, response: dict) -> None:
+        from .calibrate import calibration_type
+        from .render import render_text
+
+        mode = engine.option_mode if engine.head is not None else "list"
+        answers = []
+        for q in req.questions:
+            a = response["answers"][q.id]
+            probs = [a["noul"], 1 - a["noul"]] if q.type == "noul" else [a["probabilities"][o.key] for o in q.options]
+            answers.append({"question_id": q.id, "type": calibration_type(q.type, mode), "probabilities": probs,
+                            "temperature": engine.temperatures.lookup(q.type, len(q.options), mode),
+                            "option_keys": [o.key for o in q.options]})
+        store.record(rid, name, answers, render_text(req.state) if record_state else None)
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request):
+        """Observed outcomes of a recorded request: ``{"request_id": ID, "outcomes": {question id: answer}}``
+        (answers as in labelled files: true/false, an option key, a level index, or a distribution).
+        200 ``{"request_id", "stored"}``; 404 unknown request id (or recording off); 422 unknown question
+        id or wrong answer type (with ``loc``). Posting the same outcome again replaces it."""
+        from .userdata import answer_target
+
+        if store is None:
+            return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
+        limit = config.limits.max_body_bytes
+        body = await request.body()
+        if len(body) > limit:
+            return _error(413, "tokens_exceeded", f"body is {len(body)} bytes; the limit is {limit}")
+        try:
+            obj = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return JSONResponse({"detail": [{"loc": ["body"], "type": "json_invalid",
+                                             "msg": f"body is not JSON: {e}"[:300]}]}, status_code=422)
+        errors = []
+        if not isinstance(obj, dict):
+            errors.append({"loc": ["body"], "type": "object_type", "msg": "body must be an object"})
+        else:
+            for k in sorted(set(obj) - {"request_id", "outcomes"}):
+                errors.append({"loc": ["body", k], "type": "extra_forbidden", "msg": "unknown field (known: "
+                                                                                  "request_id, outcomes)"})
+            rid = obj.get("request_id")
+            if not (isinstance(rid, str) and 0 < len(rid) <= 128):
+                errors.append({"loc": ["body", "request_id"], "type": "string_type",
+                               "msg": "request_id must be the x-request-id of an answered request (1-128 characters)"})
+            outcomes = obj.get("outcomes")
+            if not isinstance(outcomes, dict) or not outcomes:
+                errors.append({"loc": ["body", "outcomes"], "type": "dict_type",
+                               "msg": "outcomes must be a non-empty object {question id: answer}"})
+            elif len(outcomes) > config.limits.max_questions:
+                errors.append({"loc": ["body", "outcomes"], "type": "too_long",
+                               "msg": f"{len(outcomes)} outcomes; a request has at most {config.limits.max_questions} "
+                                      f"questions"})
+        if errors:
+            return JSONResponse({"detail": errors}, status_code=422)
+        loop = asyncio.get_running_loop()
+        from .feedback import UnknownRequest
+
+        try:
+            questions = await loop.run_in_executor(None, store.questions, rid)
+        except UnknownRequest:
+            return _error(404, "not_found", f"no recorded request with id {rid!r}")
+        targets = {}
+        for qid, ans in outcomes.items():
+            if qid not in questions:
+                errors.append({"loc": ["body", "outcomes", qid], "type": "unknown_question",
+                               "msg": f"request {rid!r} has no question {qid!r}"[:300]})
+                continue
+            try:
+                targets[qid] = answer_target(questions[qid], ans)
+            except ValueError as e:
+                errors.append({"loc": ["body", "outcomes", qid], "type": "invalid_answer", "msg": str(e)[:300]})
+        if errors:
+            return JSONResponse({"detail": errors[:50]}, status_code=422)
+        try:
+            n = await loop.run_in_executor(None, store.add_outcomes, rid, targets)
+        except UnknownRequest:  # recorded again meanwhile under the same id and gone: the client's race
+            return _error(404, "not_found", f"no recorded request with id {rid!r}")
+        return {"request_id": rid, "stored": n}
+
+    @app.get("/v1/feedback/report")
+    async def feedback_report(model: str | None = None):
+        """Per type: outcomes counted, accuracy, ECE and confident errors of the recorded answers (of
+        ``model`` and its profiles; default all models)."""
+        if store is None:
+            return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
+        from .feedback import report
+
+        return await asyncio.get_running_loop().run_in_executor(None, report, store, model)
 
     def _request_error(e: RequestError):
         if e.status == 422:
@@ -294,11 +393,12 @@ def listen_socket(host: str, port: int, backlog: int = 2048):
 def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
           config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate",
           option_orders: int | None = None, threads: int | str | None = None, state_cache_mb: float = 256.0,
-          option_mode: str | None = None) -> None:
+          option_mode: str | None = None, record: str | None = None, record_state: bool = False) -> None:
     """Listen on ``host:port``, load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
     normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.engine.Engine`
-    (None: each model's own setting). ``threads``: torch's CPU threads, ``"auto"``, N or None
+    (None: each model's own setting). ``record``: a SQLAlchemy URL to record answered requests in and to
+    take outcome feedback for (:mod:`kevlike.feedback`); ``record_state`` also keeps the state texts. ``threads``: torch's CPU threads, ``"auto"``, N or None
     (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.threads`). ``state_cache_mb``: per model, see
     :mod:`kevlike.state_cache` (0 = off; models without a pointer head or with sliding-window layers
     are served without it).
@@ -346,7 +446,12 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
                                                     f"profile {prof!r} ({pe.temperatures.source})",
                                      "release_date": info[eng.name]["release_date"]}
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        app = create_app(engines, next(iter(engines)), config, info)
+        store = None
+        if record is not None:
+            from .feedback import FeedbackStore
+
+            store = FeedbackStore(record)
+        app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=record_state)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                                timeout_graceful_shutdown=int(config.timeout_s) + 5))
 

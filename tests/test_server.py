@@ -386,3 +386,71 @@ def test_max_options_extension_over_http(model_dir):
         assert status == 422 and "it needs 2 to 5000" in json.dumps(out)
     finally:
         s.stop()
+
+
+def test_feedback_loop_end_to_end_over_http(tmp_path):
+    """Answered requests recorded in SQLite, outcomes posted (and hostile ones refused without a 5xx),
+    the report, recalibrate, restart: the profile served as MODEL@NAME."""
+    import sqlite3
+
+    from kevlike import cli
+    from kevlike.artifact import save_decision_model
+
+    from tiny import make_engine
+
+    tiny = make_engine("qwen2")
+    backbone = tmp_path / "backbone"
+    tiny.model.save_pretrained(backbone)
+    tiny.encoder.tokenizer.save_pretrained(backbone)
+    art = str(save_decision_model(tmp_path / "m", backbone=str(backbone), model=tiny.model,
+                                  tokenizer=tiny.encoder.tokenizer, head=tiny.head))
+    db = tmp_path / "fb.db"
+    url = f"sqlite:///{db}"
+    body = {k: v for k, v in REQUEST.items() if k != "model"}
+    s = Server(art, "--record", url)
+    try:
+        for i in range(8):
+            status, headers, out, _ = s.post(body, {"x-request-id": f"r{i}"})
+            assert status == 200 and headers["x-request-id"] == f"r{i}"
+
+        def fb(obj):
+            st, _, raw = s.request("POST", "/v1/feedback", obj)
+            return st, json.loads(raw)
+
+        for i in range(8):
+            assert fb({"request_id": f"r{i}", "outcomes": {"urgent": i % 2 == 0, "team": "billing", "anger": 1}}) \
+                == (200, {"request_id": f"r{i}", "stored": 3})
+        assert fb({"request_id": "r0", "outcomes": {"urgent": True}})[0] == 200          # a repeat: idempotent
+        st, out = fb({"request_id": "nope", "outcomes": {"urgent": True}})
+        assert st == 404 and "no recorded request with id 'nope'" in out["detail"]["message"]
+        st, out = fb({"request_id": "r0", "outcomes": {"ghost": True, "team": "legal", "anger": 7}})
+        assert st == 422 and [e["loc"] for e in out["detail"]] == [
+            ["body", "outcomes", "ghost"], ["body", "outcomes", "team"], ["body", "outcomes", "anger"]]
+        assert [e["type"] for e in out["detail"]] == ["unknown_question", "invalid_answer", "invalid_answer"]
+        st, out = fb({"request_id": "r0", "outcomes": {f"q{i}": True for i in range(10_000)}})
+        assert st == 422 and "10000 outcomes; a request has at most 5000 questions" in out["detail"][0]["msg"]
+        assert s.request("POST", "/v1/feedback", b"{not json")[0] == 422
+        assert fb({"request_id": 7, "outcomes": []})[0] == 422
+        with ThreadPoolExecutor(8) as pool:   # concurrent posts for one id: all answered, one row per question
+            results = list(pool.map(lambda i: fb({"request_id": "r1", "outcomes": {"urgent": bool(i % 2)}}), range(24)))
+        assert {st for st, _ in results} == {200}
+        rows = sqlite3.connect(db).execute("select count(*), count(distinct question_id) from kevlike_outcomes "
+                                           "where request_id = 'r1'").fetchone()
+        assert rows == (3, 3)
+        st, _, raw = s.request("GET", f"/v1/feedback/report?model={art}")
+        rep = json.loads(raw)
+        assert st == 200 and rep["overall"]["outcomes"] == 24
+        assert {t: v["outcomes"] for t, v in rep["per_type"].items()} == {"noul": 8, "choice": 8, "score": 8}
+        stored = sqlite3.connect(db).execute("select state from kevlike_requests").fetchall()
+        assert stored and all(x == (None,) for x in stored)                  # no state text without --record-state
+    finally:
+        s.stop()
+    assert cli.main(["recalibrate", "--db", url, "--model", art, "--profile", "fb", "--min-count", "4", "--quiet"]) == 0
+    s = Server(art, "--record", url)
+    try:
+        _, _, raw = s.request("GET", "/v1/models")
+        assert [m["name"] for m in json.loads(raw)["models"]] == [art, f"{art}@fb"]
+        status, _, out, _ = s.post({**body, "model": f"{art}@fb"})
+        assert status == 200 and out["model"] == f"{art}@fb"
+    finally:
+        s.stop()
