@@ -360,3 +360,45 @@ def test_coherence_twins_align_through_their_key_map():
     p = torch.sigmoid(torch.tensor(1.5)).item()
     kl = (p - (1 - p)) * math.log(p / (1 - p))        # symmetric KL of (p, 1−p) vs (1−p, p), both directions
     assert loss_terms(logits, batch, aux, cfg)["perm"].item() == pytest.approx(kl / 2, abs=1e-6)
+
+
+def _write_mine(path):
+    exs = _examples()
+    golds = [exs[0].gold, {"fox": True, "team": "tech"}]
+    path.write_text("\n".join(json.dumps({"request": ex.request, "gold": g, "weight": w})
+                               for ex, g, w in zip(exs, golds, (1.0, 3.0))) + "\n")
+    return exs
+
+
+def test_train_both_option_modes_and_a_labelled_file(tiny_dir, tmp_path):
+    """set_share trains the set template too (validated in both modes, declared in the manifest); a user's
+    labelled file is a data source and a validation source."""
+    _needs_data()
+    mine = tmp_path / "mine.jsonl"
+    _write_mine(mine)
+    p = kevlike("train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}", f"output_dir={tmp_path}",
+                *SMOKE, "set_share=0.5", f"data=[{{path: {mine}, weight: 1}}]", f"validation.data={mine}", "--quiet")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    (run,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    manifest = json.loads((run / "artifact" / "kevlike.json").read_text())
+    assert manifest["option_modes"] == ["list", "set"] and manifest["option_mode"] == "list"
+    val = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"validation"' in x][-1]
+    assert {"banking77@set", f"data:{mine}", f"data:{mine}@set"} <= set(val["per_source"])
+    out = kevlike("decide", str(ROOT / "examples" / "review.json"), "--model", str(run / "artifact"),
+                  "--option-mode", "set", "--compact")
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    bad = kevlike("train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}", f"output_dir={tmp_path}",
+                  "data=[{path: nowhere.jsonl}]")
+    assert bad.returncode == 2 and "data[0].path: nowhere.jsonl does not exist" in bad.stderr.decode()
+
+
+def test_mixture_draws_labelled_lines_by_weight(tmp_path):
+    mine = tmp_path / "mine.jsonl"
+    exs = _write_mine(mine)
+    from kevlike.training.data import TaskMixture
+
+    m = TaskMixture({}, files=[{"path": str(mine), "weight": 1.0}], seed=0)
+    drawn = m.take(400)
+    share = sum("fox" in e.request["questions"] for e in drawn) / 400
+    assert 0.68 < share < 0.82                                   # the second line, weight 3 of 4
+    assert drawn[0].targets == next(e for e in exs if set(e.targets) == set(drawn[0].targets)).targets

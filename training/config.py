@@ -34,6 +34,9 @@ DEFAULTS: dict = {
         "sentiment": {"weight": 0.3},
     },
     "loss": {"perm": 0.5, "ord": 1.0},     # λ_perm (symmetric KL between twins), λ_ord (RPS)
+    "data": [],                            # your labelled files, mixed with the tasks above (the replay that keeps
+                                           # the built-in skills): [{path: FILE.jsonl, weight: W}], W relative to the
+                                           # task weights; a line's own "weight" is its sampling weight in its file
     "set_share": 0.0,                      # share of training requests whose choice questions are read in set
                                            # mode (each option its own sub-branch); > 0 trains both templates
     "optim": {"lr": 3e-4, "head_lr": 1e-3, "weight_decay": 0.01, "warmup": 0.1, "grad_clip": 1.0},
@@ -44,7 +47,8 @@ DEFAULTS: dict = {
     "stop_after": None,                    # end this session after N more optimizer steps (checkpointed;
                                            # `kevlike train --resume RUN_DIR` continues the same schedule)
     "eval_every": 200,                     # optimizer steps between validation rounds (and at the end)
-    "validation": {"n": 48, "tasks": None},  # per task, from the validation split; None: training tasks
+    "validation": {"n": 48, "tasks": None, "data": None},  # per task, from the validation split; None: training
+                                           # tasks; data: a labelled FILE.jsonl validated on too (every line)
     "patience": 3,                         # validation rounds without a better NLL before stopping
     "checkpoint_every": 100,               # optimizer steps between resumable checkpoints (0: off)
 }
@@ -154,6 +158,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
             raise ConfigError(f"tasks.{name}.weight must be a number ≥ 0, got {w!r}")
     if sum(float(o.get("weight", 1.0)) for o in cfg["tasks"].values()) <= 0:
         raise ConfigError("the task weights sum to 0: give at least one task a positive weight")
+    if not isinstance(cfg["data"], list):
+        raise ConfigError(f"data must be a list of {{path: FILE.jsonl, weight: W}}, got {cfg['data']!r}")
+    for i, entry in enumerate(cfg["data"]):
+        if not isinstance(entry, dict) or set(entry) - {"path", "weight"} or not isinstance(entry.get("path"), str):
+            raise ConfigError(f"data[{i}] must be {{path: FILE.jsonl, weight: W}}, got {entry!r}")
+        w = entry.get("weight", 1.0)
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or w <= 0:
+            raise ConfigError(f"data[{i}].weight must be a number > 0, got {w!r}")
+        if not Path(entry["path"]).is_file():
+            raise ConfigError(f"data[{i}].path: {entry['path']} does not exist")
+    vdata = cfg["validation"]["data"]
+    if vdata is not None and (not isinstance(vdata, str) or not Path(vdata).is_file()):
+        raise ConfigError(f"validation.data: {vdata!r} is not a labelled file")
     share = cfg["set_share"]
     if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share <= 1:
         raise ConfigError(f"set_share must be a number from 0 to 1, got {share!r}")

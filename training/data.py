@@ -406,20 +406,33 @@ class TaskMixture:
         tasks: ``{task: {"weight": w, **augmentation}}``.
         split: which split to draw rows from (``train`` for training).
         seed: master seed.
+        files: the user's labelled files, ``[{"path": FILE.jsonl, "weight": w}]`` (:mod:`kevlike.userdata`):
+            each is one more source drawn with weight ``w`` (relative to the tasks'), its lines by their
+            own ``weight``; the examples keep the request as written (no augmentation).
     """
 
-    def __init__(self, tasks: dict, split: str = "train", seed: int = 0):
-        if not tasks:
+    def __init__(self, tasks: dict, split: str = "train", seed: int = 0, files: list | None = None):
+        if not tasks and not files:
             raise ValueError("tasks must name at least one task")
         self.tasks = {k: dict(v or {}) for k, v in tasks.items()}
         self.names = sorted(self.tasks)
         self.weights = [float(self.tasks[n].get("weight", 1.0)) for n in self.names]
         self.data = {n: rows(n, split) for n in self.names}
-        for n in self.names:
+        # the user's labelled files (kevlike.userdata): "file:PATH" -> (examples, their line weights)
+        self.files = {}
+        for entry in files or []:
+            from kevlike.userdata import read_labelled, to_examples
+
+            items = [it for it in read_labelled(entry["path"]) if it.gold]
+            name = f"file:{entry['path']}"
+            self.files[name] = (to_examples(items, name), [it.weight for it in items])
+            self.names.append(name)
+            self.weights.append(float(entry.get("weight", 1.0)))
+        for n in self.tasks:
             if not self.data[n]:
                 raise ValueError(f"task {n!r} has no rows in split {split!r}")
         self.balanced = {}   # binary family sources: class-balanced sampling
-        for n in self.names:
+        for n in self.tasks:
             if is_family(n, self.tasks[n]):
                 from .families import SOURCES, balanced_rows
 
@@ -431,6 +444,10 @@ class TaskMixture:
     def _example(self, i: int) -> Example:
         rng = random.Random(f"{self.seed}:{i}")
         task = rng.choices(self.names, self.weights)[0]
+        if task in self.files:  # a labelled line, by its weight; a copy, so training never edits the file's
+            examples, weights = self.files[task]
+            ex = rng.choices(examples, weights)[0]
+            return Example(dict(ex.request), dict(ex.targets), ex.source, dict(ex.gold))
         data = self.data[task]
         if task in self.balanced:  # draw the label first, then a row of it (class-balanced sampling)
             group = self.balanced[task][rng.random() < 0.5]

@@ -211,6 +211,11 @@ def validation_set(cfg: dict) -> list[Example]:
     out = []
     for t in tasks:
         out.extend(eval_examples(t, "validation", cfg["validation"]["n"], seed=cfg["seed"]))
+    if cfg["validation"].get("data"):
+        from kevlike.userdata import read_labelled, to_examples
+
+        path = cfg["validation"]["data"]
+        out.extend(to_examples(read_labelled(path), f"data:{path}"))
     return out
 
 
@@ -355,7 +360,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     from kevlike.encode import Encoder
 
     encoder = Encoder(tok, getattr(model.causal_lm().config, "max_position_embeddings", None))
-    mixture = TaskMixture(cfg["tasks"], "train", cfg["seed"])
+    mixture = TaskMixture(cfg["tasks"], "train", cfg["seed"], files=cfg["data"])
     val_examples = validation_set(cfg)
     o = cfg["optim"]
     head_params = list(model.head.parameters())
