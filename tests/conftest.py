@@ -8,7 +8,7 @@ from kevlike import Engine
 @pytest.fixture(scope="session")
 def backbone_engine():
     """The real embedded backbone (fp32, LM readout); skipped unless `kevlike fetch` has run."""
-    from kevlike.backbones import is_fetched
+    from kevlike.model.backbones import is_fetched
 
     if not is_fetched("smollm2-135m-instruct"):
         pytest.skip("embedded backbone not set up: run `kevlike fetch` (the README's first command does)")

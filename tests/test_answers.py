@@ -2,8 +2,8 @@
 
 import pytest
 
-from kevlike.answers import answer, choice_confidence, score_confidence
-from kevlike.schema import validate_request
+from kevlike.request.answers import answer, choice_confidence, score_confidence
+from kevlike.request.schema import validate_request
 
 from tiny import REQUEST
 

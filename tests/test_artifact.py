@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kevlike import Engine
-from kevlike.artifact import save_decision_model
-from kevlike.calibrate import TemperatureTable
+from kevlike.model.modeldir import save_decision_model
+from kevlike.model.temperatures import TemperatureTable
 
 from tiny import REQUEST, make_engine
 
@@ -76,7 +76,7 @@ def test_lfs_pointer_in_a_model_directory_is_one_clear_error(tmp_path, name):
     import subprocess
     import sys
 
-    from kevlike.backbones import SetupError, check_model_files
+    from kevlike.model.backbones import SetupError, check_model_files
 
     model = _model_copy(tmp_path)
     (model / name).write_bytes(LFS_TEXT)
@@ -90,7 +90,7 @@ def test_lfs_pointer_in_a_model_directory_is_one_clear_error(tmp_path, name):
 
 
 def test_truncated_safetensors_is_named(tmp_path):
-    from kevlike.backbones import SetupError, check_model_files
+    from kevlike.model.backbones import SetupError, check_model_files
 
     model = _model_copy(tmp_path)
     data = (model / "delimiters.safetensors").read_bytes()

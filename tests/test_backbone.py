@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevlike.heads import PointerHead
-from kevlike.schema import validate_request
+from kevlike.model.heads import PointerHead
+from kevlike.request.schema import validate_request
 
 from test_parity import all_probs, max_abs_diff
 from tiny import REQUEST
@@ -37,9 +37,9 @@ def test_packed_equals_separate_pointer_readout(backbone_engine):
     enc = eng.encoder.encode(validate_request(json.loads(EXAMPLES[0].read_text())))
     torch.manual_seed(0)
     head = PointerHead(eng.model.config.hidden_size).eval()
-    from kevlike.backbones import ensure_embedding_rows
-    from kevlike.heads import pointer_logits
-    from kevlike.pack import pack
+    from kevlike.model.modeldir import ensure_embedding_rows
+    from kevlike.model.heads import pointer_logits
+    from kevlike.request.pack import pack
 
     ensure_embedding_rows(eng.model, len(eng.encoder.tokenizer))
 
@@ -84,7 +84,7 @@ def test_bfloat16_close_to_float32(backbone_engine):
 # --- the shipped default decision model ----------------------------------------------------------
 
 def test_default_model_is_the_shipped_decision_model(default_engine):
-    from kevlike.backbones import DEFAULT_ARTIFACT, EMBEDDED
+    from kevlike.model.backbones import DEFAULT_ARTIFACT, EMBEDDED
 
     manifest = json.loads((DEFAULT_ARTIFACT / "kevlike.json").read_text())
     assert default_engine.readout == "pointer" and default_engine.name == "kevlike-default"
@@ -102,9 +102,9 @@ def test_default_model_packed_equals_separate(default_engine):
 
 def test_default_model_answers_held_out_banking77(default_engine):
     """Golden behaviour on 12 fixed Banking77 *test* messages over all 77 intents (chance: 1/77)."""
-    from kevlike.eval.metrics import records_from_logits, summary
-    from kevlike.training.data import DataUnavailableError, eval_examples
-
+    from kevlike.metrics import records_from_logits, summary
+    from kevlike.data.sources import DataUnavailableError
+    from kevlike.data.tasks import eval_examples
     try:
         examples = eval_examples("banking77", "test", 12, seed=0)
     except DataUnavailableError as e:

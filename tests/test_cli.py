@@ -90,7 +90,7 @@ print("ok")
 def test_lazy_package_names_are_the_real_ones():
     import kevlike
     from kevlike import DEFAULT_MODEL, Engine, ModelNotFoundError, SetupError
-    from kevlike import backbones, engine
+    from kevlike.model import backbones, engine
 
     assert Engine is engine.Engine and kevlike.Engine is engine.Engine
     assert (DEFAULT_MODEL, ModelNotFoundError, SetupError) == (backbones.DEFAULT_MODEL, backbones.ModelNotFoundError,
@@ -191,7 +191,7 @@ def test_utf8_terminal_keeps_the_text_unescaped(tmp_path, capsys, tiny_model_dir
 
 def test_option_orders_limit_in_cli_and_engine(tmp_path, capsys):
     from kevlike import cli
-    from kevlike.engine import MAX_OPTION_ORDERS
+    from kevlike.model.engine import MAX_OPTION_ORDERS
 
     assert MAX_OPTION_ORDERS == cli.MAX_OPTION_ORDERS == 24
     req = tmp_path / "r.json"

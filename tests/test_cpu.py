@@ -1,11 +1,11 @@
-"""CPU choices: the thread count from the CPU time of other processes (kevlike/threads.py; the rule,
+"""CPU choices: the thread count from the CPU time of other processes (kevlike/model/threads.py; the rule,
 the /proc arithmetic on hand-made tick counts, fixed counts, the environment variable), --dtype auto by
 the CPU flags, and opt-in int8 dynamic quantization."""
 
 import pytest
 import torch
 
-from kevlike import threads as th
+from kevlike.model import threads as th
 
 
 def test_threads_for_leaves_the_busy_cores_to_their_owners():
@@ -78,7 +78,7 @@ AVX2 = "processor\t: 0\nflags\t\t: fpu sse4_2 avx2 fma\n"
 
 
 def test_dtype_auto_follows_the_cpu_units():
-    from kevlike.backbones import resolve_dtype
+    from kevlike.model.backbones import resolve_dtype
 
     assert resolve_dtype("auto", "cpu", AMX)[0] == "bfloat16"
     assert "amx_bf16, avx512_bf16" in resolve_dtype("auto", "cpu", AMX)[1]
@@ -94,7 +94,7 @@ def test_int8_quantization_replaces_the_decoder_linears_and_stays_close():
     near fp32 (a random tiny model; the shipped model's accuracy cost is measured in the README)."""
     from tiny import REQUEST, make_engine
 
-    from kevlike.engine import quantize_int8
+    from kevlike.model.engine import quantize_int8
 
     eng = make_engine("llama", "pointer")
     ref = eng.decide(REQUEST)["answers"]
@@ -147,8 +147,8 @@ def test_bad_cpu_settings_fail_before_any_model_loads(argv, env, message):
 
 
 def test_server_settings_must_be_finite():
-    from kevlike.server import ServerConfig
-    from kevlike.state_cache import StateCache
+    from kevlike.service.server import ServerConfig
+    from kevlike.model.state_cache import StateCache
 
     for bad in ({"timeout_s": float("inf")}, {"timeout_s": float("nan")}, {"max_wait_ms": float("inf")}):
         with pytest.raises(ValueError, match="finite"):

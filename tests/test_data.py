@@ -4,8 +4,9 @@ import random
 
 import pytest
 
-from kevlike.schema import validate_request
-from kevlike.training import data as D
+from kevlike.request.schema import validate_request
+from kevlike.data import sources as D
+from kevlike.data import tasks as T
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -25,7 +26,7 @@ COUNTS = {  # docs/DATA_CARD.md
 
 @pytest.mark.parametrize("task", sorted(COUNTS))
 def test_documented_counts(task):
-    assert tuple(len(D.rows(task, s)) for s in D.SPLITS) == COUNTS[task]
+    assert tuple(len(T.rows(task, s)) for s in D.SPLITS) == COUNTS[task]
 
 
 def test_label_sets():
@@ -35,7 +36,7 @@ def test_label_sets():
 
 @pytest.mark.parametrize("task", ["spam", "sentiment"])
 def test_hash_splits_are_disjoint_and_follow_the_rule(task):
-    texts = {s: {r[0] for r in D.rows(task, s)} for s in D.SPLITS}
+    texts = {s: {r[0] for r in T.rows(task, s)} for s in D.SPLITS}
     assert not (texts["train"] & texts["test"]) and not (texts["validation"] & texts["test"])
     assert not (texts["train"] & texts["validation"])
     assert all(D.text_hash(t) % 5 == 0 for t in texts["test"])
@@ -67,20 +68,20 @@ def test_intent_example_is_a_valid_request_with_aligned_targets():
 
 
 def test_eval_examples_use_the_full_label_set_in_a_fixed_order():
-    exs = D.eval_examples("banking77", "test", 5, seed=0)
-    assert len(exs) == 5 and exs[0].request == D.eval_examples("banking77", "test", 5, seed=0)[0].request
+    exs = T.eval_examples("banking77", "test", 5, seed=0)
+    assert len(exs) == 5 and exs[0].request == T.eval_examples("banking77", "test", 5, seed=0)[0].request
     crit = exs[0].request["questions"]["intent"]["criteria"]
     assert list(crit) == [D.humanize(x) for x in D.intent_labels("banking77")]
 
 
 def test_mixture_resumes_exactly_and_respects_weights():
     tasks = {"banking77": {"weight": 3, "negatives": 7}, "spam": {"weight": 1}}
-    a = D.TaskMixture(tasks, seed=5)
+    a = T.TaskMixture(tasks, seed=5)
     first = a.take(40)
-    b = D.TaskMixture(tasks, seed=5)
+    b = T.TaskMixture(tasks, seed=5)
     b.load_state_dict({"seed": 5, "drawn": 20})
     assert [e.request for e in b.take(20)] == [e.request for e in first[20:]]
-    sources = [e.source for e in D.TaskMixture(tasks, seed=1).take(400)]
+    sources = [e.source for e in T.TaskMixture(tasks, seed=1).take(400)]
     assert 0.65 < sources.count("banking77") / 400 < 0.85
     with pytest.raises(ValueError, match="unknown task"):
-        D.TaskMixture({"imdb": {}})
+        T.TaskMixture({"imdb": {}})

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from kevlike.encode import DELIMITERS, Encoder
-from kevlike.pack import pack
-from kevlike.schema import Limits, RequestError, validate_request
+from kevlike.request.encode import DELIMITERS, Encoder
+from kevlike.request.pack import pack
+from kevlike.request.schema import Limits, RequestError, validate_request
 
 from tiny import REQUEST, make_tokenizer
 
@@ -143,7 +143,7 @@ def test_a_huge_state_is_refused_before_tokenizing(monkeypatch):
     everyone: the byte-count bound refuses it without a tokenizer call."""
     import time
 
-    from kevlike.schema import RequestError, validate_request
+    from kevlike.request.schema import RequestError, validate_request
 
     enc = Encoder(make_tokenizer(), 8192)
     calls = []
@@ -166,7 +166,7 @@ def test_the_byte_bound_never_exceeds_the_real_token_count(text):
 def test_tokenizing_stops_once_over_the_budget():
     """4,900 questions of 1,632 characters: the byte bound cannot refuse them, so tokenizing stops at the
     first chunk that passes the budget (it used to tokenize 8 MB, 4.5 s, holding the tokenizer lock)."""
-    from kevlike.encode import TOKENIZE_CHUNK_CHARS
+    from kevlike.request.encode import TOKENIZE_CHUNK_CHARS
 
     enc = Encoder(make_tokenizer(), 8192, Limits(max_request_tokens=20_000))
     enc.max_token_bytes = 10_000        # as a vocabulary with one very long token: the byte bound is weak

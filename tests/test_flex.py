@@ -4,8 +4,8 @@ mask_mod; their hidden states agree (DESIGN §6: forward parity ~4e-7 in fp32 on
 import pytest
 import torch
 
-from kevlike.pack import pack
-from kevlike.schema import validate_request
+from kevlike.request.pack import pack
+from kevlike.request.schema import validate_request
 
 from tiny import REQUEST, make_engine
 

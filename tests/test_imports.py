@@ -1,4 +1,5 @@
-"""DESIGN §3: nothing is installed under the top-level names kernels / training / eval."""
+"""Nothing is installed under the top-level names kernels / training / eval (PyPI has unrelated
+distributions of those names): every module lives under kevlike/."""
 
 import subprocess
 import sys
@@ -12,11 +13,11 @@ def test_transformers_and_kevlike_import_together():
     from transformers import AutoModelForCausalLM  # noqa: F401  (transformers probes a `kernels` package)
 
     import kevlike.eval
-    import kevlike.kernels
+    import kevlike.model.kernels
     import kevlike.training
 
-    assert kevlike.kernels.__name__ == "kevlike.kernels"
-    assert Path(kevlike.kernels.__file__).parent.name == "kernels"
+    assert kevlike.model.kernels.__name__ == "kevlike.model.kernels"
+    assert Path(kevlike.model.kernels.__file__).parent == ROOT / "kevlike" / "model" / "kernels"
     assert transformers.__version__
 
 

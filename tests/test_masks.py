@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from kevlike.kernels import (block_mask, dense_mask, packed_mask_mod, reference_block_reduce, reference_mask)
+from kevlike.model.kernels import (block_mask, dense_mask, packed_mask_mod, reference_block_reduce, reference_mask)
 
 LENGTHS = [1, 127, 129, 137, 2046]
 
@@ -128,7 +128,7 @@ def test_mask_mod_never_reads_past_the_real_length():
 def test_backend_and_mask_type_never_mix():
     from transformers import LlamaConfig
 
-    from kevlike.kernels import attention_mask_for
+    from kevlike.model.kernels import attention_mask_for
 
     seg = torch.tensor([[0, 0, 1, 2]])
     pos = torch.tensor([[0, 1, 2, 2]])

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from kevlike.calibrate import TemperatureTable, fit_table, fit_temperature, nll_at
-from kevlike.eval.metrics import coverage_at, ece, summarize, summary
+from kevlike.model.temperatures import TemperatureTable, fit_table, fit_temperature, nll_at
+from kevlike.metrics import coverage_at, ece, summarize, summary
 
 
 def rec(probs, gold, qtype="choice", source="s"):
@@ -91,7 +91,7 @@ def test_fit_table_fallbacks():
 
 
 def test_ece_bootstrap_interval():
-    from kevlike.eval.metrics import ece_interval, summary
+    from kevlike.metrics import ece_interval, summary
 
     sure = [{"source": "s", "type": "choice", "probs": [1.0, 0.0], "gold": 0, "target": [1.0, 0.0]}] * 50
     assert ece_interval(sure) == [0.0, 0.0]

@@ -80,7 +80,7 @@ def _post(port, body, timeout=120.0):
 
 
 def start_server(model_dir) -> tuple[subprocess.Popen, int]:
-    from kevlike.loadtest import free_port
+    from kevlike.service.loadtest import free_port
 
     port = free_port()
     proc = subprocess.Popen(serve_cmd(port, "--model", model_dir), env=ENV, stdout=subprocess.PIPE,
@@ -121,7 +121,7 @@ def test_graceful_shutdown_exits_0(model_dir, sig):
 
 
 def test_engine_bounds_option_orders(tmp_path):
-    from kevlike.engine import MAX_OPTION_ORDERS, Engine
+    from kevlike.model.engine import MAX_OPTION_ORDERS, Engine
 
     assert MAX_OPTION_ORDERS == 24
     for bad in (25, 720):

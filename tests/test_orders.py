@@ -1,4 +1,4 @@
-"""Option orders (kevlike.encode.option_orders): a canonical order makes a choice answer independent of
+"""Option orders (kevlike.request.encode.option_orders): a canonical order makes a choice answer independent of
 the order the request lists the options in, and M pooled orders are a log-linear pool (issue 4)."""
 
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from kevlike.encode import option_orders
-from kevlike.engine import pool_orders
-from kevlike.schema import validate_request
+from kevlike.request.encode import option_orders
+from kevlike.model.heads import pool_orders
+from kevlike.request.schema import validate_request
 
 from tiny import make_engine
 

@@ -1,4 +1,4 @@
-"""A user's own labelled data (kevlike/userdata.py, eval/owndata.py): the file format and its errors,
+"""A user's own labelled data (kevlike/data/labelled.py, kevlike/eval/owndata.py): the file format and its errors,
 the threshold table by hand, a temperature profile whose optimum is known, and the profile served
 by name (Engine, decide, server)."""
 
@@ -8,9 +8,9 @@ import math
 import pytest
 
 from kevlike import Engine
-from kevlike.artifact import list_profiles, profile_path, save_decision_model
-from kevlike.schema import validate_request
-from kevlike.userdata import LabelledDataError, answer_target, read_labelled
+from kevlike.model.modeldir import list_profiles, profile_path, save_decision_model
+from kevlike.request.schema import validate_request
+from kevlike.data.labelled import LabelledDataError, answer_target, read_labelled
 
 from tiny import REQUEST, make_engine
 

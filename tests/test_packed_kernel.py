@@ -5,10 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kevlike.kernels import dense_mask
-from kevlike.kernels.packed import PackedLayout, packed_attention
-from kevlike.pack import pack
-from kevlike.schema import validate_request
+from kevlike.model.kernels import dense_mask
+from kevlike.model.kernels.block_sparse import PackedLayout, packed_attention
+from kevlike.request.pack import pack
+from kevlike.request.schema import validate_request
 
 from tiny import REQUEST, make_engine
 
@@ -108,7 +108,7 @@ def test_engine_defaults_to_the_kernel_on_cpu_also_for_sub_branches():
 def test_long_request_allocates_no_square_mask():
     """A 32k-token row (a 32k-token state would be too slow here: 64 branches after a 30k state)
     goes through the kernel with a peak far below one L² bool mask (1 GiB)."""
-    from kevlike.bench import PeakRSS
+    from kevlike.service.bench import PeakRSS
 
     L = 32768
     seg = segments([(0, L - 64 * 32, [32] * 64)], L)
@@ -167,7 +167,7 @@ def test_set_mode_engine_runs_the_packed_kernel_and_equals_sdpa():
     sdpa = make_engine("qwen2", option_mode="set", backend="sdpa")
     enc = packed.encode(validate_request(REQUEST))
     batch = pack([enc], packed.encoder.pad_id)
-    from kevlike.kernels import attention_inputs
+    from kevlike.model.kernels import attention_inputs
 
     assert "packed_layout" in attention_inputs("kevlike_packed", packed.model.config, batch.segment_ids,
                                                batch.position_ids, batch.option_ids)

@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kevlike.encode import EncodedRequest
+from kevlike.request.encode import EncodedRequest
 from kevlike.eval.parity import answer_probabilities
-from kevlike.pack import pack
-from kevlike.schema import validate_request
+from kevlike.request.pack import pack
+from kevlike.request.schema import validate_request
 
 from tiny import REQUEST, make_engine
 
@@ -51,7 +51,7 @@ def test_packed_equals_separate_with_sliding_window(readout):
 
 def logits_without_mask(engine, enc):
     """Pointer logits when no attention mask is passed: the failure mode of PITFALLS #1."""
-    from kevlike.heads import pointer_logits
+    from kevlike.model.heads import pointer_logits
 
     batch = pack([enc], engine.encoder.pad_id)
     out = engine.model.get_decoder()(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False)
@@ -181,7 +181,7 @@ def test_padded_batch_gives_finite_outputs_and_gradients():
     encs = [engine.encode(validate_request(r)) for r in (small, REQUEST)]
     batch = pack(encs, engine.encoder.pad_id)
     assert (batch.segment_ids == -1).any()
-    from kevlike.heads import pointer_logits
+    from kevlike.model.heads import pointer_logits
 
     hidden = engine.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids)
     assert torch.isfinite(hidden).all()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from kevlike.schema import Limits, Option, RequestError, parse_request, validate_request
+from kevlike.request.schema import Limits, Option, RequestError, parse_request, validate_request
 
 from tiny import REQUEST
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from kevlike.schema import RequestError
-from kevlike.scripts import detect_script
+from kevlike.request.schema import RequestError
+from kevlike.request.writing_systems import detect_script
 
 from tiny import make_engine
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kevlike.loadtest import free_port
+from kevlike.service.loadtest import free_port
 
 from tiny import REQUEST, save_tiny_model
 
@@ -202,7 +202,7 @@ def test_ignored_field_names_never_break_the_response_header(server, extra):
 
 
 def test_ignored_fields_header_names_every_field_unambiguously():
-    from kevlike.server import ignored_fields_header
+    from kevlike.service.server import ignored_fields_header
 
     assert ignored_fields_header(("", " ", "ключ", "a\nb", "a\x7fb")) == \
         '"", " ", "\\u043a\\u043b\\u044e\\u0447", "a\\nb", "a\\u007fb"'
@@ -345,7 +345,7 @@ def test_remote_engine_reads_the_server(server, model_dir):
 
     from kevlike import Engine
     from kevlike.eval.remote import RemoteEngine, RemoteError, wire_request
-    from kevlike.schema import validate_request
+    from kevlike.request.schema import validate_request
 
     req = validate_request(REQUEST)
     assert validate_request(wire_request(req, req.model)) == req  # the wire form round-trips
@@ -394,7 +394,7 @@ def test_feedback_loop_end_to_end_over_http(tmp_path):
     import sqlite3
 
     from kevlike import cli
-    from kevlike.artifact import save_decision_model
+    from kevlike.model.modeldir import save_decision_model
 
     from tiny import make_engine
 

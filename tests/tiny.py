@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kevlike import Engine
-from kevlike.heads import PointerHead
+from kevlike.model.heads import PointerHead
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from kevlike.backbones import backbone_dir
-from kevlike.encode import Encoder
-from kevlike.schema import validate_request
+from kevlike.model.backbones import backbone_dir
+from kevlike.request.encode import Encoder
+from kevlike.request.schema import validate_request
 
 GOLDEN = Path(__file__).with_name("smollm2_request.json")
 REQUEST = {

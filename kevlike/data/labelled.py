@@ -1,0 +1,182 @@
+"""Labelled requests: the one file format of a user's own data, shared by ``kevlike eval --data``,
+``kevlike calibrate --data``, ``kevlike train`` (``data:`` in the config) and the outcome feedback of
+``kevlike serve --record`` (the same answer values).
+
+A labelled file is JSONL, one object per line (blank lines are skipped)::
+
+    {"request": <Jev request>, "gold": {"<question id>": <answer>, ...}, "weight": 1.0}
+
+An answer is, by question type,
+
+* ``noul``: ``true`` or ``false`` (or ``"true"``/``"false"``);
+* ``choice``: an option key;
+* ``score``: a level index ``0 … n−1`` (an integer, or its string ``"2"``);
+* any type: a probability distribution over the same answers, ``{"true": 0.8, "false": 0.2}``,
+  ``{"billing": 0.7, "tech": 0.3}``, ``{"0": 0.1, "1": 0.9}`` (soft labels; unnamed answers get 0;
+  the values must be ≥ 0 and sum to 1 within 1e-3, and are renormalised).
+
+Questions without gold are allowed (partial labels): they are answered but score nothing. A line
+with no gold at all is kept (it counts as a request, not as a question). ``weight`` (default 1,
+> 0) is the line's sampling weight when the file is training data; evaluation and calibration
+count every labelled question once.
+
+Nothing is dropped silently: a bad line raises :class:`LabelledDataError` naming the file, the line
+number and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from kevlike.data.sources import Example
+from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError, validate_request
+
+DISTRIBUTION_TOLERANCE = 1e-3
+"""How far a soft label's probabilities may sum from 1 before the line is refused."""
+
+
+class LabelledDataError(ValueError):
+    """A bad line of a labelled file: ``path``, 1-based ``line`` and the ``field`` path are in the message."""
+
+    def __init__(self, path: str | Path, line: int, field: str, msg: str):
+        self.path, self.line, self.field = str(path), line, field
+        super().__init__(f"{path}:{line}: {field}: {msg}")
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """One labelled request: ``request`` the Jev request as given (a dict), ``parsed`` it validated,
+    ``gold`` ``{question id: [K] target probabilities in the question's option order}`` for the labelled
+    questions, ``weight`` its sampling weight, ``line`` its 1-based line number."""
+
+    request: dict
+    parsed: Request
+    gold: dict
+    weight: float = 1.0
+    line: int = 0
+
+
+def answer_target(question: Question, answer) -> list[float]:
+    """The target distribution ``[K]`` of one answer (see the module docstring) over ``question``'s
+    options in request order.
+
+    Raises:
+        ValueError: an answer of the wrong type for the question, an unknown key or level, or a
+            distribution with negative values or not summing to 1.
+    """
+    keys = [o.key for o in question.options]
+    K = len(keys)
+    if isinstance(answer, dict):
+        if not answer:
+            raise ValueError("an empty distribution")
+        out = [0.0] * K
+        for k, v in answer.items():
+            if k not in keys:
+                raise ValueError(f"{k!r} is not an answer of this {question.type} question (answers: "
+                                 f"{', '.join(keys[:10])}{' …' if K > 10 else ''})")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"probability of {k!r} must be a number >= 0, got {v!r}")
+            out[keys.index(k)] = float(v)
+        total = sum(out)
+        if abs(total - 1) > DISTRIBUTION_TOLERANCE:
+            raise ValueError(f"probabilities sum to {total:.6g}, not 1")
+        return [v / total for v in out]
+    if question.type == "noul":
+        if isinstance(answer, bool):
+            answer = "true" if answer else "false"
+        if answer not in ("true", "false"):
+            raise ValueError(f"a noul answer is true or false, got {answer!r}")
+    elif question.type == "score":
+        if isinstance(answer, bool) or not isinstance(answer, (int, str)):
+            raise ValueError(f"a score answer is a level index 0-{K - 1}, got {answer!r}")
+        answer = str(answer)
+        if answer not in keys:
+            raise ValueError(f"level {answer} is outside 0-{K - 1}")
+    elif not isinstance(answer, str) or answer not in keys:
+        raise ValueError(f"{answer!r} is not an option key of this choice question")
+    return [1.0 if k == answer else 0.0 for k in keys]
+
+
+def parse_line(obj, path: str | Path, line: int, limits: Limits = DEFAULT_LIMITS) -> Labelled:
+    """One decoded line as :class:`Labelled`.
+
+    Raises:
+        LabelledDataError: any problem, with its field.
+    """
+    if not isinstance(obj, dict):
+        raise LabelledDataError(path, line, "(line)", f"expected an object with request and gold, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - {"request", "gold", "weight"})
+    if unknown:
+        raise LabelledDataError(path, line, unknown[0], "unknown field (known: request, gold, weight)")
+    if "request" not in obj:
+        raise LabelledDataError(path, line, "request", "missing")
+    try:
+        parsed = validate_request(obj["request"], limits)
+    except RequestError as e:
+        err = e.errors[0]
+        loc = ".".join(str(x) for x in err["loc"][1:]) or "body"
+        raise LabelledDataError(path, line, f"request.{loc}" if loc != "body" else "request", err["msg"]) from None
+    gold_in = obj.get("gold", {})
+    if not isinstance(gold_in, dict):
+        raise LabelledDataError(path, line, "gold", f"must be an object {{question id: answer}}, got {type(gold_in).__name__}")
+    questions = {q.id: q for q in parsed.questions}
+    gold = {}
+    for qid, answer in gold_in.items():
+        if qid not in questions:
+            raise LabelledDataError(path, line, f"gold.{qid}", f"no question {qid!r} in the request")
+        try:
+            gold[qid] = answer_target(questions[qid], answer)
+        except ValueError as e:
+            raise LabelledDataError(path, line, f"gold.{qid}", str(e)) from None
+    weight = obj.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+        raise LabelledDataError(path, line, "weight", f"must be a number > 0, got {weight!r}")
+    return Labelled(obj["request"], parsed, gold, float(weight), line)
+
+
+def read_labelled(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> list[Labelled]:
+    """Every line of a labelled JSONL file (see the module docstring).
+
+    Raises:
+        FileNotFoundError: no such file.
+        LabelledDataError: a line that is not JSON or not a valid labelled request, or a file with no
+            labelled question at all.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"labelled data file {path} does not exist")
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for i, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise LabelledDataError(path, i, "(line)", f"not JSON: {e.msg} at column {e.colno}") from None
+            out.append(parse_line(obj, path, i, limits))
+    if not any(x.gold for x in out):
+        raise LabelledDataError(path, len(out), "gold", "the file has no labelled question")
+    return out
+
+
+def to_examples(items: list[Labelled], source: str = "user"):
+    """The labelled requests as training/evaluation :class:`kevlike.data.sources.Example` s: targets
+    only for the labelled questions; the unlabelled questions are dropped from the request (they
+    would add tokens and no loss)."""
+    out = []
+    for it in items:
+        if not it.gold:
+            continue
+        request = dict(it.request)
+        request["questions"] = {k: v for k, v in it.request["questions"].items() if k in it.gold}
+        gold = {}
+        for q in it.parsed.questions:
+            if q.id in it.gold:
+                t = it.gold[q.id]
+                gold[q.id] = q.options[max(range(len(t)), key=t.__getitem__)].key
+        out.append(Example(request, dict(it.gold), source, gold))
+    return out

@@ -1,0 +1,121 @@
+"""``kevlike calibrate ARTIFACT``: fit the temperatures of a decision model on validation data
+(DESIGN.md §9) and write them into its ``calibration.json``.
+
+Validation questions come from the *validation* splits of the tasks the artifact was trained on
+(never test), asked as in evaluation (intents over their full label set). The uncalibrated logits
+are fitted per (type, K-bucket) by :func:`kevlike.model.temperatures.fit_table`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
+                       batch_size: int = 4, quiet: bool = False, min_count: int | None = None,
+                       out: str | Path = "runs", tasks: list[str] | None = None,
+                       option_orders: int | None = None, option_mode: str | None = None) -> dict:
+    """Fit and write temperatures; returns the fit report (with validation NLL at T = 1 and fitted).
+
+    The validation logits are written to ``OUT/calibrate-STAMP/records.jsonl`` (with the report), so
+    a later call can refit from them: ``records_path`` skips the forward passes. Raises ValueError if
+    ``artifact`` is not a decision-model directory, or ``tasks`` names an unknown task (``tasks``:
+    the tasks whose validation splits are used; default the artifact's training tasks).
+    ``option_orders``: the engine's option orders (:class:`kevlike.model.engine.Engine`) to fit the
+    temperatures for; default the artifact's. The value is written to ``kevlike.json``, so serving
+    uses the setting the temperatures were fitted with. Raises ValueError if it is negative.
+    ``option_mode``: ``list``, ``set`` or ``both`` (default): the option modes whose choice temperatures
+    are fitted; set-mode choice questions are stored as type ``choice:set``
+    (:func:`kevlike.model.temperatures.calibration_type`). Temperatures of types not fitted in this call (e.g.
+    ``choice:set`` with ``list``) are kept from the existing ``calibration.json``. Raises ValueError for
+    a mode the model was not trained for.
+    """
+    if option_orders is not None and option_orders < 0:
+        raise ValueError(f"--option-orders must be >= 0, got {option_orders}")
+    from kevlike.model.modeldir import ModelDir, save_calibration
+    from kevlike.model.temperatures import MIN_BUCKET, fit_table
+
+    artifact = Path(artifact)
+    model_dir = ModelDir(artifact)
+    if not ModelDir.holds_one(artifact):
+        raise ValueError(f"{artifact} is not a decision-model directory (no {ModelDir.MANIFEST})")
+    manifest = model_dir.manifest()
+    trained = manifest.get("option_modes", ["list"])
+    modes = trained if option_mode in (None, "both") else [option_mode]
+    if any(m not in trained for m in modes):
+        raise ValueError(f"--option-mode {option_mode}: {artifact} was trained for option mode(s) {', '.join(trained)}")
+    if tasks is None:
+        tasks = sorted((manifest.get("training", {}).get("config", {}).get("tasks") or {"banking77": {}}).keys())
+    from kevlike.data.tasks import TASKS
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        raise ValueError(f"--data: unknown task(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(TASKS)}")
+    if records_path is not None:
+        records = [json.loads(x) for x in Path(records_path).read_text().splitlines() if x.strip()]
+    else:
+        from kevlike.model.engine import Engine
+        from kevlike.data.tasks import eval_examples
+        from kevlike.metrics import records_from_logits
+
+        engine = Engine.from_pretrained(artifact, option_orders=option_orders, option_mode="list")
+        option_orders = engine.option_orders
+        set_engine = Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,
+                            backend=engine.backend, option_mode="set") if "set" in modes else None
+        records = []
+        for t in tasks:
+            exs = eval_examples(t, "validation", n, seed=0, noul_twins=1)  # intents also feed the noul temperature
+            if not quiet:
+                print(f"{t}: {len(exs)} validation requests", file=sys.stderr)
+            if "list" in modes:
+                records.extend(records_from_logits(engine, exs, batch_size, progress=not quiet, calibrated=False))
+            chosen = [e for e in exs if any(q.get("type") == "choice" for q in e.request["questions"].values())]
+            if set_engine is not None and chosen:
+                records.extend({**r, "type": "choice:set"} for r in records_from_logits(
+                    set_engine, chosen, batch_size, progress=not quiet, calibrated=False) if r["type"] == "choice")
+        from datetime import datetime
+
+        run_dir = Path(out) / f"calibrate-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        run_dir.mkdir(parents=True, exist_ok=False)
+        records_path = run_dir / "records.jsonl"
+        with open(records_path, "w") as f:
+            for r in records:
+                f.write(json.dumps({k: r[k] for k in ("source", "type", "logits", "gold")}) + "\n")
+        if not quiet:
+            print(f"validation logits: {records_path}", file=sys.stderr)
+    sizes = {}
+    for r in records:
+        sizes[r["source"]] = sizes.get(r["source"], 0) + 1
+    counts = ", ".join(f"{k}: {v} questions" for k, v in sorted(sizes.items()))
+    table, report = fit_table(records, min_count if min_count is not None else MIN_BUCKET,
+                              f"fitted on validation splits ({counts})")
+    if not table.by_type and not table.by_bucket:
+        from kevlike.model.temperatures import TemperatureTable
+
+        table = TemperatureTable(source=f"T = 1 everywhere: no type had enough validation questions with errors "
+                                        f"to fit ({counts})")
+    fitted = {r["type"] for r in records}
+    if model_dir.calibration_path.is_file():  # keep the temperatures of types not fitted in this call
+        from dataclasses import replace as _replace
+
+        from kevlike.model.modeldir import load_temperatures
+
+        old = load_temperatures(artifact)
+        table = _replace(table, by_type={**{k: v for k, v in old.by_type.items() if k not in fitted}, **table.by_type},
+                         by_bucket={**{k: v for k, v in old.by_bucket.items() if k[0] not in fitted}, **table.by_bucket})
+    for t, e in report["types"].items():  # accuracy at T = 1 (the argmax does not depend on T)
+        rs = [r for r in records if r["type"] == t]
+        e["accuracy"] = sum(max(range(len(r["logits"])), key=lambda k: r["logits"][k]) == r["gold"] for r in rs) / len(rs)
+    if option_orders is not None:
+        report["option_orders"] = option_orders
+        manifest["option_orders"] = option_orders
+        model_dir.write_manifest(manifest)
+    save_calibration(artifact, table, report)
+    if not quiet:
+        for t, e in report["types"].items():
+            print(f"{t}: n={e['n']} accuracy {e['accuracy']:.3f}, NLL at T=1 {e['nll_t1']:.4f}"
+                  + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e else f" ({e['fallback']})"))
+        for b, e in report["buckets"].items():
+            print(f"  {b}: n={e['n']} " + (f"T={e['temperature']:.3f}" if "temperature" in e else e["fallback"]))
+    return report

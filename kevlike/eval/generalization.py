@@ -1,0 +1,241 @@
+"""Unseen-schema evaluation: ``kevlike eval --suite generalization`` (issue 12).
+
+An in-distribution test split flatters a model that has learnt its training prompts, so every figure
+here separates what the model has seen from what it has not:
+
+============================ ===========================================================================
+split                        what it asks
+============================ ===========================================================================
+``seen_wording``             test rows of the training sources, in *training* wordings
+``heldout_wording``          the *same items* (same row, options, gold, phrasing direction) in held-out
+                             wordings (templates never trained: every fourth of each pool,
+                             :func:`kevlike.data.families.template_pool`)
+``heldout_source``           whole sources never trained on (:data:`~kevlike.data.families.HELDOUT_SOURCES`),
+                             held-out wordings
+``bigbench``                 BIG-bench tasks (evaluation-only by their licence terms) asked with their own
+                             instructions, if the ``bigbench==1.0.0`` source archive is present
+``target/*``                 the issue's named targets: Banking77 over all 77 intents, balanced SMS spam and
+                             5-level movie-snippet sentiment, all under held-out wordings
+``contrast``                 :file:`kevlike/eval/data/contrast.json`: pairs of short states written for this suite
+                             where the same yes/no questions have opposite answers
+============================ ===========================================================================
+
+Reported per split: accuracy, NLL, Brier, ECE, confident errors (:mod:`kevlike.metrics`), and
+
+* ``wording_gap`` — accuracy on ``seen_wording`` minus ``heldout_wording`` over the same items;
+* ``contrast.both_right`` — share of (pair, question) answered right on *both* states;
+* ``coherence.negation`` — share of (state, question) where ``P(yes | Q) + P(yes | not Q)`` is within
+  0.05 of 1; ``coherence.noul_vs_choice`` — share where the noul ``P(yes)`` and a two-option choice
+  ``{yes, no}`` asked with the same words agree within 0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tarfile
+from pathlib import Path
+
+from kevlike.data.sources import Example
+CONTRAST_FILE = Path(__file__).resolve().parent / "data" / "contrast.json"
+BIGBENCH_ARCHIVE = "bigbench-1.0.0.tar.gz"
+# task -> instructions (None: the task's own task_prefix) ; all are multiple choice over target_scores
+BIGBENCH_TASKS = {
+    "vitaminc_fact_verification": ("Based only on the passage, is the claim True, False, or is there not enough "
+                                   "information (Neither)?"),
+    "formal_fallacies_syllogisms_negation": "Is the argument, given the explicitly stated premises, deductively valid or invalid?",
+    "intent_recognition": "Predict the intent of the utterance.",
+    "movie_dialog_same_or_different": "Were the two quoted sentences said by the same or by different individuals?",
+    "implicatures": "Does Speaker 2's answer mean yes or no?",
+    "analytic_entailment": "Does the first sentence entail the second?",
+}
+SIZES = {"seen": 16, "heldout_source": 60, "bigbench": 40, "target": 100}
+QUICK_SIZES = {"seen": 2, "heldout_source": 4, "bigbench": 4, "target": 6}
+
+
+def seen_sources() -> list[str]:
+    """Every source that is not held out (what the shipped recipe trains on)."""
+    from kevlike.data.families import HELDOUT_SOURCES, SOURCES
+
+    return [n for n in SOURCES if n not in HELDOUT_SOURCES]
+
+
+def contrast_examples(path: Path = CONTRAST_FILE) -> tuple[list[Example], list[dict]]:
+    """One request per state of each contrast pair, asking every question three ways: noul ``Q``
+    (``qN``), noul negation ``not Q`` (``nN``) and a two-option choice ``{yes, no}`` with Q's words (``cN``).
+
+    Returns ``(examples, pairs)``; targets are the true answers (for ``cN``: ``yes`` iff Q is true).
+
+    Raises:
+        ValueError: a malformed pair (fewer than 2 states, a question without ``q``/``neg``/``a``).
+    """
+    data = json.loads(Path(path).read_text())
+    out = []
+    for pair in data["pairs"]:
+        if len(pair["states"]) != 2 or not pair["questions"]:
+            raise ValueError(f"contrast pair {pair.get('id')!r}: needs 2 states and at least one question")
+        for s, state in enumerate(pair["states"]):
+            qs, targets, gold = {}, {}, {}
+            for i, q in enumerate(pair["questions"]):
+                truth = bool(q["a"]) if s == 0 else not bool(q["a"])
+                yes, no = [1.0, 0.0], [0.0, 1.0]
+                qs[f"q{i}"] = {"type": "noul", "instructions": q["q"]}
+                targets[f"q{i}"] = yes if truth else no
+                qs[f"n{i}"] = {"type": "noul", "instructions": q["neg"]}
+                targets[f"n{i}"] = no if truth else yes
+                qs[f"c{i}"] = {"type": "choice", "instructions": q["q"], "criteria": {"yes": None, "no": None}}
+                targets[f"c{i}"] = yes if truth else no
+                gold.update({f"q{i}": str(truth).lower(), f"n{i}": str(not truth).lower(), f"c{i}": "yes" if truth else "no"})
+            out.append(Example({"state": state, "questions": qs}, targets, f"contrast/{pair['id']}/{s}", gold))
+    return out, data["pairs"]
+
+
+def contrast_metrics(records: list[dict], pairs: list[dict]) -> dict:
+    """``both_right`` (share of pair questions right on both states, noul form), ``noul_accuracy`` and the
+    two coherence shares of the module docstring, from the records of :func:`contrast_examples`.
+
+    Records must carry ``source`` ``contrast/ID/S`` and ``question`` ids ``qN``/``nN``/``cN``.
+    ``probs[0]`` is P(true) for noul and P(yes) for the choice (options in request order)."""
+    by = {(r["source"], r["question"]): r for r in records if r["source"].startswith("contrast/")}
+    both, n_q, neg_ok, choice_ok, n_state_q, right = 0, 0, 0, 0, 0, 0
+    for pair in pairs:
+        for i in range(len(pair["questions"])):
+            oks = []
+            for s in (0, 1):
+                src = f"contrast/{pair['id']}/{s}"
+                q, n, c = by[(src, f"q{i}")], by[(src, f"n{i}")], by[(src, f"c{i}")]
+                ok = (q["probs"][0] > 0.5) == (q["gold"] == 0)
+                oks.append(ok)
+                right += ok
+                n_state_q += 1
+                neg_ok += abs(q["probs"][0] + n["probs"][0] - 1.0) <= 0.05
+                choice_ok += abs(q["probs"][0] - c["probs"][0]) <= 0.1
+            both += all(oks)
+            n_q += 1
+    return {"pairs": len(pairs), "questions": n_q, "both_right": both / max(n_q, 1),
+            "noul_accuracy": right / max(n_state_q, 1),
+            "coherence": {"n": n_state_q, "negation": neg_ok / max(n_state_q, 1),
+                          "noul_vs_choice": choice_ok / max(n_state_q, 1)}}
+
+
+def bigbench_dir() -> Path:
+    from kevlike.runs import kevlike_home
+
+    return kevlike_home() / "bigbench"
+
+
+def bigbench_tasks(archive: str | Path | None = None) -> dict[str, dict]:
+    """The task.json of each of :data:`BIGBENCH_TASKS`, extracted once from BIG-bench's source archive
+    (``pip download --no-deps bigbench==1.0.0``, 358 MB) into ``$KEVLIKE_HOME/bigbench/``. Returns ``{}``
+    when neither the extracted files nor the archive (``archive`` or ``$KEVLIKE_HOME/bigbench-1.0.0.tar.gz``)
+    exist. BIG-bench asks that its data never be trained on: it is read here and nowhere else."""
+    from kevlike.runs import kevlike_home
+
+    cache = bigbench_dir()
+    missing = [t for t in BIGBENCH_TASKS if not (cache / f"{t}.json").is_file()]
+    if missing:
+        src = Path(archive) if archive else kevlike_home() / BIGBENCH_ARCHIVE
+        if not src.is_file():
+            return {}
+        cache.mkdir(parents=True, exist_ok=True)
+        wanted = {f"bigbench-1.0.0/bigbench/benchmark_tasks/{t}/task.json": t for t in missing}
+        with tarfile.open(src, "r:gz") as tar:
+            for m in tar:
+                if m.name in wanted:
+                    (cache / f"{wanted[m.name]}.json").write_bytes(tar.extractfile(m).read())
+    return {t: json.loads((cache / f"{t}.json").read_text()) for t in BIGBENCH_TASKS if (cache / f"{t}.json").is_file()}
+
+
+def bigbench_examples(tasks: dict[str, dict], n: int, seed: int = 0) -> list[Example]:
+    """``n`` seeded examples per BIG-bench task: state = the example's input, one choice question over its
+    ``target_scores`` keys (gold: the highest score) with :data:`BIGBENCH_TASKS`' instructions."""
+    out = []
+    for name, task in tasks.items():
+        exs = [e for e in task["examples"] if isinstance(e.get("target_scores"), dict) and len(e["target_scores"]) >= 2]
+        rng = random.Random(f"{seed}:{name}")
+        for e in rng.sample(exs, min(n, len(exs))):
+            keys = list(e["target_scores"])
+            gi = max(range(len(keys)), key=lambda k: e["target_scores"][keys[k]])
+            q = {"type": "choice", "instructions": BIGBENCH_TASKS[name], "criteria": {k: None for k in keys}}
+            out.append(Example({"state": e["input"].strip(), "questions": {"q": q}},
+                               {"q": [1.0 if k == gi else 0.0 for k in range(len(keys))]}, f"{name}", {"q": keys[gi]}))
+    return out
+
+
+def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str | Path | None = None) -> dict:
+    """``{split: [Example]}`` of the module docstring (``n`` overrides every per-source size)."""
+    from kevlike.data.families import HELDOUT_SOURCES, eval_items
+
+    size = dict(QUICK_SIZES if quick else SIZES)
+    if n is not None:
+        size = {k: n for k in size}
+    sets = {"seen_wording": [], "heldout_wording": [], "heldout_source": []}
+    for name in seen_sources():
+        sets["seen_wording"] += eval_items(name, "test", size["seen"], wordings="train")
+        if not name.startswith("sys1_"):      # sys1bench requests carry their own wording
+            sets["heldout_wording"] += eval_items(name, "test", size["seen"], wordings="heldout")
+    for name in HELDOUT_SOURCES:
+        sets["heldout_source"] += eval_items(name, "test", size["heldout_source"], wordings="heldout")
+    tasks = bigbench_tasks(bigbench)
+    if tasks:
+        sets["bigbench"] = bigbench_examples(tasks, size["bigbench"])
+    sets["target/banking77_all77"] = eval_items("banking77", "test", 6 * size["target"], wordings="heldout",
+                                                families=("choice",))
+    sets["target/spam_balanced"] = eval_items("spam", "test", 2 * size["target"], wordings="heldout")
+    sets["target/sentiment5"] = eval_items("vader_movie", "test", 2 * size["target"], wordings="heldout",
+                                           families=("score",))
+    sets["contrast"] = contrast_examples()[0]
+    return sets
+
+
+def generalization_summary(records: list[dict], pairs: list[dict]) -> dict:
+    """Per split (and per source within a split) metrics, the wording gap and the contrast figures."""
+    from kevlike.metrics import summary
+
+    out = {"splits": {}, "per_source": {}}
+    for split in sorted({r["split"] for r in records}):
+        recs = [r for r in records if r["split"] == split]
+        if split == "contrast":
+            recs = [r for r in recs if r["question"].startswith("q")]   # the noul form; others are coherence
+        out["splits"][split] = summary(recs)
+        by_type = {}
+        for t in sorted({r["type"] for r in recs}):
+            by_type[t] = summary([r for r in recs if r["type"] == t])
+        out["splits"][split]["per_type"] = by_type
+        for src in sorted({r["source"] for r in recs}):
+            if split != "contrast":
+                out["per_source"][f"{split}:{src}"] = summary([r for r in recs if r["source"] == src])
+    s, h = out["splits"].get("seen_wording"), out["splits"].get("heldout_wording")
+    if s and h:
+        seen_same = [r for r in records if r["split"] == "seen_wording" and not r["source"].startswith("sys1_")]
+        out["wording_gap"] = summary(seen_same)["accuracy"] - h["accuracy"]
+    if any(r["split"] == "contrast" for r in records):
+        out["contrast"] = contrast_metrics([r for r in records if r["split"] == "contrast"], pairs)
+    return out
+
+
+SPLIT_COLUMNS = ("n", "accuracy", "nll", "ece", "confident_error")
+
+
+def report_tables(summ: dict) -> str:
+    """Markdown: one row per split (with per-type accuracies), the wording gap, the contrast figures."""
+    lines = ["| split | n | accuracy | NLL | ECE | confident errors | noul acc | choice acc | score acc |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for split, s in summ["splits"].items():
+        pt = s.get("per_type", {})
+        cells = [f"{s['n']}", f"{s['accuracy']:.3f}", f"{s['nll']:.3f}", f"{s['ece']:.3f}", f"{s['confident_error']:.3f}"]
+        cells += [f"{pt[t]['accuracy']:.3f} ({pt[t]['n']})" if t in pt else "" for t in ("noul", "choice", "score")]
+        lines.append(f"| {split} | " + " | ".join(cells) + " |")
+    md = "\n".join(lines)
+    if "wording_gap" in summ:
+        md += f"\n\nWording gap (seen − held-out wording, same items): {summ['wording_gap']:+.3f}"
+    if "contrast" in summ:
+        c = summ["contrast"]
+        md += (f"\n\nContrast pairs: {c['pairs']} pairs, {c['questions']} questions; right on both states "
+               f"{c['both_right']:.3f}; noul accuracy {c['noul_accuracy']:.3f}. Coherence over {c['coherence']['n']} "
+               f"(state, question): P(yes|Q) + P(yes|not Q) within 0.05 of 1: {c['coherence']['negation']:.3f}; "
+               f"noul vs two-option choice within 0.1: {c['coherence']['noul_vs_choice']:.3f}.")
+    md += "\n\n| split:source | n | accuracy | NLL | ECE |\n|---|---|---|---|---|\n"
+    md += "\n".join(f"| {k} | {v['n']} | {v['accuracy']:.3f} | {v['nll']:.3f} | {v['ece']:.3f} |"
+                    for k, v in summ["per_source"].items())
+    return md

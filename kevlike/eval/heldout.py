@@ -1,0 +1,325 @@
+"""Held-out evaluation on official test splits (DESIGN.md §8, §12): ``kevlike eval --model DIR --suite NAME``.
+
+Each dataset contributes a fixed, seeded sample of its *test* split (:func:`kevlike.data.sources.eval_examples`:
+intents are asked over their full label set, in sorted order, with the first prompt). The run
+directory ``runs/eval-SUITE-YYYYmmdd-HHMMSS/`` holds ``metrics.json`` (overall, per dataset, per type,
+ECE bin counts), ``records.jsonl`` (one line per question: logits, probabilities, gold), ``report.md``
+and a reliability diagram per question type (``reliability_TYPE.png``, if matplotlib is installed).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from kevlike.metrics import N_BINS, summarize
+
+# dataset -> examples sampled from its test split (seed 0)
+SUITES = {
+    "heldout": {"banking77": 500, "clinc150": 250, "spam": 500, "sentiment": 500},
+    # ≥ 1,000 questions per type (DESIGN §12): choice 500 + 500; noul = all 988 spam test messages +
+    # one "is this about X?" twin per intent request (1,000); score 1,000
+    "calibration": {"banking77": 500, "clinc150": 500, "spam": None, "sentiment": 1000},
+    "full": {"banking77": None, "clinc150": None, "hwu64": None, "spam": None, "sentiment": None},
+    "quick": {"banking77": 16, "spam": 16, "sentiment": 16},
+}
+NOUL_TWINS = {"calibration": 1}  # noul twins per intent request, by suite
+GENERALIZATION_SUITES = ("generalization", "generalization-quick")   # kevlike/eval/generalization.py
+
+COLUMNS = ("n", "accuracy", "nll", "brier", "ece", "confident_error", "coverage_at_5pct", "mae")
+
+
+def table(summary: dict) -> str:
+    """Markdown table: one row per dataset, then per type, then overall."""
+    lines = ["| set | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+
+    def row(name: str, s: dict) -> str:
+        cells = []
+        for c in COLUMNS:
+            v = s.get(c)
+            cells.append("" if v is None else (str(v) if c == "n" else f"{v:.3f}"))
+        return f"| {name} | " + " | ".join(cells) + " |"
+
+    for k, s in summary["per_source"].items():
+        lines.append(row(k, s))
+    for k, s in summary["per_type"].items():
+        lines.append(row(f"type: {k}", s))
+    lines.append(row("**overall**", summary["overall"]))
+    return "\n".join(lines)
+
+
+def reliability_plots(records: list[dict], out: Path) -> list[str]:
+    """One reliability diagram per question type (accuracy vs mean confidence per bin, bin counts)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    from kevlike.metrics import ece
+
+    written = []
+    for qtype in sorted({r["type"] for r in records}):
+        recs = [r for r in records if r["type"] == qtype]
+        e, bins = ece(recs)
+        fig, ax = plt.subplots(figsize=(4.2, 4))
+        ax.plot([0, 1], [0, 1], "--", color="grey", lw=1)
+        xs = [(b["lo"] + b["hi"]) / 2 for b in bins if b["count"]]
+        ax.bar(xs, [b["accuracy"] for b in bins if b["count"]], width=1 / N_BINS, alpha=0.6, edgecolor="k",
+               label="accuracy")
+        ax.plot([b["confidence"] for b in bins if b["count"]], [b["accuracy"] for b in bins if b["count"]], "o",
+                color="C3", label="(confidence, accuracy)")
+        for b, x in zip([b for b in bins if b["count"]], xs):
+            ax.annotate(str(b["count"]), (x, 0.02), ha="center", fontsize=7)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("top-label confidence")
+        ax.set_ylabel("accuracy")
+        ax.set_title(f"{qtype}: ECE {e:.3f} (n = {len(recs)})")
+        ax.legend(loc="upper left", fontsize=8)
+        fig.tight_layout()
+        name = f"reliability_{qtype}.png"
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+        written.append(name)
+    return written
+
+
+def comparison_protocol(records: list[dict]) -> dict:
+    """DESIGN §12's temperature comparison protocol (for figures comparable with kev's, not for the
+    shipped temperatures): fit per (type, K-bucket) on the even-indexed test records' logits, report
+    on the odd-indexed ones at T = 1 and with the fitted temperatures. Returns ``{type: {"n", "ece_t1",
+    "ece_fitted", "nll_t1", "nll_fitted"}}`` plus ``"overall"``."""
+    from kevlike.model.temperatures import TemperatureTable, fit_table
+
+    from kevlike.metrics import summary
+
+    even, odd = records[0::2], records[1::2]
+    table, _ = fit_table(even, source="even-indexed test records")
+    before = rescore(odd, TemperatureTable())
+    after = rescore(odd, table)
+    out = {}
+    for qtype in sorted({r["type"] for r in odd}) + ["overall"]:
+        b = [r for r in before if qtype in ("overall", r["type"])]
+        a = [r for r in after if qtype in ("overall", r["type"])]
+        sb, sa = summary(b), summary(a)
+        out[qtype] = {"n": sb["n"], "ece_t1": sb["ece"], "ece_fitted": sa["ece"], "nll_t1": sb["nll"],
+                      "nll_fitted": sa["nll"]}
+    return out
+
+
+def rescore(records: list[dict], table) -> list[dict]:
+    """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table
+    (logits do not depend on temperatures, so no forward pass is needed)."""
+    import torch
+
+    out = []
+    for r in records:
+        z = torch.tensor(r["logits"], dtype=torch.float32)
+        t = table.lookup(r["type"], len(r["logits"]))
+        out.append({**r, "probs": torch.softmax(z / t, -1).tolist()})
+    return out
+
+
+def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
+              batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
+              url: str | None = None, probes: int = 0, option_orders: int | None = None,
+              bigbench: str | Path | None = None, quantize: str | None = None, dtype: str = "auto",
+              option_mode: str | None = None) -> Path:
+    """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
+    on a suite; returns the run directory.
+    ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
+    temperatures (e.g. before vs after ``kevlike calibrate``), without a forward pass.
+    ``probes``: also run :func:`kevlike.eval.probes.run_probes` with this ``n`` (0: no probes).
+    ``option_orders``: override the model's option orders (:class:`kevlike.model.engine.Engine`; local models).
+    ``bigbench``: BIG-bench's source archive for the generalization suites (default: ``$KEVLIKE_HOME``).
+    ``quantize``, ``dtype``, ``option_mode``: as :meth:`kevlike.model.engine.Engine.from_pretrained` (local models).
+
+    Raises:
+        ValueError: unknown suite, an option mode the model was not trained for, or a model without a trained pointer head.
+        kevlike.eval.remote.RemoteError: ``url`` unreachable or answering errors.
+        kevlike.model.backbones.ModelNotFoundError: unknown model.
+        kevlike.data.sources.DataUnavailableError: a data package is missing.
+    """
+    from kevlike.model.engine import Engine
+    from kevlike.data.tasks import eval_examples
+    from kevlike.metrics import records_from_logits
+
+    if suite not in SUITES and suite not in GENERALIZATION_SUITES:
+        raise ValueError(f"unknown suite {suite!r} (known: {', '.join([*SUITES, *GENERALIZATION_SUITES])})")
+    if reuse is not None:
+        return _rescore_run(model, Path(reuse), Path(out), quiet)
+    if engine is None and url is not None:
+        from kevlike.eval.remote import RemoteEngine
+
+        engine = RemoteEngine(url, model)
+    if engine is None:
+        engine = Engine.from_pretrained(model, option_orders=option_orders, quantize=quantize,
+                                        dtype="float32" if quantize else dtype, option_mode=option_mode)
+    if engine.readout == "lm":
+        raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
+    if suite in GENERALIZATION_SUITES:
+        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench)
+    sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
+    run_dir = Path(out) / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    records, timing = [], {}
+    for name, size in sizes.items():
+        examples = eval_examples(name, "test", size, seed=0, noul_twins=NOUL_TWINS.get(suite, 0))
+        t0 = time.perf_counter()
+        if not quiet:
+            print(f"{name}: {len(examples)} test requests", file=sys.stderr)
+        records.extend(records_from_logits(engine, examples, batch_size, progress=not quiet))
+        timing[name] = round(time.perf_counter() - t0, 1)
+    summary = summarize(records)
+    if url is None:  # served probabilities are already calibrated by the server; log p is not a logit
+        from kevlike.model.temperatures import TemperatureTable
+
+        summary["uncalibrated"] = summarize(rescore(records, TemperatureTable()))  # the same logits at T = 1
+        summary["comparison_protocol"] = comparison_protocol(records)
+    if probes:
+        from kevlike.eval.probes import run_probes
+
+        t0 = time.perf_counter()
+        summary["probes"] = run_probes(engine, probes, progress=not quiet)
+        timing["probes"] = round(time.perf_counter() - t0, 1)
+    from kevlike.runs import machine
+    from kevlike.runs import git_commit
+
+    meta = {"model": engine.name, "suite": suite, "sizes": sizes, "noul_twins": NOUL_TWINS.get(suite, 0),
+            "seed": 0, "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
+            "device": str(engine.device), "url": url, "seconds": timing, "temperatures": engine.temperatures.source,
+            "option_orders": getattr(engine, "option_orders", None),
+            "option_mode": getattr(engine, "option_mode", None)}
+    sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
+    intro = (f"Test splits, seeded samples ({sample_sizes}); "
+             f"probabilities with the model's temperatures ({engine.temperatures.source}); option orders per choice "
+             f"question: {meta['option_orders']}; option mode: {meta['option_mode']}. Commit {meta['git_commit']}; "
+             f"{meta['machine']}; seconds per dataset {timing}.")
+    return _write_run(run_dir, meta, summary, records, f"# kevlike eval: suite `{suite}`, model `{engine.name}`", intro, quiet)
+
+
+def probe_table(probes: dict) -> str:
+    """Markdown lines, one per probe result."""
+    lines = ["| probe | result |", "|---|---|"]
+    for name, res in probes.items():
+        if name == "seconds":
+            continue
+        cells = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in res.items())
+        lines.append(f"| {name} | {cells} |")
+    return "\n".join(lines)
+
+
+def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], title: str, intro: str,
+               quiet: bool) -> Path:
+    """Write metrics.json, records.jsonl, the reliability plots and report.md; print the table."""
+    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+    with open(run_dir / "records.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    plots = reliability_plots(records, run_dir)
+    md = table(summary)
+    if summary.get("uncalibrated"):
+        md += "\n\nThe same logits at T = 1 (uncalibrated):\n\n" + table(summary["uncalibrated"])
+    if summary.get("comparison_protocol"):
+        md += ("\n\nTemperature comparison protocol (DESIGN §12; fit on even-indexed records, report on odd):\n\n"
+               "| type | n | ECE T = 1 | ECE fitted | NLL T = 1 | NLL fitted |\n|---|---|---|---|---|---|\n")
+        md += "\n".join(f"| {k} | {v['n']} | {v['ece_t1']:.3f} | {v['ece_fitted']:.3f} | {v['nll_t1']:.3f} | "
+                         f"{v['nll_fitted']:.3f} |" for k, v in summary["comparison_protocol"].items())
+    if summary.get("probes"):
+        md += "\n\nProbes (DESIGN §12, kevlike/eval/probes.py):\n\n" + probe_table(summary["probes"])
+    (run_dir / "report.md").write_text(f"{title}\n\n{intro}\n\n{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
+    if not quiet:
+        print(md)
+        print(f"run directory: {run_dir}")
+    return run_dir
+
+
+def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path:
+    from kevlike.model.modeldir import load_temperatures
+    from kevlike.model.backbones import resolve_model
+
+    resolved = resolve_model(model, auto_fetch=False)
+    if resolved.artifact_dir is None:
+        raise ValueError(f"model {model!r} is not a decision model (no temperatures to apply)")
+    temps = load_temperatures(resolved.artifact_dir)
+    old = json.loads((reuse / "metrics.json").read_text())
+    records = rescore([json.loads(x) for x in (reuse / "records.jsonl").read_text().splitlines() if x.strip()], temps)
+    run_dir = out / f"eval-{old['meta']['suite']}-rescored-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    summary = summarize(records)
+    if old["meta"]["suite"] in GENERALIZATION_SUITES:
+        from kevlike.eval.generalization import contrast_examples, generalization_summary, report_tables
+
+        summary["generalization"] = generalization_summary(records, contrast_examples()[1])
+        meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
+                "temperatures": temps.source}
+        (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+        with open(run_dir / "records.jsonl", "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        md = report_tables(summary["generalization"])
+        (run_dir / "report.md").write_text(f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`"
+                                           f"\n\nLogits of {reuse} with temperatures {temps.source}.\n\n{md}\n")
+        if not quiet:
+            print(md.split("\n\n| split:source")[0])
+            print(f"run directory: {run_dir}")
+        return run_dir
+    meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
+            "temperatures": temps.source}
+    return _write_run(run_dir, meta, summary, records,
+                      f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`",
+                      f"Logits of {reuse} with temperatures {temps.source}.", quiet)
+
+
+def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size: int, quiet: bool,
+                        url: str | None, bigbench) -> Path:
+    from kevlike.runs import machine
+    from kevlike.runs import git_commit
+
+    from kevlike.eval.generalization import contrast_examples, generalization_sets, generalization_summary, report_tables
+    from kevlike.metrics import records_from_logits
+
+    run_dir = out / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    sets = generalization_sets(quick=suite.endswith("quick"), n=n, bigbench=bigbench)
+    records, timing = [], {}
+    for split, examples in sets.items():
+        t0 = time.perf_counter()
+        if not quiet:
+            print(f"{split}: {len(examples)} requests", file=sys.stderr)
+        for r in records_from_logits(engine, examples, batch_size, progress=not quiet):
+            records.append({**r, "split": split})
+        timing[split] = round(time.perf_counter() - t0, 1)
+    pairs = contrast_examples()[1]
+    gen = generalization_summary(records, pairs)
+    summary = {**summarize(records), "generalization": gen}
+    if url is None:
+        from kevlike.model.temperatures import TemperatureTable
+
+        summary["generalization_uncalibrated"] = generalization_summary(rescore(records, TemperatureTable()), pairs)
+    meta = {"model": engine.name, "suite": suite, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,
+            "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
+            "device": str(engine.device), "url": url, "seconds": timing,
+            "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None),
+            "option_mode": getattr(engine, "option_mode", None)}
+    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+    with open(run_dir / "records.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    plots = reliability_plots([r for r in records if r["split"] != "contrast"], run_dir)
+    md = report_tables(gen)
+    if summary.get("generalization_uncalibrated"):
+        md += "\n\nThe same logits at T = 1 (uncalibrated):\n\n" + report_tables(summary["generalization_uncalibrated"]).split("\n\n| split:source")[0]
+    intro = (f"Requests per split {meta['sizes']}; temperatures {meta['temperatures']}; commit {meta['git_commit']}; "
+             f"{meta['cpu']}; seconds per split {timing}.")
+    (run_dir / "report.md").write_text(f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n{intro}\n\n{md}\n\n"
+                                       + "".join(f"![{p}]({p})\n" for p in plots))
+    if not quiet:
+        print(md.split("\n\n| split:source")[0])
+        print(f"run directory: {run_dir}")
+    return run_dir

@@ -1,0 +1,231 @@
+"""A user's own labelled requests (:mod:`kevlike.data.labelled`): evaluate a model on them
+(``kevlike eval --data FILE.jsonl``) and fit a calibration profile on them (``kevlike calibrate MODEL
+--data FILE.jsonl --profile NAME``).
+
+``eval --data`` writes a run directory: ``metrics.json`` (per type and per question id: accuracy, NLL,
+Brier, ECE with bin counts and a bootstrap interval, confident errors, coverage at a 5 % error budget),
+``records.jsonl`` (one answered question per line, with its logits), ``reliability_TYPE.png``,
+``thresholds.json`` and ``report.md``.
+
+**Threshold economics** (every noul question id): acting on "true" when it is false costs κ_FP,
+not acting when it is true costs κ_FN (correct decisions cost 0). The expected cost of a decision at
+probability p is minimised by acting iff ``p > κ_FP / (κ_FP + κ_FN)`` — the Bayes threshold for
+calibrated probabilities (Elkan 2001, "The Foundations of Cost-Sensitive Learning"). The table reports,
+per question, the mean cost per decision at that threshold, at 0.5, for "always act" and "never act",
+the threshold that would have been cheapest on this data (an in-sample optimum: read it with the
+question's n), and what acting at the Bayes threshold saves against the cheaper of always/never.
+
+A costs file (``--costs``, YAML or JSON)::
+
+    default: {false_positive: 1, false_negative: 1}      # optional; this is the default
+    questions:
+      urgent: {false_positive: 1, false_negative: 20}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+
+DEFAULT_COSTS = {"false_positive": 1.0, "false_negative": 1.0}
+
+
+def read_costs(path: str | Path | None) -> dict:
+    """``{"default": {...}, "questions": {qid: {...}}}`` from a costs file (None: the default costs).
+
+    Raises:
+        ValueError: unreadable YAML/JSON, unknown keys, or costs that are not numbers > 0.
+    """
+    if path is None:
+        return {"default": dict(DEFAULT_COSTS), "questions": {}}
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"--costs {path}: cannot read it: {e}") from None
+    if not isinstance(raw, dict) or set(raw) - {"default", "questions"}:
+        raise ValueError(f"--costs {path}: expected a mapping with 'default' and/or 'questions'")
+
+    def entry(v, where):
+        if not isinstance(v, dict) or set(v) - set(DEFAULT_COSTS):
+            raise ValueError(f"--costs {path}: {where} must be {{false_positive: X, false_negative: Y}}")
+        out = dict(DEFAULT_COSTS)
+        for k, x in v.items():
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+                raise ValueError(f"--costs {path}: {where}.{k} must be a number > 0, got {x!r}")
+            out[k] = float(x)
+        return out
+
+    default = entry(raw.get("default", {}), "default")
+    questions = raw.get("questions") or {}
+    if not isinstance(questions, dict):
+        raise ValueError(f"--costs {path}: questions must map question ids to costs")
+    return {"default": default, "questions": {q: entry({**default, **(v or {})}, f"questions.{q}")
+                                              for q, v in questions.items()}}
+
+
+def answer_records(engine, items, batch_size: int = 4, progress: bool = False, calibrated: bool = True) -> list[dict]:
+    """One record per labelled question (:mod:`kevlike.metrics` format, plus ``question`` and
+    ``line``); set-mode choice questions get type ``choice:set``
+    (:func:`kevlike.model.temperatures.calibration_type`) when ``calibrated`` is False (records to fit on)."""
+    from kevlike.model.temperatures import calibration_type
+    from kevlike.data.labelled import to_examples
+
+    from kevlike.metrics import records_from_logits
+
+    examples = to_examples(items)
+    lines = [it.line for it in items if it.gold]
+    records = records_from_logits(engine, examples, batch_size, progress=progress, calibrated=calibrated)
+    mode = getattr(engine, "option_mode", "list") if getattr(engine, "head", None) is not None else "list"
+    i, out = 0, []
+    for ex, line in zip(examples, lines):
+        for _ in ex.request["questions"]:
+            r = records[i]
+            i += 1
+            r["source"] = r["question"]
+            r["line"] = line
+            if not calibrated:
+                r["type"] = calibration_type(r["type"], mode)
+            out.append(r)
+    return out
+
+
+def threshold_table(records: list[dict], costs: dict) -> dict:
+    """Per noul question id: :func:`kevlike.eval.probes.threshold_economics` with its costs, plus
+    ``saving_vs_best_trivial`` (cost of the cheaper of always/never minus the cost at the Bayes threshold).
+    A soft label counts as true when its P(true) ≥ 0.5."""
+    from kevlike.eval.probes import threshold_economics
+
+    by_q = defaultdict(list)
+    for r in records:
+        if r["type"] == "noul":
+            by_q[r["question"]].append(r)
+    out = {}
+    for q, rs in sorted(by_q.items()):
+        c = costs["questions"].get(q, costs["default"])
+        t = threshold_economics([r["probs"][0] for r in rs], [r["target"][0] >= 0.5 for r in rs],
+                                c["false_positive"], c["false_negative"])
+        t.update(costs=c, saving_vs_best_trivial=min(t["cost_always"], t["cost_never"]) - t["cost_at_threshold"])
+        out[q] = t
+    return out
+
+
+def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs", costs: str | Path | None = None,
+                  url: str | None = None, batch_size: int = 4, quiet: bool = False, option_mode: str | None = None,
+                  profile: str | None = None, engine=None) -> Path:
+    """``kevlike eval --data``: the run directory of the module docstring; returns its path.
+
+    Raises:
+        FileNotFoundError, kevlike.data.labelled.LabelledDataError: the data file.
+        ValueError: the costs file, or a model/profile/option mode that cannot be loaded.
+        kevlike.eval.remote.RemoteError: ``url`` unreachable or answering errors.
+    """
+    from kevlike.data.labelled import read_labelled
+
+    from kevlike.eval.heldout import reliability_plots
+    from kevlike.metrics import summarize
+
+    cost_table = read_costs(costs)                  # before any model loads
+    items = read_labelled(data)
+    if engine is None and url is not None:
+        from kevlike.eval.remote import RemoteEngine
+
+        engine = RemoteEngine(url, model)
+    if engine is None:
+        from kevlike.model.engine import Engine
+
+        engine = Engine.from_pretrained(model, option_mode=option_mode, profile=profile)
+    records = answer_records(engine, items, batch_size, progress=not quiet)
+    summary = summarize(records)
+    summary["per_question"] = summary.pop("per_source")
+    thresholds = threshold_table(records, cost_table)
+    run_dir = Path(out) / f"eval-data-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    from kevlike.runs import git_commit
+
+    meta = {"model": engine.name, "data": str(data), "requests": len(items), "labelled_questions": len(records),
+            "url": url, "temperatures": engine.temperatures.source, "option_mode": getattr(engine, "option_mode", None),
+            "costs": cost_table, "git_commit": git_commit()}
+    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
+    (run_dir / "thresholds.json").write_text(json.dumps(thresholds, indent=2))
+    with open(run_dir / "records.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    plots = reliability_plots(records, run_dir)
+    md = report(summary, thresholds)
+    (run_dir / "report.md").write_text(f"# kevlike eval --data {data}, model `{engine.name}`\n\n{len(items)} requests, "
+                                       f"{len(records)} labelled questions; temperatures: {meta['temperatures']}.\n\n"
+                                       f"{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
+    if not quiet:
+        print(md)
+        print(f"run directory: {run_dir}", file=sys.stderr)
+    return run_dir
+
+
+def report(summary: dict, thresholds: dict) -> str:
+    """Markdown tables: per type, per question id, and the noul threshold table."""
+    def row(name, s):
+        return (f"| {name} | {s['n']} | {s['accuracy']:.3f} | {s['nll']:.3f} | {s['brier']:.3f} | {s['ece']:.3f} | "
+                f"{s['confident_error']:.3f} | {s['coverage_at_5pct']:.3f} |")
+
+    head = "| {} | n | accuracy | NLL | Brier | ECE | confident errors | coverage at 5 % |\n|---|---|---|---|---|---|---|---|\n"
+    md = head.format("type") + "\n".join(row(k, v) for k, v in summary["per_type"].items())
+    md += "\n\n" + head.format("question") + "\n".join(row(k, v) for k, v in summary["per_question"].items())
+    if thresholds:
+        md += ("\n\nThreshold economics (noul; mean cost per decision; act iff P(true) > κ_FP / (κ_FP + κ_FN)):\n\n"
+               "| question | n | κ_FP | κ_FN | threshold | cost there | at 0.5 | always | never | saving vs best trivial | "
+               "best in-sample threshold (cost) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+        md += "\n".join(f"| {q} | {t['n']} | {t['costs']['false_positive']:g} | {t['costs']['false_negative']:g} | "
+                        f"{t['threshold']:.3f} | {t['cost_at_threshold']:.3f} | {t['cost_at_0.5']:.3f} | "
+                        f"{t['cost_always']:.3f} | {t['cost_never']:.3f} | {t['saving_vs_best_trivial']:.3f} | "
+                        f"{t['best_threshold']:.3f} ({t['cost_at_best']:.3f}) |" for q, t in thresholds.items())
+    return md
+
+
+def fit_profile(model: str | None, data: str | Path, profile: str, min_count: int = 50, batch_size: int = 4,
+                quiet: bool = False, option_mode: str | None = None, records: list[dict] | None = None,
+                engine=None) -> tuple[Path, dict]:
+    """``kevlike calibrate MODEL --data FILE --profile NAME``: fit temperatures per (type, K-bucket) on the
+    labelled questions (:func:`kevlike.model.temperatures.fit_table`: a bucket or type under ``min_count``
+    questions, or without errors, falls back) and store them as profile ``NAME``
+    (:func:`kevlike.model.modeldir.save_profile`). ``records``: already answered records (``logits``, ``gold``,
+    ``type``), e.g. from the feedback store; then ``data`` only names their origin. Returns the
+    profile's path and the fit report.
+
+    Raises:
+        ValueError: a bad profile name, a model that is not a decision model, or no labelled question.
+    """
+    from kevlike.model.modeldir import check_profile_name, save_profile
+    from kevlike.model.temperatures import fit_table
+
+    check_profile_name(profile)
+    if engine is None:
+        from kevlike.model.engine import Engine
+
+        engine = Engine.from_pretrained(model, option_mode=option_mode)
+    if engine.artifact_dir is None:
+        raise ValueError(f"model {engine.name!r} is not a decision-model directory; profiles calibrate decision models")
+    if records is None:
+        from kevlike.data.labelled import read_labelled
+
+        records = answer_records(engine, read_labelled(data), batch_size, progress=not quiet, calibrated=False)
+    if not records:
+        raise ValueError(f"{data}: no labelled question to fit on")
+    counts = defaultdict(int)
+    for r in records:
+        counts[r["type"]] += 1
+    table, fit = fit_table(records, min_count, f"profile {profile!r}: fitted on {data} "
+                                               f"({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})")
+    path = save_profile(engine.artifact_dir, engine.name.split("@")[0], profile, table, fit)
+    if not quiet:
+        for t, e in fit["types"].items():
+            print(f"{t}: n={e['n']} errors={e['errors']}, NLL at T=1 {e['nll_t1']:.4f}"
+                  + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e
+                     else f" ({e['fallback']})"), file=sys.stderr)
+        print(f"profile {profile!r}: {path}", file=sys.stderr)
+    return path, fit

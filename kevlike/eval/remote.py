@@ -1,0 +1,125 @@
+"""Evaluate any Jev-compatible server (``kevlike eval --url BASE_URL``): ours, Jev itself, or a peer.
+
+:class:`RemoteEngine` offers the part of :class:`kevlike.Engine` that the eval suite and the probes
+use — ``encode``, ``question_logits``, ``probabilities`` — by sending each request to
+``POST {BASE_URL}/v1/systemone`` and reading the answers back. A server returns calibrated
+probabilities, not logits, so the "logits" here are ``log p`` (the probabilities are then
+``softmax(log p) = p``, whatever temperatures the server applied); calibrating or re-scoring such a
+run is meaningless and :func:`kevlike.eval.heldout.run_suite` records it as ``served``.
+
+Only the standard library is used (``urllib``); requests go out ``concurrency`` at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from kevlike.request.schema import Request
+
+
+class RemoteError(RuntimeError):
+    """The server could not be reached, or answered with an error status (message says which)."""
+
+
+class _Served:
+    def __init__(self, url: str):
+        self.source = f"served by {url} (the server's own calibration)"
+
+
+def wire_request(req: Request, model: str | None = None) -> dict:
+    """A validated :class:`Request` back in Jev's wire form (criteria in option order)."""
+    questions = {}
+    for q in req.questions:
+        if q.type == "score":
+            criteria = [o.description for o in q.options]
+        else:
+            criteria = {o.key: o.description for o in q.options}
+        questions[q.id] = {"type": q.type, "instructions": q.instructions, "criteria": criteria}
+    body = {"state": req.state, "questions": questions}
+    if model:
+        body["model"] = model
+    return body
+
+
+def answer_log_probs(req: Request, response: dict) -> list[torch.Tensor]:
+    """Per question, ``log p`` ``[K]`` float32 in option order, from a Jev response.
+
+    Raises:
+        RemoteError: an answer is missing or lacks the expected fields.
+    """
+    out = []
+    for q in req.questions:
+        a = response.get("answers", {}).get(q.id)
+        try:
+            if q.type == "noul":
+                p_true = float(a["noul"])
+                probs = [p_true if o.key == "true" else 1.0 - p_true for o in q.options]
+            else:
+                probs = [float(a["probabilities"][o.key]) for o in q.options]
+        except (TypeError, KeyError, ValueError) as e:
+            raise RemoteError(f"answer for question {q.id!r} is missing or malformed ({e!r})") from None
+        out.append(torch.tensor([math.log(max(p, 1e-12)) for p in probs], dtype=torch.float32))
+    return out
+
+
+class RemoteEngine:
+    """A Jev-compatible server as an engine for the eval suite.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8000`` (``/v1/systemone`` is appended).
+        model: the ``model`` field sent with each request (None: the server's default).
+        api_key: bearer key (default: the ``KEVLIKE_API_KEY`` environment variable, if set).
+        timeout: seconds per request.
+        concurrency: requests in flight at once.
+    """
+
+    readout = "served"
+    device = "remote"
+
+    def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
+                 timeout: float = 300.0, concurrency: int = 4):
+        self.url = base_url.rstrip("/") + "/v1/systemone"
+        self.model = model
+        self.name = model or base_url
+        self.api_key = api_key if api_key is not None else os.environ.get("KEVLIKE_API_KEY")
+        self.timeout = timeout
+        self.concurrency = max(1, concurrency)
+        self.temperatures = _Served(base_url)
+
+    def encode(self, req: Request) -> Request:
+        return req
+
+    def _post(self, req: Request) -> list[torch.Tensor]:
+        data = json.dumps(wire_request(req, self.model)).encode()
+        headers = {"content-type": "application/json"}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        try:
+            with urllib.request.urlopen(urllib.request.Request(self.url, data, headers), timeout=self.timeout) as r:
+                response = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            raise RemoteError(f"{self.url} answered HTTP {e.code}: {e.read()[:300].decode(errors='replace')}") from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+            raise RemoteError(f"cannot reach {self.url}: {getattr(e, 'reason', e)}") from None
+        if self.name == self.model or self.name.startswith("http"):
+            self.name = response.get("model", self.name)
+        return answer_log_probs(req, response)
+
+    def question_logits(self, encoded: list[Request]) -> list[list[torch.Tensor]]:
+        """``log p`` per request, per question (see the module docstring).
+
+        Raises:
+            RemoteError: unreachable server, an error status, or a malformed answer.
+        """
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(self._post, encoded))
+
+    def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.softmax(z, -1) for z in logits]

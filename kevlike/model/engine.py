@@ -1,0 +1,582 @@
+"""The engine: a request in, Jev answers out, in one packed forward pass (DESIGN.md §2).
+
+    request → schema.validate → encode → pack → kernels mask → backbone → readout → z / T → answers
+
+Readouts: a trained decision model answers with its pointer head; a bare backbone answers with the
+training-free LM readout (mean log-probability of each option's answer text).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import torch
+
+from kevlike.request.answers import answer
+from kevlike.model.backbones import DEFAULT_MODEL, load_backbone, resolve_dtype, resolve_model
+from kevlike.model.modeldir import ModelDir, ensure_embedding_rows
+from kevlike.model.temperatures import TemperatureTable
+from kevlike.request.encode import EncodedRequest, Encoder, check_option_mode, option_orders
+from kevlike.model.heads import PointerHead, lm_option_scores, pointer_logits, pool_orders
+from kevlike.model.kernels import attention_inputs, check_backend, default_backend
+from kevlike.request.pack import pack
+from kevlike.request.render import render_text
+from kevlike.request.writing_systems import ScriptReport, detect_script
+from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError, parse_request, validate_request
+from kevlike.model.state_cache import StateCache, cached_branch_logits
+from kevlike.model.threads import ThreadPolicy
+
+MODES = ("packed", "separate")
+
+JEV_MAX_OPTIONS = 255
+"""Jev's limit on a choice question's options. Beyond it (``Limits.max_options``, ``--max-options``) a
+question is answered in one set-mode pass when it fits the token budget, else by shortlist-then-decide
+(:class:`ShortlistPlan`)."""
+
+SHORTLIST_SIZE = 64
+"""Options kept by the first stage of shortlist-then-decide (``M``)."""
+
+SHORTLIST_CHUNK = 256
+"""Options per branch in the first stage of shortlist-then-decide."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One request made ready for a forward pass by :meth:`Engine.prepare` (cheap, no forward pass):
+    ``request`` validated, ``encoded`` its token ids (or, beyond Jev's 255 options, a
+    :class:`ShortlistPlan`), ``script`` the writing system of its state (reported in ``x_input``).
+    The server's batcher budgets a batch by ``n_tokens``."""
+
+    request: Request
+    encoded: Any
+    script: ScriptReport
+
+    @property
+    def n_tokens(self) -> int:
+        return self.encoded.n_tokens
+
+
+@dataclass
+class ShortlistPlan:
+    """Shortlist-then-decide for a request with a choice question of more than :data:`JEV_MAX_OPTIONS`
+    options that cannot be answered in one pass (DESIGN §5, "Set mode"):
+
+    1. **score**: every option of each such question, in chunks of :data:`SHORTLIST_CHUNK` options, each
+       chunk one branch ``<q> instructions <decide>`` with the options as set-mode sub-branches; branches
+       share the state and are packed into as few passes as the token budget allows (``passes``). In set
+       mode an option's logit does not depend on its siblings, so chunking changes nothing but rounding.
+    2. **shortlist**: the ``shortlist`` options with the highest logits;
+    3. **decide**: the request again with each such question cut to its shortlist, in the engine's option
+       mode, one packed pass with the other questions.
+
+    The answer's probabilities: the first stage's distribution ``p₁ = softmax(z / T)`` over all options
+    (T: the ``choice`` temperature of the ``256+`` bucket in set mode), with the shortlist's mass
+    redistributed by the second stage: ``p(o) = p₁(shortlist) · p₂(o)`` for a shortlisted option and
+    ``p₁(o)`` otherwise — so every option keeps a probability and they sum to 1. The response reports the
+    shortlist size per question in ``x_shortlist``.
+
+    ``passes``: stage-1 encoded requests; ``slots[i]`` lists, for pass i, ``(question, first option)``
+    per branch; ``n_tokens``: the stage-1 tokens (what the batcher budgets).
+    """
+
+    request: Request
+    questions: tuple[int, ...]
+    passes: list
+    slots: list
+    shortlist: int = SHORTLIST_SIZE
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(e.n_tokens for e in self.passes)
+
+MAX_OPTION_ORDERS = 24
+"""The most option orders (``option_orders``) a choice question may be read in. Each order is one
+more branch per choice question in the same forward pass (M orders cost M× the choice branches'
+tokens), and distinct orders run out at K! for K options (6 options: 720), so an unbounded value
+turns one request into minutes of CPU time. 24 = 4! reads every order of up to 4 options; pooling
+more orders changes the answers little (README, "Option order")."""
+
+
+def check_option_orders(option_orders: int, name: str = "option_orders") -> int:
+    """Validate an ``option_orders`` setting (see :class:`Engine`) and return it.
+    ``name`` is how the error calls the setting (``"--option-orders"`` on the command line).
+
+    Raises:
+        ValueError: not an integer in ``[0, MAX_OPTION_ORDERS]``.
+    """
+    if isinstance(option_orders, bool) or not isinstance(option_orders, int):
+        raise ValueError(f"{name} must be an integer from 0 to {MAX_OPTION_ORDERS}, got {option_orders!r}")
+    if option_orders < 0:
+        raise ValueError(f"{name} must be >= 0, got {option_orders}")
+    if option_orders > MAX_OPTION_ORDERS:
+        raise ValueError(f"{name} must be at most {MAX_OPTION_ORDERS} (each order is one more branch per choice "
+                         f"question in the forward pass), got {option_orders}")
+    return option_orders
+
+
+def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
+    """Accept a validated :class:`Request`, a decoded JSON object, or raw JSON text/bytes.
+
+    Raises:
+        RequestError: the request violates the wire format.
+    """
+    if isinstance(request, Request):
+        return request
+    if isinstance(request, (str, bytes)):
+        return parse_request(request, limits)
+    return validate_request(request, limits)
+
+
+def backbone_hidden(model, backend: str, input_ids: torch.Tensor, segment_ids: torch.Tensor,
+                    position_ids: torch.Tensor, option_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The stock decoder body (no LM head) under the packed mask: ``[B, L]`` ids -> hidden ``[B, L, d]``.
+    Shared by serving (:class:`Engine`) and training, so both run exactly the same mask and positions.
+    ``model`` is an HF causal LM (possibly with LoRA layers injected by peft)."""
+    extra = attention_inputs(backend, model.config, segment_ids, position_ids, option_ids)
+    out = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **extra)
+    return out.last_hidden_state
+
+
+def softmax_order_free(question: Question, z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``softmax(z / temperature)`` ``[K]`` of one question's logits ``z`` ``[K]`` (request option order),
+    computed with the options in their canonical order (:func:`kevlike.request.encode.option_orders`) for a
+    choice question and permuted back: the sum inside the softmax then runs in the same order whatever
+    order the request lists the options in, so reordering leaves the probabilities bit-identical on
+    every CPU (vectorised reductions round differently by position)."""
+    if question.type != "choice":
+        return torch.softmax(z / temperature, dim=-1)
+    order = torch.tensor(option_orders(question, 1)[0])
+    return torch.empty_like(z).index_copy_(0, order, torch.softmax(z[order] / temperature, dim=-1))
+
+
+def quantize_int8(model) -> int:
+    """Replace every ``nn.Linear`` of the decoder body (not ``lm_head``) by torch's dynamically
+    quantized int8 Linear (``torch.ao.quantization.quantize_dynamic``, per-output-channel weight scales,
+    activations quantized per tensor at run time; fbgemm/x86 kernels), in place; returns the number of
+    layers replaced. Use it after any LoRA merge. Opt-in, not a default: on the shipped model it runs
+    ~1.4-1.5× faster on an AVX2 CPU but moves answers visibly (README, "int8")."""
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head")}
+    with warnings.catch_warnings():  # torch 2.13 marks the quantized tensor types deprecated (still supported)
+        warnings.simplefilter("ignore")
+        quantize_dynamic(model, {n: per_channel_dynamic_qconfig for n in names}, dtype=torch.qint8, inplace=True)
+    return len(names)
+
+
+class Engine:
+    """Answers typed questions about a state.
+
+    Args:
+        model: a Hugging Face causal LM (Llama, Qwen2, …) in eval mode.
+        tokenizer: its tokenizer (the delimiter tokens are added to it).
+        name: the model name reported in responses.
+        head: a trained :class:`PointerHead`; ``None`` selects the training-free LM readout.
+        temperatures: per (type, K-bucket) temperatures; default all 1.
+        backend: ``"kevlike_packed"`` (block-sparse CPU kernel, no mask), ``"sdpa"`` (dense bool mask) or
+            ``"flex_attention"`` (BlockMask); default by device (see :mod:`kevlike.model.kernels.attention`).
+        limits: request limits.
+        scripts: the scripts the model was trained on (``kevlike.json`` ``scripts``); None = unknown.
+        script_policy: ``"annotate"`` (default: every response reports the state's script and whether
+            the model was trained on it) or ``"refuse"`` (also reject, with a 422, states whose script is
+            not in ``scripts``); see :mod:`kevlike.request.writing_systems`.
+        option_orders: the option orders each choice question is read in (pointer readout, see
+            :func:`kevlike.request.encode.option_orders`): 1 (default) reads the options in a canonical order,
+            so answers do not depend on the order a request lists them in; M ≥ 2 pools M orders (M×
+            the choice branches' tokens); 0 reads the request's order. The LM readout scores each
+            option in its own sub-branch and is order-free already. At most
+            :data:`MAX_OPTION_ORDERS` (24).
+        threads: torch's intra-op threads on the CPU: ``"auto"`` (the cores other processes leave
+            free, re-measured at most once a second, see :mod:`kevlike.model.threads`), a fixed count, or
+            None (``KEVLIKE_THREADS``, else ``auto``). Off the CPU it is ignored.
+        state_cache_mb: MiB of state keys/values kept between requests (:mod:`kevlike.model.state_cache`;
+            0 = off, the default): a request whose state, or a prefix of it, was seen recently runs
+            only the rest; responses then carry ``x_cached_tokens``. Pointer readout only.
+        option_mode: ``"list"`` (default) or ``"set"``: how the pointer readout reads a choice question's
+            options (:meth:`kevlike.request.encode.Encoder.encode`). In set mode every option is its own
+            sub-branch, so adding, removing or reordering options leaves the logits of the others
+            unchanged (``option_orders`` does not apply). The LM readout scores options as sub-branches
+            in either mode.
+
+    Raises:
+        ValueError: an unknown backend, script policy or option mode, ``option_orders`` outside
+            ``[0, MAX_OPTION_ORDERS]``, or ``kevlike_packed`` off the CPU.
+    """
+
+    def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
+                 temperatures: TemperatureTable | None = None, backend: str | None = None,
+                 limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate",
+                 option_orders: int = 1, threads: int | str | None = None, state_cache_mb: float = 0,
+                 option_mode: str = "list"):
+        check_option_orders(option_orders)
+        self.option_mode = check_option_mode(option_mode)
+        if state_cache_mb and head is None:
+            raise ValueError("the state cache serves the pointer readout; this model has none (LM readout)")
+        self.sliding_window = bool(getattr(model.config, "use_sliding_window", False)
+                                   or "sliding_attention" in (getattr(model.config, "layer_types", None) or ()))
+        if state_cache_mb and self.sliding_window:
+            raise ValueError("the state cache does not support sliding-window attention layers (this backbone has them)")
+        self.state_cache = StateCache(state_cache_mb) if state_cache_mb else None
+        self.thread_policy = threads if isinstance(threads, ThreadPolicy) else ThreadPolicy.from_env(threads)
+        self.model = model
+        self.name = name
+        self.head = head
+        self.temperatures = temperatures or TemperatureTable()
+        self.device = next(model.parameters()).device
+        self.backend = check_backend(backend or default_backend(self.device))  # never eager (DESIGN §6)
+        current = getattr(model.config, "_attn_implementation", None)
+        if self.backend == "kevlike_packed" and self.device.type != "cpu":
+            raise ValueError(f"backend 'kevlike_packed' is a CPU kernel; on {self.device.type} use flex_attention or sdpa")
+        if current != self.backend and current != "kevlike_packed":
+            # a model set to kevlike_packed runs the sdpa and flex masks too (kevlike/model/kernels/block_sparse.py), so
+            # engines of several backends can share one model (kevlike bench)
+            model.set_attn_implementation(self.backend)
+        self.option_orders = option_orders
+        self.artifact_dir = None      # from_pretrained: the decision-model directory (its calibration profiles)
+        self.profile = None           # the calibration profile whose temperatures are served (with_profile)
+        # the modes this model answers in (from_pretrained: its manifest's option_modes)
+        self.option_modes = ("list", "set") if head is None else tuple(dict.fromkeys(("list", option_mode)))
+        self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.dtype_reason = "the given model's weights"  # from_pretrained: why auto chose it
+        self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits,
+                               option_orders=option_orders, option_mode=option_mode)
+        if head is not None:
+            ensure_embedding_rows(model, len(tokenizer))
+        self.limits = limits
+        from kevlike.request.writing_systems import check_policy  # imported here so `python -m kevlike.request.writing_systems` runs cleanly
+
+        self.scripts = None if scripts is None else frozenset(scripts)
+        self.script_policy = check_policy(script_policy)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, dtype: str = "auto",
+                        device: str | torch.device | None = None, backend: str | None = None,
+                        limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
+                        option_orders: int | None = None, threads: int | str | None = None,
+                        quantize: str | None = None, state_cache_mb: float = 0,
+                        option_mode: str | None = None, profile: str | None = None) -> "Engine":
+        """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
+        any HF causal-decoder directory. The embedded backbone is set up on first use.
+        ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
+        setting its temperatures were fitted with; 1 when the manifest has none). ``threads``: see
+        :class:`Engine`; with ``auto`` the model load is the first window in which the CPU use of
+        other processes is measured. ``quantize="int8"``: see :func:`quantize_int8` (CPU, float32 only;
+        applied after the LoRA adapter is merged). ``option_mode``: see :class:`Engine`; None takes the
+        manifest's ``option_mode`` (``"list"`` when it has none); a decision model answers only in the
+        modes its manifest lists in ``option_modes`` (``["list"]`` when absent: it was never trained on
+        the set template). ``profile``: serve the temperatures of this calibration profile (``kevlike
+        calibrate --data FILE --profile NAME``) instead of the model's own; the engine is then named
+        ``MODEL@NAME``.
+
+        Raises:
+            kevlike.model.backbones.ModelNotFoundError: unknown name or path.
+            ValueError: unknown dtype, backend, script policy or option mode, an option mode the model
+                was not trained for, an unknown profile (or one given for a model without a pointer head), or ``option_orders`` (given, or the artifact's) outside
+                ``[0, MAX_OPTION_ORDERS]`` (a given one before any weights load).
+        """
+        from kevlike.request.writing_systems import check_policy
+
+        check_policy(script_policy)
+        if option_mode is not None:
+            check_option_mode(option_mode)
+        if profile is not None:
+            from kevlike.model.modeldir import check_profile_name
+
+            check_profile_name(profile)
+        if option_orders is not None:
+            check_option_orders(option_orders)
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        backend = check_backend(backend or default_backend(device))  # before loading any weights
+        dtype, dtype_reason = resolve_dtype(dtype, device)
+        if quantize not in (None, "int8"):
+            raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+        if quantize == "int8" and (device.type != "cpu" or dtype != "float32"):
+            raise ValueError(f"quantize='int8' runs on the CPU from float32 weights; got device {device.type}, "
+                             f"dtype {dtype} (pass dtype='float32')")
+        policy = ThreadPolicy.from_env(threads)
+        resolved = resolve_model(name_or_path)
+        if profile is not None:
+            if resolved.artifact_dir is None:
+                raise ValueError(f"model {resolved.name!r} has no pointer head; calibration profiles are for decision models")
+            from kevlike.model.modeldir import list_profiles, profile_path
+
+            path = profile_path(resolved.artifact_dir, resolved.name, profile)
+            if not path.is_file():
+                have = list_profiles(resolved.artifact_dir, resolved.name)
+                raise ValueError(f"model {resolved.name!r} has no calibration profile {profile!r} (looked for {path}; "
+                                 f"profiles: {', '.join(have) or 'none'})")
+        model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
+        if resolved.artifact_dir is not None:
+            from kevlike.model.modeldir import load_decision_model
+
+            model, head, temperatures = load_decision_model(resolved.artifact_dir, model, tok)
+            manifest = ModelDir(resolved.artifact_dir).manifest()
+            if option_orders is None:
+                option_orders = int(manifest.get("option_orders", 1))
+            modes = manifest.get("option_modes", ["list"])
+            if option_mode is None:
+                option_mode = manifest.get("option_mode", "list")
+            if option_mode not in modes:
+                raise ValueError(f"model {resolved.name!r} was trained for option mode(s) {', '.join(modes)}, "
+                                 f"not {option_mode!r}")
+            engine = cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
+                         backend=backend, limits=limits, scripts=manifest.get("scripts"),
+                         script_policy=script_policy, option_orders=option_orders, threads=policy,
+                         state_cache_mb=state_cache_mb, option_mode=option_mode)
+            engine.option_modes = tuple(modes)
+        else:
+            engine = cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
+                         option_orders=1 if option_orders is None else option_orders, threads=policy,
+                         option_mode=option_mode or "list")
+        engine.dtype_reason = dtype_reason
+        engine.artifact_dir = resolved.artifact_dir
+        if profile is not None:
+            engine = engine.with_profile(profile)
+        if quantize == "int8":
+            quantize_int8(engine.model)
+            engine.dtype, engine.dtype_reason = "int8", f"dynamic int8 quantization of the decoder's Linear layers ({dtype_reason})"
+        return engine
+
+    def with_profile(self, profile: str) -> "Engine":
+        """An engine sharing this one's model, tokenizer, head and state cache, with the temperatures of
+        calibration profile ``profile`` and the name ``{name}@{profile}``.
+
+        Raises:
+            ValueError: the engine has no model directory with that profile.
+        """
+        import copy
+
+        from kevlike.model.modeldir import load_temperatures, profile_path
+
+        base = self.name.split("@")[0]
+        if self.artifact_dir is None:
+            raise ValueError(f"model {base!r} was not loaded from a decision-model directory: it has no profiles")
+        path = profile_path(self.artifact_dir, base, profile)
+        if not path.is_file():
+            raise ValueError(f"model {base!r} has no calibration profile {profile!r} (looked for {path})")
+        other = copy.copy(self)
+        other.temperatures = load_temperatures(path)
+        other.name = f"{base}@{profile}"
+        other.profile = profile
+        return other
+
+    @property
+    def readout(self) -> str:
+        """``"pointer"`` (trained decision model) or ``"lm"`` (training-free LM readout)."""
+        return "lm" if self.head is None else "pointer"
+
+    # -- the forward pass ------------------------------------------------------------------
+    def encode(self, request: Request) -> EncodedRequest:
+        return self.encoder.encode(request) if self.head is not None else self.encoder.encode_lm(request)
+
+    def hidden_states(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor,
+                      option_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Backbone body with the branch mask and restarted positions: ``[B, L]`` ids -> ``[B, L, d]``.
+        ``option_ids`` (``[B, L]``) adds the sub-branch level of the mask (set-mode options, LM readout answers).
+        The mask is always passed (without it transformers infers packed documents from the position
+        jumps and branches 2+ lose the state, PITFALLS.md #1)."""
+        return backbone_hidden(self.model, self.backend, input_ids, segment_ids, position_ids, option_ids)
+
+    @torch.inference_mode()
+    def question_logits(self, encoded: Sequence[EncodedRequest], padding_side: str = "right") -> list[list[torch.Tensor]]:
+        """One packed forward over B encoded requests; uncalibrated logits per request, per question,
+        each ``[K_q]`` float32 on CPU (pointer logits, or LM mean log-probabilities)."""
+        if self.device.type == "cpu":
+            self.thread_policy.apply()
+        batch = pack(encoded, self.encoder.pad_id, padding_side).to(self.device)
+        hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids, batch.option_ids)
+        if self.head is not None:
+            z = pointer_logits(self.head, hidden, batch)                                   # (B, NB, K)
+        else:
+            z = lm_option_scores(hidden, batch, self.model.get_output_embeddings())       # (B, NB, K)
+        return [pool_orders(enc, z[b].cpu()) for b, enc in enumerate(encoded)]
+
+    # -- public API ------------------------------------------------------------------------
+    def decide(self, request: Any, *, mode: str = "packed") -> dict:
+        """Answer one request (dict, JSON text or :class:`Request`); returns the Jev response dict.
+
+        Raises:
+            RequestError: invalid request (422) or over a token budget (413).
+            ValueError: unknown ``mode``.
+        """
+        return self.decide_batch([request], mode=mode)[0]
+
+    def prepare(self, request: Any) -> Prepared:
+        """Validate, script-check and encode one request (cheap, no forward pass).
+
+        Raises:
+            RequestError: invalid request (422), over a token budget (413), or (policy ``refuse``) a
+                state in a script the model was not trained on (422, type ``unsupported_script``).
+        """
+        req = as_request(request, self.limits)
+        report = detect_script(render_text(req.state))
+        if self.script_policy == "refuse":
+            if self.script_trained(report.script) is False:
+                raise RequestError([{
+                    "loc": ["body", "state"], "type": "unsupported_script",
+                    "msg": f"the state is written in {report.script} script ({report.share:.0%} of its "
+                           f"{report.letters} letters); model {self.name!r} was trained on "
+                           f"{', '.join(sorted(self.scripts))} only (script policy: refuse)"}])
+        big = tuple(i for i, q in enumerate(req.questions) if q.type == "choice" and len(q.options) > JEV_MAX_OPTIONS)
+        if not big:
+            return Prepared(req, self.encode(req), report)
+        if self.head is None or self.option_mode == "set":
+            try:
+                return Prepared(req, self.encode(req), report)       # one pass: every option its own sub-branch
+            except RequestError as e:
+                if e.status != 413:
+                    raise
+        return Prepared(req, self.plan_shortlist(req, big), report)
+
+    def plan_shortlist(self, request: Request, big: Sequence[int], shortlist: int = SHORTLIST_SIZE) -> ShortlistPlan:
+        """Stage 1 of shortlist-then-decide (:class:`ShortlistPlan`) for questions ``big`` of ``request``:
+        tokenized and packed into passes that fit ``limits.max_request_tokens``.
+
+        Raises:
+            RequestError: 413 when the state and one chunk do not fit the budget.
+        """
+        mode = "set" if self.head is None or "set" in self.option_modes else "list"
+        branches = []                                   # (question, first option, encoded branch)
+        state_ids = None
+        for qi in big:
+            q = request.questions[qi]
+            for first in range(0, len(q.options), SHORTLIST_CHUNK):
+                part = replace(request, questions=(replace(q, options=q.options[first:first + SHORTLIST_CHUNK]),))
+                enc = self.encoder.encode(part, mode) if self.head is not None else self.encoder.encode_lm(part)
+                state_ids = enc.state_ids
+                branches.extend((qi, first, b) for b in enc.branches)
+        passes, slots, cur, total = [], [], [], len(state_ids)
+        budget = self.limits.max_request_tokens
+        for qi, first, b in branches:
+            if cur and total + b.n_tokens > budget:
+                passes.append(EncodedRequest(state_ids, tuple(replace(x, question=j) for j, (_, _, x) in enumerate(cur)), len(cur)))
+                slots.append([(a, f) for a, f, _ in cur])
+                cur, total = [], len(state_ids)
+            cur.append((qi, first, b))
+            total += b.n_tokens
+        passes.append(EncodedRequest(state_ids, tuple(replace(x, question=j) for j, (_, _, x) in enumerate(cur)), len(cur)))
+        slots.append([(a, f) for a, f, _ in cur])
+        return ShortlistPlan(request, tuple(big), passes, slots, shortlist)
+
+    def script_trained(self, script: str | None) -> bool | None:
+        """Whether ``script`` is one the model was trained on; None when unknown (no ``scripts``
+        declared) or when the state has no letters."""
+        if self.scripts is None or script is None:
+            return None
+        return script in self.scripts
+
+    def decide_batch(self, requests: Sequence[Any], *, mode: str = "packed") -> list[dict]:
+        """Answer several requests. ``packed``: all requests padded into one batch, one forward pass;
+        ``separate``: the reference path, one ``[state][branch]`` forward per question.
+
+        Raises:
+            RequestError: the first invalid request; error locations are prefixed with its index
+                when more than one request is given.
+            ValueError: unknown ``mode``.
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        prepared = []
+        for i, r in enumerate(requests):
+            try:
+                prepared.append(self.prepare(r))
+            except RequestError as e:
+                if len(requests) > 1:
+                    for err in e.errors:
+                        err["loc"] = [err["loc"][0], i, *err["loc"][1:]]
+                    raise RequestError(e.errors, e.status) from None
+                raise
+        return self.run(prepared, mode=mode)
+
+    @torch.inference_mode()
+    def run(self, prepared: Sequence[Prepared], *, mode: str = "packed") -> list[dict]:
+        """Forward pass(es) and responses for already prepared requests (see :meth:`prepare`)."""
+        if not prepared:
+            return []
+        if any(isinstance(p.encoded, ShortlistPlan) for p in prepared):
+            out = [None] * len(prepared)
+            rest = [i for i, p in enumerate(prepared) if not isinstance(p.encoded, ShortlistPlan)]
+            for i, resp in zip(rest, self.run([prepared[i] for i in rest], mode=mode)):
+                out[i] = resp
+            for i, p in enumerate(prepared):
+                if isinstance(p.encoded, ShortlistPlan):
+                    out[i] = self.run_shortlist(p)
+            return out
+        encoded = [p.encoded for p in prepared]
+        cached = [None] * len(encoded)
+        if mode == "packed" and self.state_cache is not None:
+            if self.device.type == "cpu":
+                self.thread_policy.apply()
+            logits, cached = zip(*(cached_branch_logits(self, e, self.state_cache) for e in encoded))
+            tokens = [e.n_tokens for e in encoded]
+        elif mode == "packed":
+            logits = self.question_logits(encoded)
+            tokens = [e.n_tokens for e in encoded]
+        else:
+            logits, tokens = [], []
+            for enc in encoded:
+                singles = [enc.only_question(q) for q in range(enc.n_questions)]
+                logits.append([self.question_logits([s])[0][0] for s in singles])
+                tokens.append(sum(s.n_tokens for s in singles))
+        return [self._respond(p, z, n, c) for p, z, n, c in zip(prepared, logits, tokens, cached)]
+
+    def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Calibrated probabilities per question: ``softmax(z / T(type, K))`` (set-mode choice
+        questions take the ``choice:set`` temperatures when the table has them)."""
+        mode = self.option_mode if self.head is not None else "list"
+        return [softmax_order_free(q, z, self.temperatures.lookup(q.type, len(q.options), mode))
+                for q, z in zip(request.questions, logits)]
+
+    @torch.inference_mode()
+    def run_shortlist(self, prepared: Prepared) -> dict:
+        """Stages 1-3 of the :class:`ShortlistPlan` of a prepared request; returns the response (with
+        ``x_shortlist``).
+
+        Raises:
+            RequestError: 413 when the request with its questions cut to their shortlists does not fit.
+        """
+        plan = prepared.encoded
+        request = plan.request
+        full = {qi: torch.empty(len(request.questions[qi].options)) for qi in plan.questions}
+        for enc, slots in zip(plan.passes, plan.slots):
+            for z, (qi, first) in zip(self.question_logits([enc])[0], slots):
+                full[qi][first:first + len(z)] = z
+        stage1_mode = "set" if self.head is None or "set" in self.option_modes else "list"
+        keep, p1 = {}, {}
+        for qi, z in full.items():
+            p1[qi] = torch.softmax(z / self.temperatures.lookup("choice", len(z), stage1_mode), -1)
+            keep[qi] = torch.topk(z, min(plan.shortlist, len(z))).indices.sort().values
+        questions = tuple(replace(q, options=tuple(q.options[i] for i in keep[qi].tolist())) if qi in keep else q
+                          for qi, q in enumerate(request.questions))
+        cut = replace(request, questions=questions)
+        enc = self.encode(cut)
+        logits = self.question_logits([enc])[0]
+        probs = self.probabilities(cut, logits)
+        final = []
+        for qi, p in enumerate(probs):
+            if qi not in keep:
+                final.append(p)
+                continue
+            out = p1[qi].clone()
+            mass = out[keep[qi]].sum()
+            out[keep[qi]] = mass * p
+            final.append(out)
+        resp = self._respond(prepared, None, plan.n_tokens + enc.n_tokens, probs=final)
+        resp["x_shortlist"] = {request.questions[qi].id: int(len(keep[qi])) for qi in plan.questions}
+        return resp
+
+    def _respond(self, prepared: Prepared, logits: list[torch.Tensor] | None, n_tokens: int, cached: int | None = None,
+                 probs: list[torch.Tensor] | None = None) -> dict:
+        request, report = prepared.request, prepared.script
+        if probs is None:
+            probs = self.probabilities(request, logits)
+        answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
+        out = {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0},
+               "x_input": report.as_dict(self.script_trained(report.script))}
+        if cached is not None:  # with a state cache: the input tokens whose keys/values came from it
+            out["x_cached_tokens"] = cached
+        return out

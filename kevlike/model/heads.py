@@ -1,0 +1,113 @@
+"""Readouts: the pointer head (the product's) and the training-free LM readout (DESIGN.md §7).
+
+Notation: B requests, L packed length, d hidden size, NB branches, K options (padded).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from kevlike.request.encode import EncodedRequest
+from kevlike.request.pack import PackedBatch
+
+
+def gather_positions(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``hidden [B, L, d]``, ``index [B, *rest]`` long -> ``[B, *rest, d]`` (hidden at those positions)."""
+    B, L, d = hidden.shape
+    flat = index.reshape(B, -1)                                   # (B, N)
+    out = torch.gather(hidden, 1, flat.unsqueeze(-1).expand(B, flat.shape[1], d))  # (B, N, d)
+    return out.reshape(*index.shape, d)
+
+
+class PointerHead(nn.Module):
+    """``z_k = (W_q h_dec) · (W_k h_k) / √d_head`` with h_dec the hidden state at ``<decide>`` and h_k the
+    hidden state at option k's ``</opt>`` (in list mode after all options, in set mode after the
+    question and before the options' sub-branches). Parameters are shared across positions, so one head serves any
+    K and any label set. Scaled by 1/√d_head (unscaled scores drove training into denormals, DESIGN §6).
+
+    Args:
+        d_model: backbone hidden size d.
+        d_head: projection size (default d_model).
+    """
+
+    def __init__(self, d_model: int, d_head: int | None = None):
+        super().__init__()
+        self.d_model = d_model
+        self.d_head = d_head or d_model
+        self.w_q = nn.Linear(d_model, self.d_head, bias=False)
+        self.w_k = nn.Linear(d_model, self.d_head, bias=False)
+
+    def forward(self, h_decide: torch.Tensor, h_options: torch.Tensor, option_mask: torch.Tensor) -> torch.Tensor:
+        """``h_decide [B, NB, d]``, ``h_options [B, NB, K, d]``, ``option_mask [B, NB, K]`` bool ->
+        logits ``[B, NB, K]`` float32, ``-inf`` on padded options."""
+        q = self.w_q(h_decide.to(self.w_q.weight.dtype))              # (B, NB, dh)
+        k = self.w_k(h_options.to(self.w_k.weight.dtype))             # (B, NB, K, dh)
+        z = torch.einsum("bnd,bnkd->bnk", q, k).float() / math.sqrt(self.d_head)
+        return z.masked_fill(~option_mask, float("-inf"))
+
+
+def pointer_logits(head: PointerHead, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """Pointer logits ``[B, NB, K]`` (float32, -inf on padding) from backbone hidden states ``[B, L, d]``.
+    Option k is read at its last token, ``option_end − 1``: the ``</opt>`` of list mode, and the
+    ``</opt>`` closing its sub-branch in set mode."""
+    h_dec = gather_positions(hidden, batch.decide_index)                        # (B, NB, d)
+    h_opt = gather_positions(hidden, (batch.option_end - 1).clamp_min(0))       # (B, NB, K, d)
+    return head(h_dec, h_opt, batch.option_mask)
+
+
+def lm_option_scores(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Module) -> torch.Tensor:
+    """LM readout: mean log-probability of each option's answer tokens, ``[B, NB, K]`` float32,
+    ``-inf`` on padded options.
+
+    Answer k of a branch occupies ``input_ids[option_index : option_end]`` (a sub-branch after the
+    question prompt). Its first token is scored by the hidden state of the prompt's last token
+    (``decide_index``), each later token by the previous answer token — inside the sub-branch, so it
+    has read the state, the prompt and its own answer only. The LM head is applied only at those
+    positions, not at all L.
+    """
+    B, NB, K = batch.option_mask.shape
+    rows, cols, targets, group = [], [], [], []
+    for b, j, k in batch.option_mask.nonzero().tolist():
+        start, end = int(batch.option_index[b, j, k]), int(batch.option_end[b, j, k])
+        reads = [int(batch.decide_index[b, j]), *range(start, end - 1)]
+        rows.extend([b] * len(reads))
+        cols.extend(reads)
+        targets.extend(range(start, end))
+        group.extend([(b * NB + j) * K + k] * len(reads))
+    dev = hidden.device
+    rows_t = torch.tensor(rows, dtype=torch.long, device=dev)
+    group_t = torch.tensor(group, dtype=torch.long, device=dev)
+    h = hidden[rows_t, torch.tensor(cols, dtype=torch.long, device=dev)]        # (N, d)
+    logp = torch.log_softmax(lm_head(h).float(), dim=-1)                       # (N, V)
+    target = batch.input_ids.to(dev)[rows_t, torch.tensor(targets, dtype=torch.long, device=dev)]  # (N,)
+    tok = logp.gather(1, target[:, None]).squeeze(1)                           # (N,)
+    total = torch.zeros(B * NB * K, device=dev).index_add_(0, group_t, tok)
+    count = torch.zeros(B * NB * K, device=dev).index_add_(0, group_t, torch.ones_like(tok))
+    scores = (total / count.clamp_min(1)).reshape(B, NB, K)
+    return scores.masked_fill(~batch.option_mask.to(dev), float("-inf"))
+
+
+def pool_orders(enc: EncodedRequest, z: torch.Tensor) -> list[torch.Tensor]:
+    """Per-question logits ``[K_q]`` in request option order from one request's branch logits
+    ``z`` ``[NB, K]``. A question encoded in one order keeps its raw logits; one encoded in M orders
+    (:func:`kevlike.request.encode.option_orders`) gets the log-linear pool of its branches,
+    ``mean_m log_softmax(z_m)`` — a log-probability vector, so ``softmax`` of it (divided by the
+    temperature) is the normalised geometric mean of the orders' distributions."""
+    per_q: list[list[tuple[torch.Tensor, tuple[int, ...]]]] = [[] for _ in range(enc.n_questions)]
+    for j, br in enumerate(enc.branches):
+        K = max(len(br.options), len(br.answers))
+        per_q[br.question].append((z[j, :K], br.order or tuple(range(K))))
+    out = []
+    for branches in per_q:
+        first = branches[0][1]
+        if len(branches) == 1:
+            zc = branches[0][0]
+        else:  # pool in the first branch's slot order, so the sums never depend on the request's order
+            slots = [{i: s for s, i in enumerate(order)} for _, order in branches]
+            zc = torch.stack([zj[torch.tensor([slot[i] for i in first])] for (zj, _), slot in zip(branches, slots)])
+            zc = torch.log_softmax(zc, -1).mean(0)
+        out.append(torch.empty_like(zc).index_copy_(0, torch.tensor(first), zc))
+    return out

@@ -1,0 +1,95 @@
+"""Attention backend per device, and the mask object each backend takes (DESIGN.md §6).
+
+* CPU: ``kevlike_packed`` (:mod:`.packed`): no mask at all; the state's causal part and each
+  branch's two parts (state keys, own keys) are separate flash-attention calls merged by their
+  log-sum-exps, so masked pairs are never computed. Inference only; falls back to ``sdpa`` with the
+  dense mask for what it does not cover (sliding-window layers, option sub-branches).
+* ``sdpa`` with the dense bool mask ``[B, 1, L, L]`` (True = attend): the reference, and training.
+* CUDA: ``flex_attention`` with a ``BlockMask`` (fully masked tiles skipped).
+
+Never mixed: ``eager`` with a bool mask silently adds 0/1 to the scores, flex with a 4-D tensor
+mask crashes, sdpa/eager with a BlockMask raise. :func:`attention_mask_for` therefore builds the
+mask type from the backend name and refuses any other backend.
+
+For backbones with sliding-window layers (``config.layer_types`` containing
+``"sliding_attention"``), the stock model accepts a mapping ``{layer type: mask}``; the sliding
+mask applies the window to the restarted position ids.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kevlike.model.kernels.masks import block_mask, dense_mask, sliding_window_of
+
+BACKENDS = ("sdpa", "flex_attention", "kevlike_packed")
+
+
+def default_backend(device: torch.device | str) -> str:
+    """``"flex_attention"`` on CUDA, ``"kevlike_packed"`` elsewhere (chosen by ``kevlike bench``: it is
+    faster than dense ``sdpa`` at every measured size on the CPU, see README)."""
+    return "flex_attention" if torch.device(device).type == "cuda" else "kevlike_packed"
+
+
+def check_backend(backend: str) -> str:
+    """Return ``backend`` if it is one of :data:`BACKENDS`.
+
+    Raises:
+        ValueError: any other backend (``eager`` would silently misread a bool mask).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"attention backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "kevlike_packed":
+        from kevlike.model.kernels.block_sparse import register
+
+        register()
+    return backend
+
+
+def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor,
+                       option_ids: torch.Tensor | None = None):
+    """The ``attention_mask`` argument for the stock HF model.
+
+    Args:
+        backend: ``"sdpa"`` or ``"kevlike_packed"`` (dense bool ``[B, 1, L, L]``), or
+            ``"flex_attention"`` (``BlockMask``).
+        config: the backbone's HF config (read for sliding-window layers).
+        segment_ids, position_ids: ``[B, L]`` long, from :func:`kevlike.request.pack.pack`.
+        option_ids: ``[B, L]`` long or None: option sub-branches (see :mod:`.masks`).
+
+    Returns:
+        the mask, or ``{"full_attention": mask, "sliding_attention": windowed mask}`` for backbones
+        with sliding-window layers.
+
+    Raises:
+        ValueError: any other backend (``eager`` would silently misread a bool mask).
+    """
+    build = block_mask if check_backend(backend) == "flex_attention" else dense_mask
+    full = build(segment_ids, option_ids=option_ids)
+    window = sliding_window_of(config)
+    if window is None:
+        return full
+    return {"full_attention": full,
+            "sliding_attention": build(segment_ids, position_ids, window, option_ids=option_ids)}
+
+
+def attention_inputs(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor,
+                     option_ids: torch.Tensor | None = None) -> dict:
+    """Keyword arguments for the stock decoder's forward that carry the packed mask.
+
+    ``kevlike_packed`` gets ``{"attention_mask": sentinel, "packed_layout": PackedLayout}`` when it covers
+    the forward (:func:`.packed.supports`), else the dense mask (its fallback path is sdpa); the
+    other backends get ``{"attention_mask": attention_mask_for(...)}``.
+    """
+    if check_backend(backend) == "kevlike_packed":
+        from kevlike.model.kernels.block_sparse import PackedLayout, sentinel_mask, supports
+
+        if supports(config, option_ids):
+            try:
+                layout = PackedLayout.from_segments(segment_ids, option_ids)
+            except ValueError:            # a layout the kernel does not cover: the dense mask below
+                layout = None
+            if layout is not None:
+                return {"attention_mask": sentinel_mask(segment_ids.shape[0], segment_ids.device),
+                        "packed_layout": layout}
+    return {"attention_mask": attention_mask_for(backend, config, segment_ids, position_ids, option_ids)}

@@ -1,0 +1,244 @@
+"""Decision-model directory (DESIGN.md §11): what turns a backbone into a trained decision model.
+
+    kevlike.json          manifest: backbone name or path (and its hash), delimiter tokens and ids,
+                          head shape, format version, training config and metrics
+    adapter/              the peft LoRA adapter (optional; absent = the frozen backbone)
+    head.safetensors      pointer head weights (w_q, w_k)
+    delimiters.safetensors  the input-embedding rows of the delimiter ids
+    calibration.json      temperatures (see :mod:`kevlike.model.temperatures`)
+
+Loading restores bit-identical head weights and delimiter rows; the adapter is merged into the
+backbone's weights (``merge_and_unload``), so serving runs the stock model with no peft layer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from kevlike.model.heads import PointerHead
+from kevlike.model.temperatures import TemperatureTable
+from kevlike.request.encode import DELIMITERS, Encoder
+from kevlike.runs import kevlike_home
+
+FORMAT = 1
+
+
+class ModelDir:
+    """A decision-model directory: the one place that knows its file names and reads or writes them
+    (the layout of the module docstring). ``path``: the directory (it need not exist yet for writing).
+
+    Profiles (:func:`profiles_dir`) are calibration files of the same format kept beside it."""
+
+    MANIFEST = "kevlike.json"
+    HEAD = "head.safetensors"
+    DELIMITERS = "delimiters.safetensors"
+    CALIBRATION = "calibration.json"
+    ADAPTER = "adapter"
+    ADAPTER_CONFIG = "adapter_config.json"
+    ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @classmethod
+    def holds_one(cls, path: str | Path) -> bool:
+        """Whether ``path`` is a decision-model directory (it has a manifest)."""
+        return (Path(path) / cls.MANIFEST).is_file()
+
+    @property
+    def adapter_dir(self) -> Path:
+        return self.path / self.ADAPTER
+
+    def has_adapter(self) -> bool:
+        return self.adapter_dir.exists()
+
+    def manifest(self) -> dict:
+        """The parsed ``kevlike.json``.
+
+        Raises:
+            FileNotFoundError: no manifest; json.JSONDecodeError: not JSON.
+        """
+        return json.loads((self.path / self.MANIFEST).read_text())
+
+    def write_manifest(self, manifest: dict) -> None:
+        """Write ``kevlike.json`` (replacing it)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / self.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+    def update_manifest(self, **fields) -> dict:
+        """Set top-level manifest fields, keep the others; returns the new manifest."""
+        manifest = {**self.manifest(), **fields}
+        self.write_manifest(manifest)
+        return manifest
+
+    def head_weights(self) -> dict:
+        """``{"w_q", "w_k"}`` tensors of the pointer head."""
+        return load_file(str(self.path / self.HEAD))
+
+    def delimiter_rows(self) -> torch.Tensor:
+        """The input-embedding rows of the delimiter ids ``[5, d]``."""
+        return load_file(str(self.path / self.DELIMITERS))["rows"]
+
+    def adapter_config(self) -> dict:
+        """The peft LoRA adapter's config (``r``, ``lora_alpha``, target modules, …)."""
+        return json.loads((self.adapter_dir / self.ADAPTER_CONFIG).read_text())
+
+    def adapter_weights(self) -> dict:
+        """The LoRA adapter's tensors (peft's state-dict names)."""
+        return load_file(str(self.adapter_dir / self.ADAPTER_WEIGHTS))
+
+    @property
+    def calibration_path(self) -> Path:
+        return self.path / self.CALIBRATION
+
+    def temperatures(self) -> TemperatureTable:
+        """The model's own temperature table."""
+        return load_temperatures(self.calibration_path)
+
+
+def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, head: PointerHead,
+                        temperatures: TemperatureTable | None = None, extra: dict | None = None,
+                        adapter=None) -> Path:
+    """Write the directory. ``model`` is the backbone (or the peft model) whose input embeddings give the
+    trained delimiter rows; ``adapter`` a peft model whose LoRA adapter is saved under ``adapter/``
+    (without the embedding matrix: only the delimiter rows are trained, DESIGN §11)."""
+    path = Path(path)
+    d = ModelDir(path)
+    path.mkdir(parents=True, exist_ok=True)
+    enc = Encoder(tokenizer)
+    ids = list(enc.delimiter_ids)
+    if adapter is not None:
+        adapter.save_pretrained(str(d.adapter_dir), save_embedding_layers=False)
+    save_file({"w_q": head.w_q.weight.detach().cpu().contiguous(), "w_k": head.w_k.weight.detach().cpu().contiguous()},
+              str(path / d.HEAD))
+    emb = model.get_input_embeddings()
+    with torch.no_grad():  # through the module, so peft's trainable-token rows are the ones read
+        rows = emb(torch.tensor(ids, device=next(model.parameters()).device)).detach().float().cpu().contiguous()
+    save_file({"rows": rows}, str(path / d.DELIMITERS))
+    save_calibration(path, temperatures or TemperatureTable())
+    d.write_manifest({"format": FORMAT, "backbone": str(backbone), "delimiters": list(DELIMITERS), "delimiter_ids": ids,
+                      "head": {"d_model": head.d_model, "d_head": head.d_head}, **(extra or {})})
+    return path
+
+
+def save_calibration(path: str | Path, table: TemperatureTable, report: dict | None = None) -> None:
+    """Write ``calibration.json`` (temperatures, their source and the fit report) into a decision-model dir."""
+    ModelDir(path).calibration_path.write_text(json.dumps({
+        "source": table.source, "by_type": table.by_type,
+        "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in table.by_bucket.items()],
+        **({"fit": report} if report else {}),
+    }, indent=2))
+
+
+def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, PointerHead, TemperatureTable]:
+    """Apply a decision model to a loaded backbone: merge the LoRA adapter (if any), restore the
+    delimiter rows and the head. Returns ``(model, head, temperatures)``; use the returned model (the
+    backbone with the adapter merged into its weights).
+
+    Raises:
+        ValueError: unknown format, or delimiter ids that differ from the tokenizer's.
+    """
+    path = Path(path)
+    d = ModelDir(path)
+    manifest = d.manifest()
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: unsupported decision-model format {manifest.get('format')!r} (expected {FORMAT})")
+    enc = Encoder(tokenizer)
+    if list(enc.delimiter_ids) != manifest["delimiter_ids"]:
+        raise ValueError(f"{path}: delimiter ids {manifest['delimiter_ids']} do not match the tokenizer's "
+                         f"{list(enc.delimiter_ids)}")
+    ensure_embedding_rows(model, len(tokenizer))
+    if d.has_adapter():
+        import warnings
+
+        from peft import PeftModel
+
+        with warnings.catch_warnings():  # peft 0.21 calls a transformers API deprecated in v5 (FutureWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            model = PeftModel.from_pretrained(model, str(d.adapter_dir)).merge_and_unload()
+        model.eval()
+    rows = d.delimiter_rows()
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        emb[manifest["delimiter_ids"]] = rows.to(emb.dtype).to(emb.device)
+    h = manifest["head"]
+    head = PointerHead(h["d_model"], h["d_head"])
+    head.load_state_dict({"w_q.weight": (w := d.head_weights())["w_q"], "w_k.weight": w["w_k"]})
+    head.to(emb.device).eval()
+    return model, head, d.temperatures()
+
+
+def load_temperatures(path: str | Path) -> TemperatureTable:
+    """The temperature table of a decision-model directory (its ``calibration.json``), or of a
+    calibration file itself (a profile, see :func:`profile_path`)."""
+    path = Path(path)
+    cal = json.loads((path if path.suffix == ".json" else ModelDir(path).calibration_path).read_text())
+    return TemperatureTable(by_bucket={(r["type"], r["bucket"]): r["temperature"] for r in cal["by_bucket"]},
+                            by_type=cal["by_type"], source=cal["source"])
+
+
+# --- calibration profiles ------------------------------------------------------------------------
+
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def check_profile_name(name: str) -> str:
+    """Validate a profile name (letters, digits, ``_ . -``, 1-64 characters, not starting with a
+    punctuation mark) and return it.
+
+    Raises:
+        ValueError: any other name.
+    """
+    if not isinstance(name, str) or not PROFILE_NAME.match(name):
+        raise ValueError(f"profile name must be 1-64 letters, digits, '_', '.' or '-' (not first), got {name!r}")
+    return name
+
+
+def profiles_dir(artifact_dir: str | Path, model_name: str) -> Path:
+    """Where the calibration profiles of a decision model live: ``profiles/`` inside the model directory,
+    except for a model shipped inside the installed package (read-only, replaced on upgrade), whose
+    profiles go under ``$KEVLIKE_HOME/profiles/MODEL_NAME/``."""
+    artifact_dir = Path(artifact_dir).resolve()
+    package = Path(__file__).resolve().parents[1]          # the installed kevlike package
+    if package in artifact_dir.parents:
+        return kevlike_home() / "profiles" / model_name.replace("/", "_")
+    return artifact_dir / "profiles"
+
+
+def profile_path(artifact_dir: str | Path, model_name: str, name: str) -> Path:
+    """The file of profile ``name`` (``NAME.json``, the format of ``calibration.json``)."""
+    return profiles_dir(artifact_dir, model_name) / f"{check_profile_name(name)}.json"
+
+
+def list_profiles(artifact_dir: str | Path, model_name: str) -> list[str]:
+    """The profile names stored for a model, sorted."""
+    d = profiles_dir(artifact_dir, model_name)
+    return sorted(p.stem for p in d.glob("*.json") if PROFILE_NAME.match(p.stem)) if d.is_dir() else []
+
+
+def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: TemperatureTable,
+                 report: dict | None = None) -> Path:
+    """Write profile ``name`` (atomically: a server starting meanwhile never reads half a file)."""
+    path = profile_path(artifact_dir, model_name, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({
+        "source": table.source, "by_type": table.by_type,
+        "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in table.by_bucket.items()],
+        **({"fit": report} if report else {}),
+    }, indent=2))
+    tmp.replace(path)
+    return path
+
+
+def ensure_embedding_rows(model, n_tokens: int) -> None:
+    """Grow the input embeddings to at least ``n_tokens`` rows (new delimiter ids); never shrink a
+    matrix that already has more rows than the tokenizer (Qwen pads its vocabulary, PITFALLS.md #7)."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    if n_tokens > rows:
+        model.resize_token_embeddings(n_tokens, mean_resizing=False)

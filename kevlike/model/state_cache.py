@@ -1,0 +1,172 @@
+"""A state computed once: an LRU cache of the state's per-layer keys and values.
+
+Users ask several rounds of questions about the same text (a ticket, a document, a conversation
+that grows). The packed pass (docs/DESIGN.md §6) already reads the state once per request; this cache
+reads it once per *state*: the keys/values of every decoder layer over the state's tokens are kept,
+keyed by the exact token ids of the state (which encode the model's tokenizer and template; one cache
+belongs to one engine, i.e. one model), and a later request runs only its branches against them:
+
+* **hit** — the same state tokens: no state forward at all;
+* **prefix** — the state *extends* a cached one (a conversation that grew): only the new tokens run,
+  on top of the longest cached prefix; the extended state is cached too;
+* **miss** — the state runs once and is cached.
+
+The branches then run back to back in one row on top of the state's keys/values (transformers'
+``DynamicCache``), under a ``[ΣL, S + ΣL]`` mask with positions ``S…S+L−1`` per branch — exactly
+the positions and visibility of the packed pass: each branch sees the state and itself. The shared
+cache is extended in place and cropped back to the state after the pass, so an engine with a state
+cache must not run two forward passes at once (the server runs one model thread per model). Answers equal the
+uncached packed path to float rounding (≤ 1e-5 in fp32, tested on tiny models and the real backbone).
+
+Memory: a state costs ``2 · layers · kv_heads · head_dim · bytes`` per token (46 KB per token for
+SmolLM2-135M in fp32, 23.6 MB for a 512-token state); entries are evicted least recently used once
+their sum exceeds ``max_mb``. ``max_mb = 0`` turns the cache off. Pointer readout only.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import OrderedDict
+
+import torch
+
+from kevlike.model.heads import gather_positions, pool_orders
+
+
+def cache_nbytes(cache) -> int:
+    """Bytes of the key/value tensors of a transformers cache."""
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total
+
+
+class StateCache:
+    """LRU of state keys/values, keyed by the state's token ids, capped at ``max_mb`` MiB.
+
+    Raises:
+        ValueError: a negative ``max_mb``.
+    """
+
+    def __init__(self, max_mb: float):
+        if not (0 <= max_mb < float("inf")):
+            raise ValueError(f"state cache size must be a finite number of MB >= 0, got {max_mb}")
+        self.max_bytes = int(max_mb * 2 ** 20)
+        self._entries: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.bytes = 0
+        self.hits = self.prefix_hits = self.misses = 0
+
+    def lookup(self, ids: tuple[int, ...]) -> tuple[int, object | None]:
+        """``(n, cache)``: the cached keys/values of the longest cached prefix of ``ids`` (``n`` tokens;
+        ``n == len(ids)`` on an exact hit), or ``(0, None)``. The cache object is shared: copy it
+        before extending it."""
+        with self._lock:
+            if ids in self._entries:
+                self._entries.move_to_end(ids)
+                self.hits += 1
+                return len(ids), self._entries[ids][0]
+            best = None
+            for key in self._entries:
+                if len(key) < len(ids) and (best is None or len(key) > len(best)) and ids[:len(key)] == key:
+                    best = key
+            if best is None:
+                self.misses += 1
+                return 0, None
+            self._entries.move_to_end(best)
+            self.prefix_hits += 1
+            return len(best), self._entries[best][0]
+
+    def put(self, ids: tuple[int, ...], cache) -> None:
+        """Keep ``cache`` for ``ids``; evict least recently used entries beyond the cap (a state larger
+        than the whole cap is not kept)."""
+        size = cache_nbytes(cache)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            if ids in self._entries:
+                self.bytes -= self._entries.pop(ids)[1]
+            self._entries[ids] = (cache, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, n) = self._entries.popitem(last=False)
+                self.bytes -= n
+
+    def discard(self, ids: tuple[int, ...]) -> None:
+        """Forget the entry for ``ids`` (if any)."""
+        with self._lock:
+            if ids in self._entries:
+                self.bytes -= self._entries.pop(ids)[1]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@torch.inference_mode()
+def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[torch.Tensor], int]:
+    """Pointer logits per question (as :meth:`kevlike.model.engine.Engine.question_logits` returns for one
+    request) computed from the cached state, and the number of state tokens that came from the cache.
+
+    ``engine``: an :class:`~kevlike.model.engine.Engine` with a pointer head; ``enc``: one encoded request.
+    """
+    body = engine.model.get_decoder()
+    dev = engine.device
+    state = tuple(enc.state_ids)
+    S = len(state)
+    n_cached, kv = state_cache.lookup(state)
+    if n_cached < S:
+        rest = torch.tensor([state[n_cached:]], device=dev)
+        pos = torch.arange(n_cached, S, device=dev)[None]
+        kv = copy.deepcopy(kv) if kv is not None else None
+        kv = body(input_ids=rest, position_ids=pos, cache=kv, use_cache=True).cache
+        state_cache.put(state, kv)
+    # all branches in one row after the cached state, each as [prompt][sub-branch 1]…: a [T, S + T] mask lets
+    # each token see the state and what the packed mask lets it see (its own branch, causally, and no
+    # sibling sub-branch); positions restart at S per branch and after the prompt per sub-branch. The shared
+    # cache is extended in place and cropped back to the state afterwards (no copies)
+    ids, pos, seg, opt, decide, reads = [], [], [], [], [], []
+    for j, b in enumerate(enc.branches):
+        start = len(ids)
+        n = len(b.ids)
+        ids.extend(b.ids)
+        pos.extend(range(S, S + n))
+        seg.extend([j] * n)
+        opt.extend([0] * n)
+        decide.append(start + b.decide)
+        if b.answers:                                       # set mode: read each sub-branch's last token
+            row = []
+            for o, a in enumerate(b.answers):
+                ids.extend(a)
+                pos.extend(range(S + n, S + n + len(a)))
+                seg.extend([j] * len(a))
+                opt.extend([o + 1] * len(a))
+                row.append(len(ids) - 1)
+            reads.append(row)
+        else:
+            reads.append([start + o for o in b.options])
+    T = len(ids)
+    seg_t, opt_t = torch.tensor(seg, device=dev), torch.tensor(opt, device=dev)
+    order = torch.arange(T, device=dev)
+    sibling_free = (opt_t[:, None] == 0) | (opt_t[None, :] == 0) | (opt_t[:, None] == opt_t[None, :])
+    visible = (seg_t[:, None] == seg_t[None, :]) & (order[None, :] <= order[:, None]) & sibling_free   # (T, T)
+    mask = torch.cat([torch.ones((T, S), dtype=torch.bool, device=dev), visible], 1)[None, None]
+    try:
+        h = body(input_ids=torch.tensor([ids], device=dev), attention_mask=mask,
+                 position_ids=torch.tensor([pos], device=dev), cache=kv, use_cache=True).last_hidden_state[0]
+    except BaseException:
+        state_cache.discard(state)                # its layers may be extended unevenly: never reuse it
+        raise
+    kv.crop(-(kv.get_seq_length() - S))           # transformers 5: a negative count removes that many tokens
+    # the pointer readout of the packed path (heads.gather_positions + one head call), on this one row
+    NB, K = len(reads), max(len(r) for r in reads)
+    option_index = torch.zeros((1, NB, K), dtype=torch.long, device=dev)
+    option_mask = torch.zeros((1, NB, K), dtype=torch.bool, device=dev)
+    for j, row in enumerate(reads):
+        option_index[0, j, :len(row)] = torch.tensor(row, device=dev)
+        option_mask[0, j, :len(row)] = True
+    z = engine.head(gather_positions(h[None], torch.tensor([decide], device=dev)),
+                    gather_positions(h[None], option_index), option_mask)[0]
+    return pool_orders(enc, z.float().cpu()), n_cached

@@ -1,0 +1,55 @@
+"""Jev response assembly from per-question probabilities (DESIGN.md §4).
+
+* noul: ``{"type": "noul", "noul": P(true)}`` (no confidence: P(true) already says it).
+* choice: ``choice`` = argmax key (ties: the first option), ``probabilities`` keyed by the
+  request's own keys in request order, ``confidence = (p_max − 1/K) / (1 − 1/K)``.
+* score: ``score = Σ_i i·p_i`` (expected level), ``legend`` {"i": level description},
+  ``probabilities`` {"i": p_i}, ``confidence = max(0, 1 − Σ_i p_i·|i − k| / D)`` with k the most
+  likely level (ties: lowest index) and ``D = (1/n)·Σ_i |i − (n − 1)/2|``.
+
+Confidence is arithmetic on the distribution, never a learned second estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kevlike.request.schema import Question
+
+
+def choice_confidence(probs: Sequence[float]) -> float:
+    """``(p_max − 1/K) / (1 − 1/K)``: 0 for a uniform distribution, 1 for a certain one. K ≥ 2."""
+    K = len(probs)
+    return (max(probs) - 1.0 / K) / (1.0 - 1.0 / K)
+
+
+def score_confidence(probs: Sequence[float]) -> float:
+    """``max(0, 1 − Σ_i p_i·|i − k| / D)`` with k = argmax (lowest on ties) and D the mean distance of
+    the levels from the middle level, ``(1/n)·Σ_i |i − (n − 1)/2|``. n ≥ 2."""
+    n = len(probs)
+    k = max(range(n), key=lambda i: (probs[i], -i))
+    spread = sum(p * abs(i - k) for i, p in enumerate(probs))
+    D = sum(abs(i - (n - 1) / 2) for i in range(n)) / n
+    return max(0.0, 1.0 - spread / D)
+
+
+def answer(question: Question, probs: Sequence[float]) -> dict:
+    """One question's answer object.
+
+    Args:
+        question: the validated question.
+        probs: probabilities over ``question.options`` in option order (sum 1).
+    """
+    probs = [float(p) for p in probs]
+    if len(probs) != len(question.options):
+        raise ValueError(f"question {question.id!r} has {len(question.options)} options, got {len(probs)} probabilities")
+    if question.type == "noul":
+        return {"type": "noul", "noul": probs[0]}
+    keys = [o.key for o in question.options]
+    if question.type == "choice":
+        best = max(range(len(probs)), key=lambda i: (probs[i], -i))
+        return {"type": "choice", "choice": keys[best], "probabilities": dict(zip(keys, probs)),
+                "confidence": choice_confidence(probs)}
+    return {"type": "score", "score": sum(i * p for i, p in enumerate(probs)),
+            "legend": {o.key: o.description for o in question.options},
+            "probabilities": dict(zip(keys, probs)), "confidence": score_confidence(probs)}

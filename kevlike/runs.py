@@ -1,0 +1,56 @@
+"""What every run directory records, from one place: the git commit of the code, the machine, and
+the seeds (training, evaluation, benchmarks and the fuzzer all use these)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import subprocess
+from pathlib import Path
+
+
+def kevlike_home() -> Path:
+    """Where kevlike keeps its files (backbones, profiles of the shipped model, BIG-bench):
+    ``$KEVLIKE_HOME``, else ``~/.cache/kevlike``."""
+    return Path(os.environ.get("KEVLIKE_HOME") or Path.home() / ".cache" / "kevlike")
+
+
+def git_commit() -> str | None:
+    """``git rev-parse HEAD`` of the source tree this package runs from, with ``-dirty`` when it has
+    uncommitted changes; None outside a git checkout (an installed wheel) or without git."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=here)
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, timeout=10,
+                               cwd=here).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine() -> dict:
+    """CPU model (``/proc/cpuinfo``'s model name), core count, platform, torch version and the GPU name if
+    any (for the JSON record of a run)."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python's ``random``, NumPy and torch (CPU and every GPU) with ``seed``."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

@@ -1,0 +1,143 @@
+"""Dynamic batching for the server: concurrent requests become one packed forward pass.
+
+Requests wait in a bounded queue; one worker collects up to ``max_batch`` of them (waiting at
+most ``max_wait_s`` after the first, and keeping ``batch size × longest request`` within
+``max_batch_tokens``), runs :meth:`Engine.run` on a single model thread (off the event loop), and
+resolves each request's future. A full queue is refused at once (the server answers 429); a
+request whose future was cancelled (its client timed out) is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+
+class QueueFullError(RuntimeError):
+    """The bounded queue is full; retry later."""
+
+
+@dataclass
+class _Item:
+    prepared: object        # kevlike.model.engine.Prepared
+    future: asyncio.Future
+
+    @property
+    def n_tokens(self) -> int:
+        return self.prepared.n_tokens
+
+
+class Batcher:
+    """Args:
+        engine: a :class:`kevlike.Engine`.
+        max_batch: requests per forward pass (≥ 1).
+        max_wait_s: how long the first request of a batch waits for company (seconds).
+        queue_size: requests that may wait (not counting the batch being computed).
+        max_batch_tokens: bound on ``batch size × longest request`` (padded tokens) per pass.
+        executor: the single-thread executor the forward passes run on (default: a new one); batchers of
+            engines that share a model pass the same one, so that model runs one pass at a time.
+
+    Raises:
+        ValueError: a bound below 1 (or a negative wait).
+    """
+
+    def __init__(self, engine, max_batch: int = 8, max_wait_s: float = 0.005, queue_size: int = 64,
+                 max_batch_tokens: int = 32768, executor: ThreadPoolExecutor | None = None):
+        if max_batch < 1 or queue_size < 1 or max_batch_tokens < 1 or max_wait_s < 0:
+            raise ValueError("max_batch, queue_size and max_batch_tokens must be >= 1 and max_wait_s >= 0")
+        self.engine = engine
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self.max_batch_tokens = max_batch_tokens
+        self.queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=queue_size)
+        self.owns_executor = executor is None
+        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="kevlike-model")
+        self._carry: _Item | None = None
+        self._task: asyncio.Task | None = None
+        self._busy = False
+        self.batches = 0      # forward passes run
+        self.batched = 0      # requests answered
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    def submit(self, prepared) -> asyncio.Future:
+        """Queue a prepared request; returns the future of its response dict.
+
+        Raises:
+            QueueFullError: the queue already holds ``queue_size`` requests.
+        """
+        fut = asyncio.get_running_loop().create_future()
+        try:
+            self.queue.put_nowait(_Item(prepared, fut))
+        except asyncio.QueueFull:
+            raise QueueFullError(f"queue full ({self.queue.maxsize} requests waiting)") from None
+        return fut
+
+    @property
+    def waiting(self) -> int:
+        return self.queue.qsize() + (self._carry is not None)
+
+    async def _next(self) -> _Item:
+        if self._carry is not None:
+            item, self._carry = self._carry, None
+            return item
+        return await self.queue.get()
+
+    async def _collect(self) -> list[_Item]:
+        loop = asyncio.get_running_loop()
+        batch = [await self._next()]
+        longest = batch[0].n_tokens
+        deadline = loop.time() + self.max_wait_s
+        while len(batch) < self.max_batch:
+            try:
+                item = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(0.001, remaining))
+                continue
+            longest_if = max(longest, item.n_tokens)
+            if longest_if * (len(batch) + 1) > self.max_batch_tokens:
+                self._carry = item  # first in the next batch
+                break
+            batch.append(item)
+            longest = longest_if
+        return batch
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [i for i in await self._collect() if not i.future.done()]
+            if not batch:
+                continue
+            self._busy = True
+            try:
+                results = await loop.run_in_executor(self.executor, self.engine.run, [i.prepared for i in batch])
+            except Exception as e:  # an engine failure fails this batch only; the loop keeps serving
+                for i in batch:
+                    if not i.future.done():
+                        i.future.set_exception(e)
+                continue
+            finally:
+                self._busy = False
+            self.batches += 1
+            self.batched += len(batch)
+            for i, r in zip(batch, results):
+                if not i.future.done():
+                    i.future.set_result(r)
+
+    async def stop(self) -> None:
+        """Finish what is queued, then stop the worker and the model thread."""
+        while self.waiting or self._busy:
+            await asyncio.sleep(0.01)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self.owns_executor:
+            self.executor.shutdown(wait=True)

@@ -1,0 +1,483 @@
+"""Jev-compatible HTTP server (DESIGN.md §4) on FastAPI + uvicorn.
+
+    POST /v1/systemone     answer a request (the Jev wire format)
+    GET  /v1/models        {"models": [{"name", "description", "release_date", "aliases"}]}
+    GET  /health           liveness and queue depth (HEAD too, for monitors that probe with HEAD)
+    GET  /docs, /openapi.json
+
+Status codes: 200; 401 missing/invalid bearer key (when keys are configured); 404 unknown model;
+413 body or token budget exceeded; 422 validation (``{"detail": [{"loc", "msg", "type"}]}``);
+429 queue full (``Retry-After``); 503 not answered within the per-request timeout (``Retry-After``).
+Everything but 422 uses ``{"detail": {"error_type": ..., "message": ...}}``. Nothing a client sends
+yields a 5xx. Every response carries ``x-request-id``; a request with unknown top-level fields
+(ignored, as Jev ignores them) gets ``x-kevlike-ignored-fields`` naming them. One log line per request (id, model,
+status, tokens, latency); the state text is never logged.
+
+Replicas are stateless (the model is read-only, nothing is kept between requests), so scaling
+out is running more ``kevlike serve`` processes behind any HTTP load balancer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kevlike.service.batcher import Batcher, QueueFullError
+from kevlike.request.schema import DEFAULT_LIMITS, Limits, RequestError, parse_request
+
+log = logging.getLogger("kevlike.service.server")
+
+JEV_ALIASES = ("jev-latest", "jev-preview")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Server knobs (defaults in brackets): batch size [8], batch wait [5 ms], queue [64 requests],
+    per-request timeout [60 s], padded tokens per forward pass [32,768], bearer keys [none: auth off]."""
+
+    max_batch: int = 8
+    max_wait_ms: float = 5.0
+    queue_size: int = 64
+    timeout_s: float = 60.0
+    max_batch_tokens: int = 32768
+    api_keys: frozenset = field(default_factory=frozenset)
+    limits: Limits = DEFAULT_LIMITS
+
+    def __post_init__(self):
+        if self.max_batch < 1 or self.queue_size < 1 or self.max_batch_tokens < 1:
+            raise ValueError("max_batch, queue_size and max_batch_tokens must be >= 1")
+        if not (0 < self.timeout_s < float("inf")) or not (0 <= self.max_wait_ms < float("inf")):
+            raise ValueError(f"timeout_s must be a finite number > 0 and max_wait_ms a finite number >= 0, got "
+                             f"{self.timeout_s} and {self.max_wait_ms}")
+
+
+def api_keys_from_env(path: str | None = None) -> frozenset:
+    """Keys from ``KEVLIKE_API_KEYS`` (comma-separated) and/or a file (one key per line)."""
+    keys = {k.strip() for k in os.environ.get("KEVLIKE_API_KEYS", "").split(",") if k.strip()}
+    if path:
+        with open(path, encoding="utf-8") as f:
+            keys |= {line.strip() for line in f if line.strip() and not line.startswith("#")}
+    return frozenset(keys)
+
+
+def _error(status: int, error_type: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"detail": {"error_type": error_type, "message": message}}, status_code=status,
+                        headers=headers)
+
+
+def request_schema(limits: Limits = DEFAULT_LIMITS) -> dict:
+    """JSON Schema of a request body for ``/openapi.json``, with the server's configured ``limits``
+    (the validator in :mod:`kevlike.request.schema` is the authority; this documents it)."""
+    text = {"type": ["string", "object", "array"]}
+    return {
+        "type": "object", "required": ["state", "questions"], "additionalProperties": True,
+        "description": "unknown top-level fields are ignored (named in the x-kevlike-ignored-fields response header)",
+        "properties": {
+            "model": {"type": "string", "description": "served model name or alias (default: the server's default)"},
+            "state": {**text, "description": "the text decided about: string, object or array"},
+            "questions": {"type": "object", "minProperties": 1, "maxProperties": limits.max_questions,
+                          "additionalProperties": {
+                "type": "object", "required": ["type"], "additionalProperties": False,
+                "description": "instructions are required, except on a noul question whose criteria describe the answers",
+                "properties": {
+                    "type": {"enum": ["noul", "choice", "score"]},
+                    "instructions": text,
+                    "criteria": {"oneOf": [
+                        {"type": "null", "description": "noul only: no descriptions"},
+                        {"type": "object", "description": f"noul: descriptions of 'true'/'false'; choice: "
+                                                          f"{limits.min_options}-{limits.max_options} option keys -> "
+                                                          f"description or null",
+                         "minProperties": 1, "maxProperties": limits.max_options},
+                        {"type": "array", "description": "score: level descriptions, lowest first",
+                         "minItems": limits.min_levels, "maxItems": limits.max_levels, "items": text}]}}}},
+        },
+    }
+
+
+def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
+    """The ``x-kevlike-ignored-fields`` value: each ignored field name as a JSON string (ASCII, escaped, so
+    empty, space-edged, non-ASCII and control-character names stay visible and unambiguous), comma
+    separated, at most ``limit`` characters, then ``..., (N more)``."""
+    parts, used = [], 0
+    for i, name in enumerate(names):
+        text = json.dumps(name).replace("\x7f", "\\u007f")
+        if used + len(text) > limit:
+            parts.append(f"... ({len(names) - i} more)")
+            break
+        parts.append(text)
+        used += len(text) + 2
+    return ", ".join(parts)
+
+
+def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None,
+               store=None, record_state: bool = False):
+    """Build the FastAPI app.
+
+    Args:
+        engines: served name -> :class:`kevlike.Engine`.
+        default: the name answering requests without ``model`` (and the Jev aliases).
+        config: :class:`ServerConfig`.
+        model_info: name -> {"description", "release_date"} for ``/v1/models``.
+        store: a :class:`kevlike.service.feedback.FeedbackStore` to record every answered request in (and to
+            serve ``/v1/feedback``); None: recording off, the feedback endpoints answer 404.
+        record_state: also record each request's state text (off by default: the store then holds
+            question ids, types and probabilities only).
+
+    Raises:
+        ValueError: ``default`` is not among ``engines``.
+    """
+    if default not in engines:
+        raise ValueError(f"default model {default!r} is not served ({', '.join(engines)})")
+    aliases = {a: default for a in JEV_ALIASES if a not in engines}
+    batchers: dict[str, Batcher] = {}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        for name, eng in engines.items():
+            # engines sharing one model (its calibration profiles, MODEL@PROFILE) share its model thread:
+            # one forward pass at a time per model (the state cache relies on it)
+            shared = next((b.executor for b in batchers.values() if b.engine.model is eng.model), None)
+            batchers[name] = Batcher(eng, config.max_batch, config.max_wait_ms / 1000, config.queue_size,
+                                     config.max_batch_tokens, executor=shared)
+            batchers[name].start()
+        yield
+        for b in batchers.values():  # uvicorn has already let in-flight requests finish
+            await b.stop()
+
+    app = FastAPI(title="kevlike", version=__import__("kevlike").__version__, lifespan=lifespan,
+                  description="Jev-compatible decision engine: typed questions about a text, answered with "
+                              "probabilities in one packed forward pass.")
+
+    @app.middleware("http")
+    async def request_id_auth_and_log(request: Request, call_next):
+        rid = request.headers.get("x-request-id", "")
+        if not (0 < len(rid) <= 128 and rid.isascii() and rid.isprintable()):
+            rid = uuid.uuid4().hex
+        request.state.request_id = rid
+        request.state.tokens = 0
+        request.state.model = "-"
+        t0 = time.perf_counter()
+        if config.api_keys and request.url.path.startswith("/v1/"):
+            auth = request.headers.get("authorization", "")
+            key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            if key not in config.api_keys:
+                response = _error(401, "authentication_error", "missing or invalid API key "
+                                  "(send 'Authorization: Bearer KEY')", {"WWW-Authenticate": "Bearer"})
+            else:
+                response = await call_next(request)
+        else:
+            response = await call_next(request)
+        response.headers["x-request-id"] = rid
+        log.info("request id=%s %s %s model=%s status=%d tokens=%d latency_ms=%.1f", rid, request.method,
+                 request.url.path, request.state.model, response.status_code, request.state.tokens,
+                 1000 * (time.perf_counter() - t0))
+        return response
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):  # unknown path, wrong method
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "unknown")
+        return _error(exc.status_code, kind, f"{exc.detail}: {request.method} {request.url.path}"[:300],
+                      dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):  # a server bug, never a client error
+        log.exception("internal error id=%s", getattr(request.state, "request_id", "-"))
+        return _error(500, "unknown", f"internal error ({type(exc).__name__}); request id "
+                                      f"{getattr(request.state, 'request_id', '-')}")
+
+    @app.post("/v1/systemone", openapi_extra={"requestBody": {"required": True, "content": {
+        "application/json": {"schema": request_schema(config.limits)}}}})
+    async def systemone(request: Request):
+        """Answer typed questions about a state (Jev's System One endpoint)."""
+        limit = config.limits.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return _error(413, "tokens_exceeded", f"body is {declared} bytes; the limit is {limit}")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return _error(413, "tokens_exceeded", f"body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+        try:
+            req = parse_request(b"".join(chunks), config.limits)
+        except RequestError as e:
+            return _request_error(e)
+        name = req.model or default
+        name = aliases.get(name, name)
+        if name not in engines:
+            return _error(404, "unknown", f"unknown model {req.model!r}; served: "
+                                          f"{', '.join([*engines, *aliases])}")
+        request.state.model = name
+        engine = engines[name]
+        loop = asyncio.get_running_loop()
+        try:
+            prepared = await loop.run_in_executor(None, engine.prepare, req)  # tokenization off the event loop
+        except RequestError as e:
+            return _request_error(e)
+        request.state.tokens = prepared.n_tokens
+        try:
+            fut = batchers[name].submit(prepared)
+        except QueueFullError as e:
+            return _error(429, "unknown", f"server busy: {e}; retry later", {"Retry-After": "1"})
+        try:
+            response = await asyncio.wait_for(fut, config.timeout_s)
+        except asyncio.TimeoutError:
+            return _error(503, "timeout", f"not answered within {config.timeout_s:g} s", {"Retry-After": "5"})
+        if store is not None:
+            try:
+                await loop.run_in_executor(None, _record, request.state.request_id, name, engine, req, response)
+            except Exception:  # the answer stands; a store failure is the operator's to see
+                log.exception("recording request id=%s failed", request.state.request_id)
+        headers = {}
+        if req.ignored_fields:
+            headers["x-kevlike-ignored-fields"] = ignored_fields_header(req.ignored_fields)
+            log.info("request id=%s ignored unknown top-level fields: %s", request.state.request_id,
+                     headers["x-kevlike-ignored-fields"])
+        return JSONResponse(response, headers=headers)
+
+    def _record(rid: str, name: str, engine, req, response: dict) -> None:
+        from kevlike.model.temperatures import calibration_type
+        from kevlike.request.render import render_text
+
+        mode = engine.option_mode if engine.head is not None else "list"
+        answers = []
+        for q in req.questions:
+            a = response["answers"][q.id]
+            probs = [a["noul"], 1 - a["noul"]] if q.type == "noul" else [a["probabilities"][o.key] for o in q.options]
+            answers.append({"question_id": q.id, "type": calibration_type(q.type, mode), "probabilities": probs,
+                            "temperature": engine.temperatures.lookup(q.type, len(q.options), mode),
+                            "option_keys": [o.key for o in q.options]})
+        store.record(rid, name, answers, render_text(req.state) if record_state else None)
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request):
+        """Observed outcomes of a recorded request: ``{"request_id": ID, "outcomes": {question id: answer}}``
+        (answers as in labelled files: true/false, an option key, a level index, or a distribution).
+        200 ``{"request_id", "stored"}``; 404 unknown request id (or recording off); 422 unknown question
+        id or wrong answer type (with ``loc``). Posting the same outcome again replaces it."""
+        from kevlike.data.labelled import answer_target
+
+        if store is None:
+            return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
+        limit = config.limits.max_body_bytes
+        body = await request.body()
+        if len(body) > limit:
+            return _error(413, "tokens_exceeded", f"body is {len(body)} bytes; the limit is {limit}")
+        try:
+            obj = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return JSONResponse({"detail": [{"loc": ["body"], "type": "json_invalid",
+                                             "msg": f"body is not JSON: {e}"[:300]}]}, status_code=422)
+        errors = []
+        if not isinstance(obj, dict):
+            errors.append({"loc": ["body"], "type": "object_type", "msg": "body must be an object"})
+        else:
+            for k in sorted(set(obj) - {"request_id", "outcomes"}):
+                errors.append({"loc": ["body", k], "type": "extra_forbidden", "msg": "unknown field (known: "
+                                                                                  "request_id, outcomes)"})
+            rid = obj.get("request_id")
+            if not (isinstance(rid, str) and 0 < len(rid) <= 128):
+                errors.append({"loc": ["body", "request_id"], "type": "string_type",
+                               "msg": "request_id must be the x-request-id of an answered request (1-128 characters)"})
+            outcomes = obj.get("outcomes")
+            if not isinstance(outcomes, dict) or not outcomes:
+                errors.append({"loc": ["body", "outcomes"], "type": "dict_type",
+                               "msg": "outcomes must be a non-empty object {question id: answer}"})
+            elif len(outcomes) > config.limits.max_questions:
+                errors.append({"loc": ["body", "outcomes"], "type": "too_long",
+                               "msg": f"{len(outcomes)} outcomes; a request has at most {config.limits.max_questions} "
+                                      f"questions"})
+        if errors:
+            return JSONResponse({"detail": errors}, status_code=422)
+        loop = asyncio.get_running_loop()
+        from kevlike.service.feedback import UnknownRequest
+
+        try:
+            questions = await loop.run_in_executor(None, store.questions, rid)
+        except UnknownRequest:
+            return _error(404, "not_found", f"no recorded request with id {rid!r}")
+        targets = {}
+        for qid, ans in outcomes.items():
+            if qid not in questions:
+                errors.append({"loc": ["body", "outcomes", qid], "type": "unknown_question",
+                               "msg": f"request {rid!r} has no question {qid!r}"[:300]})
+                continue
+            try:
+                targets[qid] = answer_target(questions[qid], ans)
+            except ValueError as e:
+                errors.append({"loc": ["body", "outcomes", qid], "type": "invalid_answer", "msg": str(e)[:300]})
+        if errors:
+            return JSONResponse({"detail": errors[:50]}, status_code=422)
+        try:
+            n = await loop.run_in_executor(None, store.add_outcomes, rid, targets)
+        except UnknownRequest:  # recorded again meanwhile under the same id and gone: the client's race
+            return _error(404, "not_found", f"no recorded request with id {rid!r}")
+        return {"request_id": rid, "stored": n}
+
+    @app.get("/v1/feedback/report")
+    async def feedback_report(model: str | None = None):
+        """Per type: outcomes counted, accuracy, ECE and confident errors of the recorded answers (of
+        ``model`` and its profiles; default all models)."""
+        if store is None:
+            return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
+        from kevlike.service.feedback import report
+
+        return await asyncio.get_running_loop().run_in_executor(None, report, store, model)
+
+    def _request_error(e: RequestError):
+        if e.status == 422:
+            return JSONResponse({"detail": e.errors}, status_code=422)
+        return _error(e.status, "tokens_exceeded", e.one_line())
+
+    @app.get("/v1/models")
+    async def models():
+        """Served models and the aliases that resolve to them."""
+        info = model_info or {}
+        return {"models": [{"name": n, "description": info.get(n, {}).get("description", ""),
+                            "release_date": info.get(n, {}).get("release_date", ""),
+                            "aliases": [a for a, t in aliases.items() if t == n]} for n in engines]}
+
+    @app.get("/health")
+    async def health():
+        """Liveness, and the requests waiting per model."""
+        return {"status": "ok", "models": {n: {"waiting": b.waiting, "batches": b.batches, "answered": b.batched}
+                                           for n, b in batchers.items()}}
+
+    # HEAD for monitors that probe with it: the same handlers, left out of the OpenAPI document (one
+    # operation id per path and method there)
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route("/v1/models", models, methods=["HEAD"], include_in_schema=False)
+    return app
+
+
+class ListenError(OSError):
+    """:func:`serve` cannot listen on its host and port (address in use, no permission, unknown
+    host); raised before any model is loaded. ``str()`` is one line,
+    ``cannot listen on HOST:PORT: REASON`` (``kevlike serve`` exits with code 3)."""
+
+
+def listen_socket(host: str, port: int, backlog: int = 2048):
+    """A TCP socket bound to ``(host, port)`` and listening, made as uvicorn makes its own
+    (``SO_REUSEADDR``; IPv6 when ``host`` contains ``:``), to hand to :meth:`uvicorn.Server.run`.
+    Connections that arrive before the server runs wait in the backlog (2048, uvicorn's default).
+
+    Raises:
+        ListenError: the address cannot be resolved, bound or listened on.
+    """
+    import socket
+
+    ipv6 = ":" in host
+    sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except (OSError, OverflowError) as e:  # OverflowError: a port outside 0-65535
+        sock.close()
+        reason = getattr(e, "strerror", None) or str(e)
+        raise ListenError(f"cannot listen on {f'[{host}]' if ipv6 else host}:{port}: {reason}") from None
+    return sock
+
+
+def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
+          config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate",
+          option_orders: int | None = None, threads: int | str | None = None, state_cache_mb: float = 256.0,
+          option_mode: str | None = None, record: str | None = None, record_state: bool = False) -> None:
+    """Listen on ``host:port``, load the models, and answer requests until SIGTERM or SIGINT; then
+    the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
+    normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.model.engine.Engine`
+    (None: each model's own setting). ``record``: a SQLAlchemy URL to record answered requests in and to
+    take outcome feedback for (:mod:`kevlike.service.feedback`); ``record_state`` also keeps the state texts. ``threads``: torch's CPU threads, ``"auto"``, N or None
+    (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.model.threads`). ``state_cache_mb``: per model, see
+    :mod:`kevlike.model.state_cache` (0 = off; models without a pointer head or with sliding-window layers
+    are served without it).
+
+    The socket is bound and listening before any model loads (:func:`listen_socket`): a busy port
+    fails at once, not after the load, and no other process can take the port in between.
+
+    Raises:
+        ListenError: cannot listen on ``host:port`` (nothing is loaded then).
+        ValueError: a bad dtype, script policy or ``option_orders``.
+        kevlike.model.backbones.ModelNotFoundError: a model cannot be found.
+        kevlike.model.backbones.SetupError: a model cannot be set up, or the server's startup failed
+            (details in the log).
+    """
+    import signal
+    import threading
+
+    import uvicorn
+
+    sock = listen_socket(host, port)
+    port = sock.getsockname()[1]  # the port given, or the one the system chose for port 0
+    try:
+        from kevlike.model.backbones import MODELS, SetupError
+        from kevlike.model.engine import Engine
+        from kevlike.model.state_cache import StateCache
+
+        engines = {}
+        info = {}
+        for m in models:
+            eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
+                                         option_orders=option_orders, threads=threads, option_mode=option_mode)
+            if state_cache_mb and eng.head is not None and not eng.sliding_window:
+                eng.state_cache = StateCache(state_cache_mb)
+            engines[eng.name] = eng
+            entry = MODELS.get(eng.name)
+            info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",
+                              "release_date": entry.release_date if entry else ""}
+            if eng.artifact_dir is not None:   # calibration profiles: the same model as MODEL@PROFILE
+                from kevlike.model.modeldir import list_profiles
+
+                for prof in list_profiles(eng.artifact_dir, eng.name):
+                    pe = eng.with_profile(prof)
+                    engines[pe.name] = pe
+                    info[pe.name] = {"description": f"{info[eng.name]['description']}; temperatures of calibration "
+                                                    f"profile {prof!r} ({pe.temperatures.source})",
+                                     "release_date": info[eng.name]["release_date"]}
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        store = None
+        if record is not None:
+            from kevlike.service.feedback import FeedbackStore
+
+            store = FeedbackStore(record)
+        app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=record_state)
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                                               timeout_graceful_shutdown=int(config.timeout_s) + 5))
+
+        # uvicorn handles SIGINT/SIGTERM while it runs, then restores the handlers it found and
+        # raises the signal again; with the default handlers that kills the process (exit 143)
+        # after a clean shutdown. This handler takes the re-raised signal instead; a signal that
+        # comes just before uvicorn installs its own handlers stops the server as soon as it starts.
+        def _stop(signum, frame):
+            server.should_exit = True
+
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            log.info("serving %s on http://%s:%d", ", ".join(engines), f"[{host}]" if ":" in host else host, port)
+            first = next(iter(engines.values()))
+            first.thread_policy.apply(force=True)
+            log.info("CPU threads: %s", first.thread_policy.describe())
+            for eng in engines.values():
+                log.info("model %s: %s (%s); state cache %s", eng.name, eng.dtype, eng.dtype_reason,
+                         f"{eng.state_cache.max_bytes / 2 ** 20:g} MiB" if eng.state_cache is not None else "off")
+            server.run(sockets=[sock])
+        except SystemExit as e:  # uvicorn exits the process when its startup fails
+            raise SetupError(f"the HTTP server did not start (uvicorn exit status {e.code}; see the log)") from None
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    finally:
+        sock.close()

@@ -1,0 +1,490 @@
+"""The training loop (DESIGN.md §8): LoRA (peft) + trainable delimiter rows + pointer head, on the
+same encode → pack → mask → backbone path as serving; accelerate drives the device(s).
+
+``kevlike train configs/NAME.yaml [key=value ...]`` writes a run directory::
+
+    runs/NAME-YYYYmmdd-HHMMSS/
+        config.yaml        resolved config (defaults <- file <- overrides)
+        meta.json          seed, git commit, versions, machine, start time
+        metrics.jsonl      one line per log interval and per validation round
+        loss.png           training loss and validation NLL (if matplotlib is installed)
+        checkpoint/        resumable state (trainable weights, optimizer, scheduler, data stream)
+        artifact/          the decision model with the best validation NLL (DESIGN §11)
+
+``kevlike train --resume RUN_DIR`` continues from ``checkpoint/`` and ends where an uninterrupted
+run would (the data stream and the RNG are restored).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from torch import nn
+
+from kevlike.model.engine import Engine, backbone_hidden
+from kevlike.model.modeldir import ModelDir
+from kevlike.runs import git_commit, set_seed
+from kevlike.model.heads import PointerHead, pointer_logits
+from kevlike.request.pack import PackedBatch, pack
+from kevlike.request.schema import validate_request
+
+from kevlike.training.config import load_config
+from kevlike.data.sources import Example
+from kevlike.data.tasks import TaskMixture, eval_examples
+from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
+
+# text whose mean token embedding initialises each delimiter row (a frozen backbone then reads the
+# delimiters as the plain-text cues it already knows)
+DELIMITER_INIT = {"<state>": "Text:", "<q>": "\nQuestion:", "<opt>": "\n-", "</opt>": ";", "<decide>": "\nAnswer:"}
+
+
+class DecisionModel(nn.Module):
+    """The trainable decision model: a (peft-wrapped) causal LM and a :class:`PointerHead`.
+
+    ``forward(batch)`` returns pointer logits ``[B, NB, K]`` (float32, ``-inf`` on padded options).
+    """
+
+    def __init__(self, lm: nn.Module, head: PointerHead, backend: str = "sdpa"):
+        super().__init__()
+        self.lm = lm
+        self.head = head
+        self.backend = backend
+
+    def causal_lm(self):
+        """The HF causal LM inside the peft wrapper (LoRA layers injected in place)."""
+        return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        hidden = backbone_hidden(self.causal_lm(), self.backend, batch.input_ids, batch.segment_ids, batch.position_ids,
+                                 batch.option_ids)
+        return pointer_logits(self.head, hidden, batch)
+
+
+def build_model(cfg: dict, device: str | None = None):
+    """Backbone + tokenizer with delimiters, LoRA and head. Returns ``(DecisionModel, tokenizer, resolved)``."""
+    from peft import LoraConfig, get_peft_model
+
+    from kevlike.model.backbones import load_backbone, resolve_model
+    from kevlike.model.modeldir import ensure_embedding_rows
+    from kevlike.request.encode import DELIMITERS, Encoder
+
+    resolved = resolve_model(cfg["backbone"])
+    if resolved.artifact_dir is not None:
+        raise ValueError(f"backbone {cfg['backbone']!r} is a decision model; train from a backbone")
+    model, tok = load_backbone(resolved.backbone_dir, "float32", "sdpa", device or "cpu")
+    enc = Encoder(tok)
+    ensure_embedding_rows(model, len(tok))
+    emb = model.get_input_embeddings().weight
+    init = _init_artifact(cfg, resolved)
+    with torch.no_grad():
+        if init is not None:  # the trained rows; peft's trainable tokens start from the base rows
+            rows = ModelDir(init).delimiter_rows()
+            emb[list(enc.delimiter_ids)] = rows.to(emb.dtype)
+        else:
+            for name, tid in zip(DELIMITERS, enc.delimiter_ids):
+                hint = tok(DELIMITER_INIT[name], add_special_tokens=False)["input_ids"]
+                emb[tid] = emb[hint].mean(0)
+    lora = cfg["lora"]
+    peft_cfg = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+                          target_modules=list(lora["target_modules"]), bias="none",
+                          trainable_token_indices=({"embed_tokens": list(enc.delimiter_ids)}
+                                                   if cfg["train_delimiters"] else None))
+    with warnings.catch_warnings():  # peft 0.21 calls a transformers API deprecated in v5 (FutureWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        lm = get_peft_model(model, peft_cfg)
+    d = model.config.hidden_size
+    torch.manual_seed(cfg["seed"])
+    head = PointerHead(d, cfg["head"]["d_head"] or d)
+    if init is not None:
+        from peft import set_peft_model_state_dict
+
+        adapter = ModelDir(init).adapter_weights()
+        result = set_peft_model_state_dict(lm, adapter)
+        missing_lora = [k for k in result.missing_keys if "lora_" in k]
+        if missing_lora or result.unexpected_keys:
+            raise ValueError(f"init_from {init}: adapter does not match the config's LoRA layout "
+                             f"(missing {missing_lora[:3]}, unexpected {list(result.unexpected_keys)[:3]})")
+        w = ModelDir(init).head_weights()
+        if w["w_q"].shape != head.w_q.weight.shape:
+            raise ValueError(f"init_from {init}: head {tuple(w['w_q'].shape)} does not match d_head {head.d_head}")
+        head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"]})
+    return DecisionModel(lm, head), tok, resolved
+
+
+def _init_artifact(cfg: dict, resolved) -> Path | None:
+    """The decision-model directory named by ``init_from`` (None when unset).
+
+    Raises:
+        ValueError: not a decision model, or one trained on another backbone or LoRA rank.
+    """
+    if not cfg.get("init_from"):
+        return None
+    from kevlike.model.backbones import resolve_model
+
+    init = resolve_model(cfg["init_from"], auto_fetch=False)
+    if init.artifact_dir is None:
+        raise ValueError(f"init_from {cfg['init_from']!r} is not a decision model (no kevlike.json)")
+    if init.backbone_dir != resolved.backbone_dir:
+        raise ValueError(f"init_from {cfg['init_from']!r} was trained on another backbone than {cfg['backbone']!r}")
+    acfg = ModelDir(init.artifact_dir).adapter_config()
+    if acfg.get("r") != cfg["lora"]["r"] or acfg.get("lora_alpha") != cfg["lora"]["alpha"]:
+        raise ValueError(f"init_from {cfg['init_from']!r} has LoRA r={acfg.get('r')}, alpha={acfg.get('lora_alpha')}; "
+                         f"the config says r={cfg['lora']['r']}, alpha={cfg['lora']['alpha']}")
+    return init.artifact_dir
+
+
+# --- batches ---------------------------------------------------------------------------------
+
+def make_batch(examples: list[Example], encoder, device, modes: list[str] | None = None) -> tuple[PackedBatch, dict]:
+    """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]`` and the twin pairs
+    (``pairs_a``, ``pairs_b`` as ``(b, j)`` indices and ``perm [P, K]`` aligning b's options to a's: by key,
+    or through a twin's key map ``{key of a: key of b}`` — a negation twin maps true ↔ false).
+
+    ``modes``: the option mode of each example (default all ``"list"``). In set mode a choice question's
+    logits cannot depend on the order of its options, so a twin pair of two choice questions (a
+    reordering twin) is dropped there: its symmetric KL would be 0 up to rounding, a term that teaches
+    nothing. Twins across types (a noul and its two-option choice) stay: they tie two templates."""
+    modes = list(modes) if modes is not None else ["list"] * len(examples)
+    reqs = [validate_request(e.request) for e in examples]
+    encoded = [encoder.encode(r, m) for r, m in zip(reqs, modes)]
+    batch = pack(encoded, encoder.pad_id).to(device)
+    B, NB, K = batch.option_mask.shape
+    targets = torch.zeros(B, NB, K)
+    is_score = torch.zeros(B, NB, dtype=torch.bool)
+    a_idx, b_idx, perms = [], [], []
+    for b, (ex, req) in enumerate(zip(examples, reqs)):
+        pos = {q.id: j for j, q in enumerate(req.questions)}
+        for j, q in enumerate(req.questions):
+            t = ex.targets[q.id]
+            targets[b, j, :len(t)] = torch.tensor(t)
+            is_score[b, j] = q.type == "score"
+        for qa, qb, *keymap in ex.twins:
+            ja, jb = pos[qa], pos[qb]
+            if modes[b] == "set" and req.questions[ja].type == req.questions[jb].type == "choice":
+                continue
+            keymap = keymap[0] if keymap else {}
+            keys_b = [o.key for o in req.questions[jb].options]
+            perm = [keys_b.index(keymap.get(o.key, o.key)) for o in req.questions[ja].options]
+            perms.append(perm + list(range(len(perm), K)))
+            a_idx.append((b, ja))
+            b_idx.append((b, jb))
+    aux = {"targets": targets.to(device), "is_score": is_score.to(device), "a": a_idx, "b": b_idx,
+           "perm": torch.tensor(perms, dtype=torch.long, device=device) if perms else None}
+    return batch, aux
+
+
+def loss_terms(logits: torch.Tensor, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
+    """``{"loss", "ce", "perm", "ord"}``: mean CE over questions + λ_perm · mean symmetric KL over twin
+    pairs + λ_ord · mean RPS over score questions (0 where a batch has none)."""
+    valid = batch.branch_mask
+    z = logits[valid]                                     # (N, K)
+    y = aux["targets"][valid]
+    ce = soft_cross_entropy(z, y).mean()
+    zero = logits.new_zeros(())
+    perm = zero
+    if aux["perm"] is not None:
+        za = torch.stack([logits[b, j] for b, j in aux["a"]])
+        zb = torch.stack([logits[b, j] for b, j in aux["b"]]).gather(1, aux["perm"])
+        perm = symmetric_kl(za, zb).mean()
+    ordq = zero
+    s = aux["is_score"] & valid
+    if s.any():
+        ordq = ranked_probability_score(logits[s], aux["targets"][s]).mean()
+    loss = ce + cfg["loss"]["perm"] * perm + cfg["loss"]["ord"] * ordq
+    return {"loss": loss, "ce": ce.detach(), "perm": perm.detach(), "ord": ordq.detach()}
+
+
+# --- validation ------------------------------------------------------------------------------
+
+def validation_set(cfg: dict) -> list[Example]:
+    tasks = cfg["validation"]["tasks"] or list(cfg["tasks"])
+    out = []
+    for t in tasks:
+        out.extend(eval_examples(t, "validation", cfg["validation"]["n"], seed=cfg["seed"]))
+    if cfg["validation"].get("data"):
+        from kevlike.data.labelled import read_labelled, to_examples
+
+        path = cfg["validation"]["data"]
+        out.extend(to_examples(read_labelled(path), f"data:{path}"))
+    return out
+
+
+def validate(engine: Engine, examples: list[Example], batch_size: int = 4, set_engine: Engine | None = None) -> dict:
+    """Mean NLL (nats) and accuracy per source and overall, through the serving engine. With
+    ``set_engine`` (the same model in set mode) the choice questions are answered in both modes and the
+    set-mode records join the summary as sources ``{source}@set``: the model is selected on both."""
+    from kevlike.metrics import records_from_logits, summarize
+
+    records = records_from_logits(engine, examples, batch_size)
+    if set_engine is not None:
+        chosen = [e for e in examples if any(q.get("type") == "choice" for q in e.request["questions"].values())]
+        for r in records_from_logits(set_engine, chosen, batch_size):
+            if r["type"] == "choice":
+                records.append({**r, "source": f"{r['source']}@set"})
+    return summarize(records)
+
+
+# --- run directory ---------------------------------------------------------------------------
+
+def trainable_state(model: DecisionModel) -> dict:
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, metrics: dict) -> Path:
+    from kevlike.model.modeldir import save_decision_model
+    from kevlike.model.backbones import EMBEDDED
+
+    backbone = cfg["backbone"]
+    from kevlike.data.sources import DataUnavailableError
+    from kevlike.data.tasks import training_scripts
+    tasks = [t for t, spec in cfg["tasks"].items() if float((spec or {}).get("weight", 1.0)) > 0]
+    try:
+        scripts = training_scripts(tasks)
+    except DataUnavailableError:  # artifacts written without the data packages declare no scripts
+        scripts = None
+    modes = ["list", "set"] if cfg.get("set_share", 0) > 0 else ["list"]
+    extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
+             "scripts": scripts, "option_modes": modes, "option_mode": "list",
+             "training": {"config": cfg, "metrics": metrics, "git_commit": git_commit()}}
+    parent = _init_artifact(cfg, resolved)
+    if parent is not None:  # provenance: the training record of the model this run fine-tuned
+        extra["training"]["init_from"] = {
+            "model": str(cfg["init_from"]),
+            "training": ModelDir(parent).manifest().get("training")}
+    return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
+                               extra=extra, adapter=model.lm)
+
+
+def plot_metrics(run_dir: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    tr = [r for r in rows if r["kind"] == "train"]
+    va = [r for r in rows if r["kind"] == "validation"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if tr:
+        ax.plot([r["step"] for r in tr], [r["loss"] for r in tr], label="train loss")
+    if va:
+        ax.plot([r["step"] for r in va], [r["nll"] for r in va], "o-", label="validation NLL")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("nats")
+    if tr or va:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(run_dir / "loss.png", dpi=100)
+    plt.close(fig)
+
+
+# --- the loop --------------------------------------------------------------------------------
+
+def train(config_path: str | None = None, overrides: list[str] = (), resume: str | None = None,
+          quiet: bool = False) -> Path:
+    """Train a decision model; returns the run directory (its ``artifact/`` is the best model).
+
+    Raises:
+        kevlike.training.config.ConfigError: bad config.
+        kevlike.data.sources.DataUnavailableError: a data package is missing.
+    """
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+    from transformers import get_linear_schedule_with_warmup
+
+    from accelerate.utils import broadcast_object_list
+
+    from kevlike.training.config import resolve_precision
+
+    if resume:
+        run_dir = Path(resume)
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        ckpt = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
+    else:
+        cfg = load_config(config_path, list(overrides))
+        ckpt = None
+    precision, precision_reason = resolve_precision(
+        cfg["mixed_precision"], torch.cuda.is_available() and cfg["device"] != "cpu")
+    accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg["grad_accum"],
+                              cpu=cfg["device"] == "cpu")
+    if not resume:  # the main process names and creates the run directory; the others are told its name
+        name = [None]
+        if accelerator.is_main_process:
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            run_dir = Path(cfg["output_dir"]) / f"{cfg['name']}-{stamp}"
+            run_dir.mkdir(parents=True, exist_ok=False)
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+            name = [str(run_dir)]
+        if accelerator.num_processes > 1:
+            broadcast_object_list(name)
+        run_dir = Path(name[0])
+    set_seed(cfg["seed"])
+    if not quiet and accelerator.is_main_process:
+        print(f"precision: {'bf16 autocast' if precision == 'bf16' else 'fp32'} ({precision_reason})", file=sys.stderr)
+    model, tok, resolved = build_model(cfg, str(accelerator.device))
+    if not resume and accelerator.is_main_process:
+        (run_dir / "meta.json").write_text(json.dumps({
+            "seed": cfg["seed"], "git_commit": git_commit(), "started": datetime.now(timezone.utc).isoformat(),
+            "backbone_dir": str(resolved.backbone_dir), "device": str(accelerator.device),
+            "precision": precision, "precision_reason": precision_reason,
+            "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
+                        "torch_threads": torch.get_num_threads(),
+                        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+            "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                         **{m: __import__(m).__version__ for m in ("transformers", "peft", "accelerate")}},
+        }, indent=2))
+    from kevlike.request.encode import Encoder
+
+    encoder = Encoder(tok, getattr(model.causal_lm().config, "max_position_embeddings", None))
+    mixture = TaskMixture(cfg["tasks"], "train", cfg["seed"], files=cfg["data"])
+    val_examples = validation_set(cfg)
+    o = cfg["optim"]
+    head_params = list(model.head.parameters())
+    lora_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" in n]
+    token_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" not in n]
+    optimizer = torch.optim.AdamW([
+        {"params": lora_params, "lr": o["lr"]},
+        {"params": head_params + token_params, "lr": o["head_lr"]},
+    ], weight_decay=o["weight_decay"])
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(o["warmup"] * cfg["max_steps"]), cfg["max_steps"])
+    model, optimizer = accelerator.prepare(model, optimizer)
+    inner = accelerator.unwrap_model(model)
+    step, best, bad_rounds, history = 0, math.inf, 0, []
+    if ckpt is not None:
+        # strict=False: the checkpoint holds only the trainable tensors, not the frozen backbone
+        unexpected = inner.load_state_dict(ckpt["trainable"], strict=False).unexpected_keys
+        if unexpected:
+            raise ValueError(f"{run_dir}: checkpoint does not match the model ({len(unexpected)} unknown tensors, "
+                             f"e.g. {unexpected[0]})")
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        mixture.load_state_dict(ckpt["mixture"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        step, best, bad_rounds = ckpt["step"], ckpt["best"], ckpt["bad_rounds"]
+    metrics_f = open(run_dir / "metrics.jsonl", "a")
+
+    def log(row: dict) -> None:
+        if accelerator.is_main_process:
+            metrics_f.write(json.dumps(row) + "\n")
+            metrics_f.flush()
+
+    engine = Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend="sdpa")
+    set_engine = (Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend="sdpa", option_mode="set")
+                  if cfg["set_share"] > 0 else None)
+
+    def run_validation() -> dict:
+        inner.eval()
+        summary = validate(engine, val_examples, set_engine=set_engine)
+        inner.train()
+        return summary
+
+    def save_checkpoint() -> None:
+        if not accelerator.is_main_process:
+            return
+        (run_dir / "checkpoint").mkdir(exist_ok=True)
+        tmp = run_dir / "checkpoint" / "state.pt.tmp"
+        torch.save({"trainable": trainable_state(inner), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "mixture": mixture.state_dict(),
+                    "torch_rng": torch.get_rng_state(), "step": step, "best": best, "bad_rounds": bad_rounds,
+                    "tokens": tokens}, tmp)
+        os.replace(tmp, run_dir / "checkpoint" / "state.pt")
+
+    start_step = step
+    tokens = ckpt.get("tokens", 0) if ckpt is not None else 0
+    t0 = time.monotonic()
+    deadline = t0 + 60 * cfg["max_minutes"] if cfg["max_minutes"] else math.inf
+    inner.train()
+    bar = tqdm(total=cfg["max_steps"], initial=step, desc=f"train {cfg['name']}", unit="step",
+               disable=quiet, dynamic_ncols=True)
+    stop_reason = "max_steps"
+    window: list[dict] = []
+    while step < cfg["max_steps"]:
+        for _ in range(cfg["grad_accum"]):
+            # every process draws the same global batch and keeps its own share (one process: all of it)
+            drawn = mixture.take(cfg["batch_size"] * accelerator.num_processes)
+            examples = drawn[accelerator.process_index::accelerator.num_processes]
+            # each request's option mode, a function of (seed, step, draw): the same on resume
+            draw = random.Random(f"{cfg['seed']}/{step}/{len(window)}")
+            modes = ["set" if draw.random() < cfg["set_share"] else "list" for _ in examples]
+            batch, aux = make_batch(examples, encoder, accelerator.device, modes)
+            tokens += sum(batch.n_tokens)
+            with accelerator.accumulate(model):
+                logits = model(batch)
+                terms = loss_terms(logits, batch, aux, cfg)
+                accelerator.backward(terms["loss"])
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), o["grad_clip"])
+                optimizer.step()
+                if accelerator.sync_gradients:
+                    # stepped here, once per optimizer step: accelerate's prepared scheduler would step once per
+                    # *process* (it assumes each process adds its own batch), so N processes would run the
+                    # schedule N times faster than one process with the same global batch
+                    scheduler.step()
+                optimizer.zero_grad()
+            window.append({k: float(v.detach()) for k, v in terms.items()})
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{np.mean([w['loss'] for w in window[-20:]]):.3f}", best_val=f"{best:.3f}")
+        if step % 10 == 0 or step == cfg["max_steps"]:
+            log({"kind": "train", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), "tokens": tokens,
+                 "lr": scheduler.get_last_lr()[0],
+                 **{k: float(np.mean([w[k] for w in window])) for k in window[0]}})
+            window = []
+        last = step == cfg["max_steps"] or time.monotonic() > deadline
+        if step % cfg["eval_every"] == 0 or last:
+            summary = run_validation()
+            row = {"kind": "validation", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), **summary["overall"],
+                   "per_source": summary["per_source"]}
+            log(row)
+            history.append(row)
+            if summary["overall"]["nll"] < best:
+                best, bad_rounds = summary["overall"]["nll"], 0
+                if accelerator.is_main_process:
+                    write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row)
+            else:
+                bad_rounds += 1
+            bar.write(f"step {step}: validation nll {summary['overall']['nll']:.4f} "
+                      f"accuracy {summary['overall']['accuracy']:.3f} (best nll {best:.4f})")
+            if bad_rounds >= cfg["patience"]:
+                stop_reason = f"early stop: no better validation NLL in {cfg['patience']} rounds"
+                break
+        if cfg["checkpoint_every"] and step % cfg["checkpoint_every"] == 0:
+            save_checkpoint()
+        if time.monotonic() > deadline:
+            stop_reason = f"max_minutes={cfg['max_minutes']} reached"
+            break
+        if cfg["stop_after"] and step - start_step >= cfg["stop_after"] and step < cfg["max_steps"]:
+            stop_reason = f"stop_after={cfg['stop_after']} (resume with: kevlike train --resume {run_dir})"
+            break
+    bar.close()
+    if cfg["checkpoint_every"]:
+        save_checkpoint()
+    metrics_f.close()
+    wall = time.monotonic() - t0
+    accelerator.wait_for_everyone()
+    if not accelerator.is_main_process:
+        return run_dir
+    (run_dir / "summary.json").write_text(json.dumps({
+        "steps": step, "stop_reason": stop_reason, "wall_s": round(wall, 1), "tokens": tokens,
+        "processes": accelerator.num_processes,
+        "best_validation_nll": best if math.isfinite(best) else None,
+        "validation": history[-1] if history else None}, indent=2))
+    plot_metrics(run_dir)
+    if not quiet:
+        art = (f"artifact: {(run_dir / 'artifact').resolve()}" if ModelDir.holds_one(run_dir / "artifact")
+               else "no artifact yet (it is written at the first validation round)")
+        print(f"{stop_reason} after {step} steps in {wall / 60:.1f} min; best validation NLL {best:.4f}; {art}")
+    return run_dir
