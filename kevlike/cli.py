@@ -611,7 +611,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", default=None, metavar="FILE.jsonl",
                    help="evaluate on your labelled requests instead of a suite: one JSON object per line, "
                         '{"request": <Jev request>, "gold": {question id: answer}, "weight": optional}; '
-                        "writes per-type and per-question metrics, reliability diagrams and a noul threshold table")
+                        "writes per-type and per-question metrics, reliability diagrams and a noul threshold table "
+                        "(default: --suite)")
     e.add_argument("--costs", default=None, metavar="COSTS",
                    help="with --data: YAML/JSON costs of false positives and negatives for the threshold table, "
                         "{default: {false_positive: X, false_negative: Y}, questions: {ID: {...}}} (default: 1 and 1)")

@@ -123,7 +123,7 @@ def test_every_option_has_help_and_shows_its_default():
                 continue
             if not (a.help or "").strip():
                 missing.append(f"{name} {a.option_strings[0]}")
-            elif not isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)) \
+            elif not isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)) and not a.required \
                     and "default" not in formatter._get_help_string(a):
                 no_default.append(f"{name} {a.option_strings[0]}")
     assert not missing, f"options without help: {missing}"
