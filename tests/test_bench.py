@@ -63,3 +63,15 @@ def test_packed_flops_hand_computed():
     enc = EncodedRequest((1, 2, 3), (EncodedBranch((4, 5), 1, (0,), question=0),), 1)
     assert packed_flops(eng.model, enc) == 1_117_440
     assert matmul_peak_gflops(torch.float32, "cpu", n=128, reps=2) > 0.1
+
+
+def test_bench_cell_in_set_mode():
+    eng = make_engine("llama", "pointer", option_mode="set")
+    enc = synthetic_request(eng, S=60, Q=2, K=4, texts=["The quick brown fox jumps over the lazy dog."])
+    assert [len(b.answers) for b in enc.branches] == [4, 4] and all(not b.options for b in enc.branches)
+    row = bench_cell(eng, enc, reps=1, batch=2)
+    T = sum(b.n_tokens for b in enc.branches)                   # prompts and option sub-branches
+    assert row["K"] == 4 and row["modes"]["packed"]["tokens"] == 60 + T
+    assert "prefix" not in row["modes"] and row["speedup_prefix_over_packed"] is None
+    assert row["cached_max_abs_dz"] <= 1e-4                     # the state cache reads sub-branches too
+    assert markdown_table([row]).splitlines()[2].endswith("| — |")

@@ -145,16 +145,21 @@ def packed_flops(model, enc: EncodedRequest) -> float:
     """FLOP of one packed forward pass over ``enc`` (pointer template) up to the last hidden states: ``2 · P · T`` for the
     P weights of the decoder layers' Linear projections over T tokens, plus attention ``4 · layers ·
     d_attn · pairs`` (QKᵀ and AV) over the (query, key) pairs the branch mask lets attend: the state's
-    causal triangle, and per branch of length L its L·S state pairs and its own triangle. Norms,
-    activations and the readout are left out (≪ 1 %)."""
+    causal triangle, and per branch of length L its L·S state pairs and its own triangle (in set mode,
+    per option sub-branch of length A: A·(S + prompt) pairs and its own triangle). Norms, activations and
+    the readout are left out (≪ 1 %)."""
     cfg = model.config
     layers = model.get_decoder().layers if hasattr(model, "get_decoder") else model.model.layers
     weights = sum(m.weight.numel() for layer in layers for m in layer.modules() if isinstance(m, torch.nn.Linear))
     S = len(enc.state_ids)
-    lens = [len(b.ids) for b in enc.branches]                    # pointer template: no answer sub-branches
-    pairs = S * (S + 1) // 2 + sum(L * S + L * (L + 1) // 2 for L in lens)
+    pairs, tokens = S * (S + 1) // 2, S
+    for b in enc.branches:
+        L = len(b.ids)
+        pairs += L * S + L * (L + 1) // 2
+        pairs += sum(len(a) * (S + L) + len(a) * (len(a) + 1) // 2 for a in b.answers)
+        tokens += b.n_tokens
     d_attn = cfg.num_attention_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
-    return 2.0 * weights * (S + sum(lens)) + 4.0 * len(layers) * d_attn * pairs
+    return 2.0 * weights * tokens + 4.0 * len(layers) * d_attn * pairs
 
 
 @torch.inference_mode()  # every mode without autograd (a grad-enabled forward keeps all activations)
@@ -165,8 +170,9 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
     ``separate`` is left out (and the speed-up is None) when it would process more than
     ``max_separate_tokens`` tokens."""
     S = len(enc.state_ids)
-    lens = [len(b.ids) for b in enc.branches]
+    lens = [b.n_tokens for b in enc.branches]            # set mode: the question prompt and its option sub-branches
     Q = len(lens)
+    set_mode = any(b.answers for b in enc.branches)
     singles = [enc.only_question(q) for q in range(Q)]
     others = others or {}
     modes = {
@@ -179,14 +185,17 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
     }
     if max_separate_tokens is not None and Q * S + sum(lens) > max_separate_tokens:
         del modes["separate"]
-    row = {"S": S, "Q": Q, "K": len(enc.branches[0].options), "branch_tokens": sum(lens),
+    if set_mode:  # the prefix-cache peer reads each branch as one sequence: it has no set mode
+        del modes["prefix"]
+    row = {"S": S, "Q": Q, "K": len(enc.branches[0].options) or len(enc.branches[0].answers), "branch_tokens": sum(lens),
            "flop_ratio": (Q * S + sum(lens)) / (S + sum(lens)), "modes": {}}
     z_packed = engine.question_logits([enc])[0]
-    z_prefix = prefix_cache_logits(engine, enc)
+    z_prefix = None if set_mode else prefix_cache_logits(engine, enc)
     state_cache = StateCache(max_mb=1 << 20)
     z_cached, _ = cached_branch_logits(engine, enc, state_cache)      # the miss: fills the cache
     row["cached_max_abs_dz"] = max((a - b).abs().max().item() for a, b in zip(z_packed, z_cached))
-    row["prefix_max_abs_dz"] = max((a - b).abs().max().item() for a, b in zip(z_packed, z_prefix))
+    row["prefix_max_abs_dz"] = (None if set_mode else
+                                max((a - b).abs().max().item() for a, b in zip(z_packed, z_prefix)))
     first_frames = {}
     for name, e in others.items():
         first_frames[f"packed-{name}"] = compiled_frames()  # the first call of a compiled backend compiles
@@ -202,7 +211,8 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
                               "peak_rss_mib": mem.peak_mib, "compiles": compiled_frames() - frames}
     row["speedup_separate_over_packed"] = (row["modes"]["separate"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
                                            if "separate" in row["modes"] else None)
-    row["speedup_prefix_over_packed"] = row["modes"]["prefix"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
+    row["speedup_prefix_over_packed"] = (row["modes"]["prefix"]["p50_ms"] / row["modes"]["packed"]["p50_ms"]
+                                         if "prefix" in row["modes"] else None)
     row["speedup_packed_over_cached"] = row["modes"]["packed"]["p50_ms"] / row["modes"]["cached-state"]["p50_ms"]
     row["packed_gflop"] = packed_flops(engine.model, enc) / 1e9
     row["packed_gflops"] = row["packed_gflop"] / (row["modes"]["packed"]["p50_ms"] / 1000)
@@ -222,7 +232,7 @@ def markdown_table(results: list[dict]) -> str:
         cells = [f"{r['S']:,}", str(r["Q"]), str(r["K"]), f"{r['modes']['packed']['tokens']:,.0f}"]
         cells += [f"{r['modes'][m]['p50_ms']:,.0f}" if m in r["modes"] else "—" for m in modes]
         cells += [f"{sp:.2f}×" if sp else "—", f"{r['flop_ratio']:.2f}×", f"{sp / r['flop_ratio']:.0%}" if sp else "—",
-                  f"{r['speedup_prefix_over_packed']:.2f}×"]
+                  f"{r['speedup_prefix_over_packed']:.2f}×" if r["speedup_prefix_over_packed"] is not None else "—"]
         if "packed-sdpa" in modes:
             cells.append(f"{r['modes']['packed-sdpa']['p50_ms'] / r['modes']['packed']['p50_ms']:.2f}×")
         lines.append("| " + " | ".join(cells) + " |")
@@ -311,8 +321,9 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
                       f"{row['share_of_peak']:.0%} of the matmul peak")
                 print(f"{'':13} packed/cached-state {row['speedup_packed_over_cached']:.2f}x (state from the cache; "
                       f"max|dz| {row['cached_max_abs_dz']:.1e})")
-                print(f"{'':13} {sep}; prefix/packed {row['speedup_prefix_over_packed']:.2f}x; "
-                      f"prefix max|dz| {row['prefix_max_abs_dz']:.1e}{extra}", flush=True)
+                pre = ("prefix: no set mode" if row["speedup_prefix_over_packed"] is None else
+                       f"prefix/packed {row['speedup_prefix_over_packed']:.2f}x; prefix max|dz| {row['prefix_max_abs_dz']:.1e}")
+                print(f"{'':13} {sep}; {pre}{extra}", flush=True)
     if json_path:
         Path(json_path).write_text(json.dumps({"model": eng.name, "dtype": eng.dtype, "dtype_reason": eng.dtype_reason, "threads": threads,
                                                "matmul_peak_gflops": peak,
