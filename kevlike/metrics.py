@@ -147,3 +147,14 @@ def records_from_logits(engine, examples: list, batch_size: int = 4, progress: b
                 out.append({"source": ex.source, "type": q.type, "probs": p.tolist(), "logits": z.tolist(),
                             "gold": max(range(len(t)), key=lambda k: t[k]), "target": list(t), "question": q.id})
     return out
+
+
+def choice_records(engine, examples: list, batch_size: int = 4, progress: bool = False,
+                   calibrated: bool = True) -> list[dict]:
+    """:func:`records_from_logits` of the choice questions only, answering only the examples that have
+    one (e.g. an engine in set mode, where noul and score questions read as in list mode)."""
+    chosen = [e for e in examples if any(q.get("type") == "choice" for q in e.request["questions"].values())]
+    if not chosen:
+        return []
+    return [r for r in records_from_logits(engine, chosen, batch_size, progress=progress, calibrated=calibrated)
+            if r["type"] == "choice"]

@@ -57,7 +57,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     else:
         from kevlike.model.engine import Engine
         from kevlike.data.tasks import eval_examples
-        from kevlike.metrics import records_from_logits
+        from kevlike.metrics import choice_records, records_from_logits
 
         engine = Engine.from_pretrained(artifact, option_orders=option_orders, option_mode="list")
         option_orders = engine.option_orders
@@ -70,10 +70,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
                 print(f"{t}: {len(exs)} validation requests", file=sys.stderr)
             if "list" in modes:
                 records.extend(records_from_logits(engine, exs, batch_size, progress=not quiet, calibrated=False))
-            chosen = [e for e in exs if any(q.get("type") == "choice" for q in e.request["questions"].values())]
-            if set_engine is not None and chosen:
-                records.extend({**r, "type": "choice:set"} for r in records_from_logits(
-                    set_engine, chosen, batch_size, progress=not quiet, calibrated=False) if r["type"] == "choice")
+            if set_engine is not None:
+                records.extend({**r, "type": "choice:set"} for r in choice_records(
+                    set_engine, exs, batch_size, progress=not quiet, calibrated=False))
         from datetime import datetime
 
         run_dir = Path(out) / f"calibrate-{datetime.now().strftime('%Y%m%d-%H%M%S')}"

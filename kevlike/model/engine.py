@@ -365,6 +365,12 @@ class Engine:
         return other
 
     @property
+    def shortlist_mode(self) -> str:
+        """The mode the first stage of shortlist-then-decide scores options in: ``set`` when the model reads
+        it (the LM readout always does), else ``list``."""
+        return "set" if self.head is None or "set" in self.option_modes else "list"
+
+    @property
     def readout(self) -> str:
         """``"pointer"`` (trained decision model) or ``"lm"`` (training-free LM readout)."""
         return "lm" if self.head is None else "pointer"
@@ -439,7 +445,7 @@ class Engine:
         Raises:
             RequestError: 413 when the state and one chunk do not fit the budget.
         """
-        mode = "set" if self.head is None or "set" in self.option_modes else "list"
+        mode = self.shortlist_mode
         branches = []                                   # (question, first option, encoded branch)
         state_ids = None
         for qi in big:
@@ -545,7 +551,7 @@ class Engine:
         for enc, slots in zip(plan.passes, plan.slots):
             for z, (qi, first) in zip(self.question_logits([enc])[0], slots):
                 full[qi][first:first + len(z)] = z
-        stage1_mode = "set" if self.head is None or "set" in self.option_modes else "list"
+        stage1_mode = self.shortlist_mode
         keep, p1 = {}, {}
         for qi, z in full.items():
             p1[qi] = torch.softmax(z / self.temperatures.lookup("choice", len(z), stage1_mode), -1)

@@ -225,14 +225,11 @@ def validate(engine: Engine, examples: list[Example], batch_size: int = 4, set_e
     """Mean NLL (nats) and accuracy per source and overall, through the serving engine. With
     ``set_engine`` (the same model in set mode) the choice questions are answered in both modes and the
     set-mode records join the summary as sources ``{source}@set``: the model is selected on both."""
-    from kevlike.metrics import records_from_logits, summarize
+    from kevlike.metrics import choice_records, records_from_logits, summarize
 
     records = records_from_logits(engine, examples, batch_size)
     if set_engine is not None:
-        chosen = [e for e in examples if any(q.get("type") == "choice" for q in e.request["questions"].values())]
-        for r in records_from_logits(set_engine, chosen, batch_size):
-            if r["type"] == "choice":
-                records.append({**r, "source": f"{r['source']}@set"})
+        records.extend({**r, "source": f"{r['source']}@set"} for r in choice_records(set_engine, examples, batch_size))
     return summarize(records)
 
 
