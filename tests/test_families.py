@@ -327,3 +327,30 @@ def test_coherence_twins_ask_the_same_decision(fake_labels):
     a = fam.family_example("banking77", ("When will my card arrive?", "card_arrival"), random.Random(5))
     b = fam.family_example("banking77", ("When will my card arrive?", "card_arrival"), random.Random(5), coherence=0.0)
     assert a.request == b.request and not [t for t in a.twins if len(t) == 3]
+
+
+def test_negation_frames_swap_the_answer(fake_labels):
+    """A wrapped yes/no question is the unwrapped one inside a frame, with its target reversed and its gold
+    swapped; questions with criteria and twin members are never wrapped; ``wrap_negation=0`` draws nothing
+    from the generator (the evaluation items stay the same)."""
+    row = ("When will my card arrive?", "card_arrival")
+    wrapped = 0
+    for i in range(200):
+        plain = fam.family_example("banking77", row, random.Random(i), coherence=0.3)
+        ex = fam.family_example("banking77", row, random.Random(i), coherence=0.3, wrap_negation=1.0)
+        validate_request(ex.request)
+        tied = {q for tw in ex.twins for q in tw[:2]}
+        for qid, q in ex.request["questions"].items():
+            p = plain.request["questions"][qid]
+            if q != p:
+                wrapped += 1
+                assert q["type"] == "noul" and not p.get("criteria") and qid not in tied
+                assert any(f.format(q=p["instructions"]) == q["instructions"] for f in fam.NEGATION_FRAMES)
+                assert ex.targets[qid] == plain.targets[qid][::-1]
+                assert {ex.gold[qid], plain.gold[qid]} == {"true", "false"}
+            elif q["type"] == "noul":
+                assert p.get("criteria") or qid in tied
+    assert wrapped > 50
+    a = fam.family_example("banking77", row, random.Random(7))
+    b = fam.family_example("banking77", row, random.Random(7), wrap_negation=0.0)
+    assert a.request == b.request and a.targets == b.targets

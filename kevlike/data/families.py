@@ -491,6 +491,35 @@ def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=No
 
 FLIP = {"true": "false", "false": "true"}   # a negation twin's option map: yes to Q is no to not-Q
 
+# Frames that negate *any* yes/no question (``{q}`` is the whole question): a wrapped question's gold is the
+# other answer. Trained with ``wrap_negation``, so that "no" is read from the words of a question rather than
+# from a list of negated templates learned by heart; the evaluation's templates never use these frames.
+NEGATION_FRAMES = [
+    'Is the answer to "{q}" no?', 'Would the honest answer to "{q}" be no?', 'Is "no" the right reply to "{q}"?',
+    '{q} Answer the opposite: yes if the true answer is no, no if it is yes.',
+    'Is it false that the answer to "{q}" is yes?', 'Should a careful reader say no to "{q}"?',
+    'Does this text make the answer to "{q}" a no?', 'Must "{q}" be answered with no?',
+    'Consider the question "{q}" Is its answer negative?', 'Would replying yes to "{q}" be wrong?',
+    'Is a "no" the correct response to the question: {q}', 'Answer with the reverse of the truth. {q}',
+    'Is it incorrect to answer "{q}" with yes?', 'Would you reject "yes" as the answer to "{q}"?',
+    'Given the text, is "{q}" to be answered negatively?', 'Is the correct verdict on "{q}" a no?',
+]
+
+
+def wrap_negations(ex_questions: dict, targets: dict, golds: dict, twins: list, rng: random.Random,
+                   p: float) -> None:
+    """Wrap each yes/no question without ``criteria`` and outside a twin pair, with probability ``p``, in a
+    :data:`NEGATION_FRAMES` frame and swap its answer (in place). Draws from ``rng`` only when ``p > 0``."""
+    if p <= 0:
+        return
+    tied = {q for tw in twins for q in tw[:2]}
+    for qid, q in ex_questions.items():
+        if q["type"] != "noul" or q.get("criteria") or qid in tied or rng.random() >= p:
+            continue
+        ex_questions[qid] = {**q, "instructions": rng.choice(NEGATION_FRAMES).format(q=q["instructions"])}
+        targets[qid] = targets[qid][::-1]
+        golds[qid] = FLIP[golds[qid]]
+
 
 def _coherence_twin(qa: str, src: Source, gold: str, x: str, rng, wordings, pos: bool, neg: bool,
                     negation: bool, add) -> tuple:
@@ -549,7 +578,7 @@ def polar(src: Source, rating: float) -> bool | None:
 
 def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: int = 4, wordings: str = "train",
                    distractor: float = 0.15, perm_twin: float = 0.1, negation: bool = True,
-                   augment: bool = True, coherence: float = 0.0) -> Example:
+                   augment: bool = True, coherence: float = 0.0, wrap_negation: float = 0.0) -> Example:
     """One training request on a row of source ``name``: 1–``max_questions`` questions of mixed families.
 
     ``negation=False`` drops negated phrasings (ablation); ``augment=False`` keeps one wording per family,
@@ -558,6 +587,8 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
     negation (answers swapped) or, for topic sources, the same decision as a two-option choice — tied to it
     by the twin term of the loss (``loss.perm``), so that P(yes | Q) + P(yes | not Q) = 1 and the noul
     and choice forms agree are trained, not only hoped for.
+    ``wrap_negation``: probability that a yes/no question is wrapped in a :data:`NEGATION_FRAMES` frame
+    (answer swapped; :func:`wrap_negations`).
     """
     src = SOURCES[name]
     if src.kind == "typed":
@@ -638,6 +669,7 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
                 if negation and coherence and rng.random() < coherence:
                     tw = add("noul", _polarity(src, "sentiment", pol, rng, wordings, ask_pos=not ask_pos))
                     twins.append((qid, tw, FLIP))
+    wrap_negations(questions, targets, golds, twins, rng, wrap_negation if negation else 0.0)
     return Example({"state": text, "questions": questions}, targets, name, golds, twins)
 
 

@@ -12,7 +12,7 @@ from kevlike.data.sources import (INTENT_SETS, Example, _one_hot, humanize, inte
                                   read_sentiment, read_spam, sentiment_example, spam_example)
 
 LEGACY_TASKS = ("banking77", "clinc150", "hwu64", "spam", "sentiment")
-FAMILY_KEYS = ("max_questions", "distractor", "negation", "augment", "coherence")
+FAMILY_KEYS = ("max_questions", "distractor", "negation", "augment", "coherence", "wrap_negation")
 
 
 def _family_sources() -> tuple[str, ...]:
