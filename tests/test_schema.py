@@ -265,3 +265,22 @@ def test_messages_use_json_spelling_and_visible_paths():
     assert "unknown question type null" in e["msg"]
     err = errors_of(with_question({"type": "choice", "instructions": "x", "criteria": {"": None, "b": None}}))
     assert 'body.questions.q.criteria[""]: option key must be a non-empty string' in str(err)
+
+
+def test_json_schema_is_generated_from_the_models_with_the_limits():
+    """The OpenAPI body schema comes from the pydantic models: the limits in force, the discriminated
+    union on ``type``, unknown fields allowed at the top and forbidden inside a question."""
+    from kevlike.request.schema import request_json_schema
+    s = request_json_schema(Limits(max_questions=7, max_options=9, max_levels=4))
+    defs = s["$defs"]
+    assert s["required"] == ["state", "questions"] and s["additionalProperties"] is True
+    assert s["properties"]["questions"]["maxProperties"] == 7 and s["properties"]["questions"]["minProperties"] == 1
+    assert defs["ChoiceQuestion"]["properties"]["criteria"]["maxProperties"] == 9
+    assert (defs["ScoreQuestion"]["properties"]["criteria"]["minItems"],
+            defs["ScoreQuestion"]["properties"]["criteria"]["maxItems"]) == (2, 4)
+    union = s["properties"]["questions"]["additionalProperties"]
+    assert union["discriminator"]["propertyName"] == "type"
+    assert set(union["discriminator"]["mapping"]) == {"noul", "choice", "score"}     # no internal fallback
+    assert defs["NoulQuestion"]["required"] == ["type"]               # instructions may be omitted
+    assert defs["ChoiceQuestion"]["required"] == ["type", "instructions", "criteria"]
+    assert all(defs[m]["additionalProperties"] is False for m in ("NoulQuestion", "ChoiceQuestion", "ScoreQuestion"))

@@ -94,7 +94,25 @@ def test_jev_aliases_models_health_docs(server, model_dir):
         assert status == 200 and out["model"] == model_dir
     status, _, raw = server.request("GET", "/v1/models")
     assert status == 200 and json.loads(raw)["models"][0]["aliases"] == ["jev-latest", "jev-preview"]
-    assert server.request("GET", "/openapi.json")[0] == 200
+    status, _, raw = server.request("GET", "/openapi.json")
+    assert status == 200
+    doc = json.loads(raw)
+    body = doc["paths"]["/v1/systemone"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    schemas = doc["components"]["schemas"]
+    assert body == {"$ref": "#/components/schemas/RequestBody"}
+    assert schemas["RequestBody"]["properties"]["questions"]["maxProperties"] == 5000   # the server's limits
+    assert schemas["ChoiceQuestion"]["properties"]["criteria"]["maxProperties"] == 255
+
+    def refs(node):
+        if isinstance(node, dict):
+            yield from ([node["$ref"]] if "$ref" in node else [])
+            for v in node.values():
+                yield from refs(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from refs(v)
+    for ref in refs(doc):   # every reference resolves inside the document
+        assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in schemas, ref
     assert server.request("GET", "/docs")[0] == 200
 
 

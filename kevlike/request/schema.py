@@ -8,6 +8,11 @@ already-decoded object; both return a :class:`Request` or raise :class:`RequestE
 
 Every violation found is reported (not only the first), each naming the field path and the rule.
 
+The wire schema is the pydantic models :class:`RequestBody`, :class:`NoulQuestion`, :class:`ChoiceQuestion`,
+:class:`ScoreQuestion` (a union discriminated by ``type``; the limits are passed as validation context), and
+``/openapi.json`` is generated from them (:func:`request_json_schema`). A structural pre-pass over the raw JSON
+checks what pydantic cannot see: duplicate keys, nesting depth, lone surrogates, numbers out of range.
+
 Decisions where the wire format is silent (also in the README):
 
 * an empty ``state`` (``""``, ``{}``, ``[]``) is accepted: a question may carry its own context,
@@ -32,7 +37,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
+                      ValidationError, ValidationInfo, WithJsonSchema, model_validator)
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 Text = Union[str, dict, list]
 """User text: a string, or a JSON object/array rendered as canonical JSON (see :mod:`render`)."""
@@ -239,141 +249,275 @@ def _check_utf8(s: str, loc: list, errors: list, what: str) -> bool:
         return False
 
 
-def _is_text(v: Any) -> bool:
-    return isinstance(v, (str, dict, list))
-
-
 def _type_name(v: Any) -> str:
     return {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string",
             list: "array"}.get(type(v), "object" if isinstance(v, dict) else type(v).__name__)
 
 
+# --- the wire schema as pydantic models --------------------------------------------------------------
+# Each field's rule raises a PydanticCustomError carrying the error type and message Jev clients see;
+# limits come from the validation context ({"limits": Limits}); wire_errors() maps pydantic's error list
+# onto the wire shape (the tag of the question union is dropped from the path).
+
+def _fail(type_: str, msg: str):
+    raise PydanticCustomError(type_, msg)   # no context: the message is taken literally, braces included
+
+
+def _limits(info: ValidationInfo) -> Limits:
+    return (info.context or {}).get("limits", DEFAULT_LIMITS)
+
+
+def _text(what: str, nullable: bool = False):
+    kinds = "a string, object, array or null" if nullable else "a string, object or array"
+
+    def check(v: Any) -> Any:
+        if isinstance(v, (str, dict, list)) or (nullable and v is None):
+            return v
+        _fail("text_type", f"{what} be {kinds}, got {_type_name(v)}")
+    schema = {"type": ["string", "object", "array", *(["null"] if nullable else [])]}
+    return Annotated[Any, BeforeValidator(check), WithJsonSchema(schema)]
+
+
+Text_ = _text("must")
+Description = _text("description must", nullable=True)
+LevelText = _text("level description must")
+
+
+def _nonempty(what: str):
+    def check(v: str) -> str:
+        if v == "":
+            _fail("string_too_short", f"{what} must be a non-empty string")
+        return v
+    return Annotated[str, AfterValidator(check)]
+
+
+def _noul_criteria(v: Any) -> Any:
+    if v is not None and not isinstance(v, dict):
+        _fail("dict_type", f"noul criteria must be an object with keys 'true'/'false' or null, got {_type_name(v)}")
+    return v
+
+
+def _choice_criteria(v: Any, info: ValidationInfo) -> Any:
+    lim = _limits(info)
+    if not isinstance(v, dict):
+        _fail("dict_type", f"choice criteria must be an object mapping option keys to descriptions, got {_type_name(v)}")
+    if not lim.min_options <= len(v) <= lim.max_options:
+        _fail("too_short" if len(v) < lim.min_options else "too_long",
+              f"choice has {plural(len(v), 'option')}; it needs {lim.min_options} to {lim.max_options}")
+    return v
+
+
+def _score_criteria(v: Any, info: ValidationInfo) -> Any:
+    lim = _limits(info)
+    if isinstance(v, dict):
+        _fail("score_legacy_form", 'the legacy map form of score criteria (e.g. {"0": "low", "1": "high"}) is not '
+                                   "supported; send an array of level descriptions, lowest first")
+    if not isinstance(v, list):
+        _fail("list_type", f"score criteria must be an array of level descriptions, got {_type_name(v)}")
+    if not lim.min_levels <= len(v) <= lim.max_levels:
+        _fail("too_short" if len(v) < lim.min_levels else "too_long",
+              f"score has {plural(len(v), 'level')}; it needs {lim.min_levels} to {lim.max_levels}")
+    return v
+
+
+def _describes(criteria: Any) -> bool:
+    """Whether noul ``criteria`` describe an answer (a non-blank description), so instructions may be omitted."""
+    return isinstance(criteria, dict) and any(
+        (isinstance(v, str) and v.strip()) or (isinstance(v, (dict, list)) and v) for v in criteria.values())
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoulCriteria(_Strict):
+    """Descriptions of the two answers of a yes/no question (either may be omitted or null)."""
+
+    true: Description = None
+    false: Description = None
+
+
+def _optional_instructions(schema: dict) -> None:
+    schema["required"].remove("instructions")
+
+
+class NoulQuestion(_Strict):
+    """A yes/no question; ``instructions`` may be omitted when ``criteria`` describe an answer."""
+
+    model_config = ConfigDict(json_schema_extra=_optional_instructions)
+    type: Literal["noul"]
+    instructions: Text_
+    criteria: Annotated[Optional[NoulCriteria], BeforeValidator(_noul_criteria)] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _instructions_from_criteria(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "instructions" not in data and _describes(data.get("criteria")):
+            return {**data, "instructions": ""}
+        return data
+
+
+class ChoiceQuestion(_Strict):
+    """A choice among 2–255 options (limits configurable): option key → description or null."""
+
+    type: Literal["choice"]
+    instructions: Text_
+    criteria: Annotated[dict[_nonempty("option key"), Description], BeforeValidator(_choice_criteria)]
+
+
+class ScoreQuestion(_Strict):
+    """An ordered scale of 2–10 levels (limits configurable), level descriptions lowest first."""
+
+    type: Literal["score"]
+    instructions: Text_
+    criteria: Annotated[list[LevelText], BeforeValidator(_score_criteria)]
+
+
+def _question(v: Any) -> Any:
+    if not isinstance(v, dict):
+        _fail("dict_type", f"question must be an object, got {_type_name(v)}")
+    return v
+
+
+_NO_TYPE = object()
+
+
+def _bad_tag(v: Any) -> Any:
+    if v is _NO_TYPE:
+        _fail("missing_tag", "field required (one of 'noul', 'choice', 'score')")
+    _fail("union_tag_invalid", f"unknown question type {json.dumps(v)[:60]} (expected 'noul', 'choice' or 'score')")
+
+
+class _Untyped(_Strict):
+    """What a question without a known ``type`` is checked as: its unknown fields and its type are reported."""
+
+    type: Annotated[Any, BeforeValidator(_bad_tag)]
+    instructions: Any = None
+    criteria: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mark_missing(cls, data: Any) -> Any:
+        return data if "type" in data else {**data, "type": _NO_TYPE}
+
+
+def _tag(v: Any) -> str:
+    t = v.get("type") if isinstance(v, dict) else None
+    return t if isinstance(t, str) and t in QUESTION_TYPES else "untyped"
+
+
+AnyQuestion = Annotated[Union[Annotated[NoulQuestion, Tag("noul")], Annotated[ChoiceQuestion, Tag("choice")],
+                              Annotated[ScoreQuestion, Tag("score")], SkipJsonSchema[Annotated[_Untyped, Tag("untyped")]]],
+                        Discriminator(_tag), BeforeValidator(_question)]
+
+
+def _questions(v: Any, info: ValidationInfo) -> Any:
+    lim = _limits(info)
+    if not isinstance(v, dict):
+        _fail("dict_type", f"must be an object mapping question ids to questions, got {_type_name(v)}")
+    if not v:
+        _fail("too_short", "must contain at least 1 question")
+    if len(v) > lim.max_questions:
+        _fail("too_long", f"has {plural(len(v), 'question')}; the limit is {lim.max_questions}")
+    return v
+
+
+def _model_name(v: Any) -> Any:
+    if v is not None and not isinstance(v, str):
+        _fail("string_type", f"must be a string, got {_type_name(v)}")
+    return v
+
+
+class RequestBody(BaseModel):
+    """The body of ``POST /v1/systemone``. Unknown top-level fields are ignored (Jev does too) and named in
+    the ``x-kevlike-ignored-fields`` response header; unknown fields inside a question are errors."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    model: Annotated[Optional[str], BeforeValidator(_model_name)] = Field(
+        None, description="served model name or alias (default: the server's default)")
+    state: Text_ = Field(description="the text decided about: a string, or a JSON object or array")
+    questions: Annotated[dict[_nonempty("question id"), AnyQuestion], BeforeValidator(_questions)] = Field(
+        description="question id -> question")
+
+
+_MISSING = {
+    ("noul", "instructions"): "field required (a noul question may omit it only when its criteria describe the answers)",
+    ("choice", "criteria"): "field required: an object mapping option keys to descriptions (or null)",
+    ("score", "criteria"): "field required: an array of level descriptions, lowest first",
+}
+
+
+def wire_errors(e: ValidationError) -> list[dict[str, Any]]:
+    """pydantic's errors as the wire's ``{"loc": ["body", ...], "msg", "type"}``, each question's errors in
+    the order id, unknown fields, type, instructions, criteria."""
+    out: list[tuple[tuple, int, dict]] = []
+    for d in e.errors(include_url=False, include_context=False, include_input=False):
+        loc, tag = list(d["loc"]), None
+        if len(loc) > 2 and loc[0] == "questions" and loc[2] in (*QUESTION_TYPES, "untyped"):
+            tag = loc.pop(2)           # the union's tag
+        if loc[-1] == "[key]":         # an invalid key is reported at the key
+            loc.pop()
+        type_, msg = d["type"], d["msg"]
+        if type_ == "missing":
+            msg = _MISSING.get((tag, loc[-1]), "field required")
+        elif type_ == "missing_tag":
+            type_ = "missing"
+        elif type_ == "extra_forbidden":
+            msg = ("unknown field (allowed: type, instructions, criteria)" if len(loc) == 3   # questions.ID.FIELD
+                   else "noul criteria accept only the keys 'true' and 'false'")                # ….criteria.KEY
+        rank = 0 if len(loc) <= 2 else 1 if type_ == "extra_forbidden" and len(loc) == 3 else 2
+        out.append((tuple(loc[:2]), rank, {"loc": ["body", *loc], "msg": msg, "type": type_}))
+    # errors arrive grouped by question; order inside each group by rank (stable)
+    order = {}
+    for group, _, _ in out:
+        order.setdefault(group, len(order))
+    return [err for _, _, err in sorted(out, key=lambda t: (order[t[0]], t[1]))]
+
+
+def request_json_schema(limits: Limits = DEFAULT_LIMITS, ref_template: str = "#/$defs/{model}") -> dict:
+    """JSON Schema of :class:`RequestBody` (generated by pydantic) with ``limits`` filled in."""
+    schema = RequestBody.model_json_schema(ref_template=ref_template)
+    schema["properties"]["questions"]["maxProperties"] = limits.max_questions
+    schema["properties"]["questions"]["minProperties"] = 1
+    choice = schema["$defs"]["ChoiceQuestion"]["properties"]["criteria"]
+    choice["minProperties"], choice["maxProperties"] = limits.min_options, limits.max_options
+    score = schema["$defs"]["ScoreQuestion"]["properties"]["criteria"]
+    score["minItems"], score["maxItems"] = limits.min_levels, limits.max_levels
+    # the union is discriminated by a function (to report unknown types in the wire's words); name its tag here
+    union = schema["properties"]["questions"]["additionalProperties"]
+    union["discriminator"] = {"propertyName": "type", "mapping": {
+        schema["$defs"][ref["$ref"].rsplit("/", 1)[1]]["properties"]["type"]["const"]: ref["$ref"]
+        for ref in union["oneOf"]}}
+    return schema
+
+
 def validate_request(obj: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
-    """Validate a decoded JSON object (see module docstring for the rules).
+    """Validate a decoded JSON object against :class:`RequestBody` (the rules: module docstring) after the
+    structural pre-pass pydantic cannot do (nesting depth, duplicate keys, lone surrogates, numbers out of
+    range).
 
     Raises:
         RequestError: 422 listing every violation with its field path.
     """
-    errors: list[dict[str, Any]] = []
     if not isinstance(obj, dict):
         raise RequestError([_err([], f"request must be a JSON object, got {_type_name(obj)}", "model_type")])
+    errors: list[dict[str, Any]] = []
     _walk(obj, [], 1, limits, errors)
     if errors:
         raise RequestError(errors)
-
-    ignored = tuple(k for k in obj if k not in ("model", "state", "questions"))
-    model = obj.get("model")
-    if model is not None and not isinstance(model, str):
-        errors.append(_err(["model"], f"must be a string, got {_type_name(model)}", "string_type"))
-    if "state" not in obj:
-        errors.append(_err(["state"], "field required", "missing"))
-    elif not _is_text(obj["state"]):
-        errors.append(_err(["state"], f"must be a string, object or array, got {_type_name(obj['state'])}", "text_type"))
-
-    questions: list[Question] = []
-    raw_q = obj.get("questions")
-    if "questions" not in obj:
-        errors.append(_err(["questions"], "field required", "missing"))
-    elif not isinstance(raw_q, dict):
-        errors.append(_err(["questions"], f"must be an object mapping question ids to questions, got {_type_name(raw_q)}", "dict_type"))
-    elif len(raw_q) == 0:
-        errors.append(_err(["questions"], "must contain at least 1 question", "too_short"))
-    elif len(raw_q) > limits.max_questions:
-        errors.append(_err(["questions"], f"has {plural(len(raw_q), 'question')}; the limit is {limits.max_questions}", "too_long"))
-    else:
-        for qid, q in raw_q.items():
-            parsed = _validate_question(qid, q, ["questions", qid], limits, errors)
-            if parsed is not None:
-                questions.append(parsed)
-    if errors:
-        raise RequestError(errors)
-    return Request(state=obj["state"], questions=tuple(questions), model=model, ignored_fields=ignored)
-
-
-_QUESTION_FIELDS = {"type", "instructions", "criteria"}
-
-
-def _validate_question(qid: str, q: Any, loc: list, limits: Limits, errors: list) -> Question | None:
-    n0 = len(errors)
-    if qid == "":
-        errors.append(_err(loc, "question id must be a non-empty string", "string_too_short"))
-    if not isinstance(q, dict):
-        errors.append(_err(loc, f"question must be an object, got {_type_name(q)}", "dict_type"))
-        return None
-    for k in q:
-        if k not in _QUESTION_FIELDS:
-            errors.append(_err([*loc, k], "unknown field (allowed: type, instructions, criteria)", "extra_forbidden"))
-    qtype = q.get("type")
-    if "type" not in q:
-        errors.append(_err([*loc, "type"], "field required (one of 'noul', 'choice', 'score')", "missing"))
-        return None
-    if qtype not in QUESTION_TYPES:
-        errors.append(_err([*loc, "type"], f"unknown question type {json.dumps(qtype)[:60]} (expected 'noul', 'choice' "
-                                           f"or 'score')",
-                           "union_tag_invalid"))
-        return None
-    if "instructions" not in q:
-        crit0 = q.get("criteria")
-        described = qtype == "noul" and isinstance(crit0, dict) and any(
-            (isinstance(v, str) and v.strip()) or (isinstance(v, (dict, list)) and v) for v in crit0.values())
-        if not described:
-            errors.append(_err([*loc, "instructions"], "field required" + (
-                " (a noul question may omit it only when its criteria describe the answers)" if qtype == "noul" else ""),
-                "missing"))
-    elif not _is_text(q["instructions"]):
-        errors.append(_err([*loc, "instructions"],
-                           f"must be a string, object or array, got {_type_name(q['instructions'])}", "text_type"))
-    crit = q.get("criteria")
-    cloc = [*loc, "criteria"]
-    options: tuple[Option, ...] = ()
-    if qtype == "noul":
-        if crit is None:
-            options = (Option("true", None), Option("false", None))
-        elif not isinstance(crit, dict):
-            errors.append(_err(cloc, f"noul criteria must be an object with keys 'true'/'false' or null, got {_type_name(crit)}",
-                               "dict_type"))
+    try:
+        body = RequestBody.model_validate(obj, context={"limits": limits})
+    except ValidationError as e:
+        raise RequestError(wire_errors(e)) from None
+    questions = []
+    for qid, q in body.questions.items():
+        if q.type == "noul":
+            crit = q.criteria
+            options = (Option("true", crit and crit.true), Option("false", crit and crit.false))
+        elif q.type == "choice":
+            options = tuple(Option(k, v) for k, v in q.criteria.items())
         else:
-            for k, v in crit.items():
-                if k not in ("true", "false"):
-                    errors.append(_err([*cloc, k], "noul criteria accept only the keys 'true' and 'false'", "extra_forbidden"))
-                elif v is not None and not _is_text(v):
-                    errors.append(_err([*cloc, k], f"description must be a string, object, array or null, got {_type_name(v)}",
-                                       "text_type"))
-            options = (Option("true", crit.get("true")), Option("false", crit.get("false")))
-    elif qtype == "choice":
-        if "criteria" not in q:
-            errors.append(_err(cloc, "field required: an object mapping option keys to descriptions (or null)", "missing"))
-        elif not isinstance(crit, dict):
-            errors.append(_err(cloc, f"choice criteria must be an object mapping option keys to descriptions, got {_type_name(crit)}",
-                               "dict_type"))
-        elif not (limits.min_options <= len(crit) <= limits.max_options):
-            errors.append(_err(cloc, f"choice has {plural(len(crit), 'option')}; it needs {limits.min_options} to {limits.max_options}",
-                               "too_short" if len(crit) < limits.min_options else "too_long"))
-        else:
-            for k, v in crit.items():
-                if k == "":
-                    errors.append(_err([*cloc, k], "option key must be a non-empty string", "string_too_short"))
-                if v is not None and not _is_text(v):
-                    errors.append(_err([*cloc, k], f"description must be a string, object, array or null, got {_type_name(v)}",
-                                       "text_type"))
-            options = tuple(Option(k, v) for k, v in crit.items())
-    else:  # score
-        if "criteria" not in q:
-            errors.append(_err(cloc, "field required: an array of level descriptions, lowest first", "missing"))
-        elif isinstance(crit, dict):
-            errors.append(_err(cloc, "the legacy map form of score criteria (e.g. {\"0\": \"low\", \"1\": \"high\"}) is not "
-                                     "supported; send an array of level descriptions, lowest first", "score_legacy_form"))
-        elif not isinstance(crit, list):
-            errors.append(_err(cloc, f"score criteria must be an array of level descriptions, got {_type_name(crit)}", "list_type"))
-        elif not (limits.min_levels <= len(crit) <= limits.max_levels):
-            errors.append(_err(cloc, f"score has {plural(len(crit), 'level')}; it needs {limits.min_levels} to {limits.max_levels}",
-                               "too_short" if len(crit) < limits.min_levels else "too_long"))
-        else:
-            for i, v in enumerate(crit):
-                if not _is_text(v):
-                    errors.append(_err([*cloc, i], f"level description must be a string, object or array, got {_type_name(v)}",
-                                       "text_type"))
-            options = tuple(Option(str(i), v) for i, v in enumerate(crit))
-    if len(errors) > n0:
-        return None
-    return Question(id=qid, type=qtype, instructions=q.get("instructions", ""), options=options)
+            options = tuple(Option(str(i), v) for i, v in enumerate(q.criteria))
+        questions.append(Question(id=qid, type=q.type, instructions=q.instructions, options=options))
+    ignored = tuple(k for k in obj if k not in RequestBody.model_fields)
+    return Request(state=obj["state"], questions=tuple(questions), model=body.model, ignored_fields=ignored)

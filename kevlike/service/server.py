@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kevlike.service.batcher import Batcher, QueueFullError
-from kevlike.request.schema import DEFAULT_LIMITS, Limits, RequestError, parse_request
+from kevlike.request.schema import DEFAULT_LIMITS, Limits, RequestError, parse_request, request_json_schema
 
 log = logging.getLogger("kevlike.service.server")
 
@@ -73,35 +73,6 @@ def api_keys_from_env(path: str | None = None) -> frozenset:
 def _error(status: int, error_type: str, message: str, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"detail": {"error_type": error_type, "message": message}}, status_code=status,
                         headers=headers)
-
-
-def request_schema(limits: Limits = DEFAULT_LIMITS) -> dict:
-    """JSON Schema of a request body for ``/openapi.json``, with the server's configured ``limits``
-    (the validator in :mod:`kevlike.request.schema` is the authority; this documents it)."""
-    text = {"type": ["string", "object", "array"]}
-    return {
-        "type": "object", "required": ["state", "questions"], "additionalProperties": True,
-        "description": "unknown top-level fields are ignored (named in the x-kevlike-ignored-fields response header)",
-        "properties": {
-            "model": {"type": "string", "description": "served model name or alias (default: the server's default)"},
-            "state": {**text, "description": "the text decided about: string, object or array"},
-            "questions": {"type": "object", "minProperties": 1, "maxProperties": limits.max_questions,
-                          "additionalProperties": {
-                "type": "object", "required": ["type"], "additionalProperties": False,
-                "description": "instructions are required, except on a noul question whose criteria describe the answers",
-                "properties": {
-                    "type": {"enum": ["noul", "choice", "score"]},
-                    "instructions": text,
-                    "criteria": {"oneOf": [
-                        {"type": "null", "description": "noul only: no descriptions"},
-                        {"type": "object", "description": f"noul: descriptions of 'true'/'false'; choice: "
-                                                          f"{limits.min_options}-{limits.max_options} option keys -> "
-                                                          f"description or null",
-                         "minProperties": 1, "maxProperties": limits.max_options},
-                        {"type": "array", "description": "score: level descriptions, lowest first",
-                         "minItems": limits.min_levels, "maxItems": limits.max_levels, "items": text}]}}}},
-        },
-    }
 
 
 def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
@@ -195,8 +166,20 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         return _error(500, "unknown", f"internal error ({type(exc).__name__}); request id "
                                       f"{getattr(request.state, 'request_id', '-')}")
 
+    # the body is parsed by kevlike.request.schema (pre-pass + pydantic models), not by FastAPI; its JSON Schema,
+    # generated from those models with this server's limits, goes into the OpenAPI document's components
+    body_schema = request_json_schema(config.limits, ref_template="#/components/schemas/{model}")
+    components = {**body_schema.pop("$defs"), "RequestBody": body_schema}
+    fastapi_openapi = app.openapi
+
+    def openapi() -> dict:
+        doc = fastapi_openapi()
+        doc.setdefault("components", {}).setdefault("schemas", {}).update(components)
+        return doc
+    app.openapi = openapi
+
     @app.post("/v1/systemone", openapi_extra={"requestBody": {"required": True, "content": {
-        "application/json": {"schema": request_schema(config.limits)}}}})
+        "application/json": {"schema": {"$ref": "#/components/schemas/RequestBody"}}}}})
     async def systemone(request: Request):
         """Answer typed questions about a state (Jev's System One endpoint)."""
         limit = config.limits.max_body_bytes
