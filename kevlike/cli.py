@@ -145,7 +145,7 @@ def _cmd_decide(args) -> int:
     if args.timing:
         print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.dtype} "
               f"[{engine.dtype_reason}], "
-              f"readout={engine.readout}, {response['usage']['input_tokens']} tokens, "
+              f"readout={engine.readout.name}, {response['usage']['input_tokens']} tokens, "
               f"{engine.thread_policy.describe()})", file=sys.stderr)
     return 0
 

@@ -36,7 +36,7 @@ def test_save_load_round_trip(tmp_path):
     assert json.loads((art / "kevlike.json").read_text())["delimiter_ids"] == ids
 
     loaded = Engine.from_pretrained(art)
-    assert loaded.readout == "pointer" and loaded.name == str(art)
+    assert loaded.readout.name == "pointer" and loaded.name == str(art)
     assert torch.equal(loaded.head.w_q.weight, eng.head.w_q.weight)
     assert torch.equal(loaded.head.w_k.weight, eng.head.w_k.weight)
     assert torch.equal(loaded.model.get_input_embeddings().weight[ids], eng.model.get_input_embeddings().weight[ids])

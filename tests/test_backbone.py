@@ -87,7 +87,7 @@ def test_default_model_is_the_shipped_decision_model(default_engine):
     from kevlike.model.backbones import DEFAULT_ARTIFACT, EMBEDDED
 
     manifest = json.loads((DEFAULT_ARTIFACT / "kevlike.json").read_text())
-    assert default_engine.readout == "pointer" and default_engine.name == "kevlike-default"
+    assert default_engine.readout.name == "pointer" and default_engine.name == "kevlike-default"
     assert manifest["backbone"] == "smollm2-135m-instruct"
     assert manifest["backbone_sha256"] == EMBEDDED["smollm2-135m-instruct"].gguf_sha256
     size = sum(p.stat().st_size for p in DEFAULT_ARTIFACT.rglob("*") if p.is_file())

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     engine = Engine.from_pretrained(args.model, dtype=args.dtype)
     requests = [json.loads(Path(x).read_text()) for x in args.paths]
     res = packed_vs_separate(engine, requests)
-    print(f"model={engine.name} readout={engine.readout} dtype={args.dtype} backend={engine.backend}")
+    print(f"model={engine.name} readout={engine.readout.name} dtype={args.dtype} backend={engine.backend}")
     print(f"{'request':32} {'Q':>3} {'tok packed':>10} {'tok sep':>8} {'max|dp|':>9} {'packed s':>9} {'sep s':>7}")
     for path, row in zip(args.paths, res["requests"]):
         print(f"{Path(path).name:32} {row['questions']:3d} {row['tokens_packed']:10d} {row['tokens_separate']:8d} "

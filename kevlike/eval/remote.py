@@ -18,6 +18,7 @@ import os
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import torch
 
@@ -80,7 +81,7 @@ class RemoteEngine:
         concurrency: requests in flight at once.
     """
 
-    readout = "served"
+    readout = SimpleNamespace(name="served")
     device = "remote"
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,

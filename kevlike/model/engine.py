@@ -19,7 +19,7 @@ from kevlike.model.backbones import DEFAULT_MODEL, load_backbone, resolve_dtype,
 from kevlike.model.modeldir import ModelDir, ensure_embedding_rows
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.request.encode import EncodedRequest, Encoder, check_option_mode, option_orders
-from kevlike.model.heads import PointerHead, lm_option_scores, pointer_logits, pool_orders
+from kevlike.model.heads import PointerHead, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
 from kevlike.request.pack import pack
 from kevlike.request.render import render_text
@@ -214,7 +214,8 @@ class Engine:
                  option_mode: str = "list"):
         check_option_orders(option_orders)
         self.option_mode = check_option_mode(option_mode)
-        if state_cache_mb and head is None:
+        self.readout = readout_for(head)
+        if state_cache_mb and not self.readout.state_cache:
             raise ValueError("the state cache serves the pointer readout; this model has none (LM readout)")
         self.sliding_window = bool(getattr(model.config, "use_sliding_window", False)
                                    or "sliding_attention" in (getattr(model.config, "layer_types", None) or ()))
@@ -224,7 +225,7 @@ class Engine:
         self.thread_policy = threads if isinstance(threads, ThreadPolicy) else ThreadPolicy.from_env(threads)
         self.model = model
         self.name = name
-        self.head = head
+
         self.temperatures = temperatures or TemperatureTable()
         self.device = next(model.parameters()).device
         self.backend = check_backend(backend or default_backend(self.device))  # never eager (DESIGN §6)
@@ -239,7 +240,7 @@ class Engine:
         self.artifact_dir = None      # from_pretrained: the decision-model directory (its calibration profiles)
         self.profile = None           # the calibration profile whose temperatures are served (with_profile)
         # the modes this model answers in (from_pretrained: its manifest's option_modes)
-        self.option_modes = ("list", "set") if head is None else tuple(dict.fromkeys(("list", option_mode)))
+        self.option_modes = tuple(dict.fromkeys(("list", option_mode, self.readout.layout(option_mode))))
         self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype_reason = "the given model's weights"  # from_pretrained: why auto chose it
         self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits,
@@ -368,16 +369,22 @@ class Engine:
     def shortlist_mode(self) -> str:
         """The mode the first stage of shortlist-then-decide scores options in: ``set`` when the model reads
         it (the LM readout always does), else ``list``."""
-        return "set" if self.head is None or "set" in self.option_modes else "list"
+        return "set" if "set" in self.option_modes else "list"
 
     @property
-    def readout(self) -> str:
-        """``"pointer"`` (trained decision model) or ``"lm"`` (training-free LM readout)."""
-        return "lm" if self.head is None else "pointer"
+    def temperature_mode(self) -> str:
+        """The option mode whose temperatures calibrate this engine's choice answers."""
+        return self.readout.temperature_mode(self.option_mode)
+
+    @property
+    def head(self) -> PointerHead | None:
+        """The trained pointer head; None for the LM readout."""
+        return self.readout.head
 
     # -- the forward pass ------------------------------------------------------------------
-    def encode(self, request: Request) -> EncodedRequest:
-        return self.encoder.encode(request) if self.head is not None else self.encoder.encode_lm(request)
+    def encode(self, request: Request, option_mode: str | None = None) -> EncodedRequest:
+        """The request's token ids in the readout's template (``option_mode``: default the engine's)."""
+        return self.readout.encode(self.encoder, request, option_mode or self.option_mode)
 
     def hidden_states(self, input_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor,
                       option_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -395,10 +402,7 @@ class Engine:
             self.thread_policy.apply()
         batch = pack(encoded, self.encoder.pad_id, padding_side).to(self.device)
         hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids, batch.option_ids)
-        if self.head is not None:
-            z = pointer_logits(self.head, hidden, batch)                                   # (B, NB, K)
-        else:
-            z = lm_option_scores(hidden, batch, self.model.get_output_embeddings())       # (B, NB, K)
+        z = self.readout.logits(self.model, hidden, batch)                                 # (B, NB, K)
         return [pool_orders(enc, z[b].cpu()) for b, enc in enumerate(encoded)]
 
     # -- public API ------------------------------------------------------------------------
@@ -430,7 +434,7 @@ class Engine:
         big = tuple(i for i, q in enumerate(req.questions) if q.type == "choice" and len(q.options) > JEV_MAX_OPTIONS)
         if not big:
             return Prepared(req, self.encode(req), report)
-        if self.head is None or self.option_mode == "set":
+        if self.readout.layout(self.option_mode) == "set":
             try:
                 return Prepared(req, self.encode(req), report)       # one pass: every option its own sub-branch
             except RequestError as e:
@@ -452,7 +456,7 @@ class Engine:
             q = request.questions[qi]
             for first in range(0, len(q.options), SHORTLIST_CHUNK):
                 part = replace(request, questions=(replace(q, options=q.options[first:first + SHORTLIST_CHUNK]),))
-                enc = self.encoder.encode(part, mode) if self.head is not None else self.encoder.encode_lm(part)
+                enc = self.encode(part, mode)
                 state_ids = enc.state_ids
                 branches.extend((qi, first, b) for b in enc.branches)
         passes, slots, cur, total = [], [], [], len(state_ids)
@@ -533,7 +537,7 @@ class Engine:
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
         """Calibrated probabilities per question: ``softmax(z / T(type, K))`` (set-mode choice
         questions take the ``choice:set`` temperatures when the table has them)."""
-        mode = self.option_mode if self.head is not None else "list"
+        mode = self.temperature_mode
         return [softmax_order_free(q, z, self.temperatures.lookup(q.type, len(q.options), mode))
                 for q, z in zip(request.questions, logits)]
 

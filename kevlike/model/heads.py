@@ -1,5 +1,10 @@
 """Readouts: the pointer head (the product's) and the training-free LM readout (DESIGN.md §7).
 
+A readout is one object (:class:`PointerReadout`, :class:`LMReadout`) that owns everything that differs
+between the two: the template a request is encoded with, the layout of a choice question's options,
+the logits read from the hidden states, and the temperature-table key. The engine calls it without
+branching on which one it holds.
+
 Notation: B requests, L packed length, d hidden size, NB branches, K options (padded).
 """
 
@@ -10,8 +15,9 @@ import math
 import torch
 from torch import nn
 
-from kevlike.request.encode import EncodedRequest
+from kevlike.request.encode import EncodedRequest, Encoder
 from kevlike.request.pack import PackedBatch
+from kevlike.request.schema import Request
 
 
 def gather_positions(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -111,3 +117,61 @@ def pool_orders(enc: EncodedRequest, z: torch.Tensor) -> list[torch.Tensor]:
             zc = torch.log_softmax(zc, -1).mean(0)
         out.append(torch.empty_like(zc).index_copy_(0, torch.tensor(first), zc))
     return out
+
+
+class PointerReadout:
+    """The trained pointer head read at each ``<decide>`` (:func:`pointer_logits`), on the delimiter
+    template; a choice question's options are laid out as the engine's option mode says (list or set).
+
+    Args:
+        head: the trained :class:`PointerHead`.
+    """
+
+    name = "pointer"
+    state_cache = True         # the state cache (kevlike.model.state_cache) reads this readout
+
+    def __init__(self, head: PointerHead):
+        self.head = head
+
+    def layout(self, option_mode: str) -> str:
+        """How a choice question's options are laid out in ``option_mode``: as asked."""
+        return option_mode
+
+    def encode(self, encoder: Encoder, request: Request, option_mode: str) -> EncodedRequest:
+        return encoder.encode(request, option_mode)
+
+    def logits(self, model: nn.Module, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """``[B, NB, K]`` float32 pointer logits, ``-inf`` on padding."""
+        return pointer_logits(self.head, hidden, batch)
+
+    def temperature_mode(self, option_mode: str) -> str:
+        """The option mode whose temperatures (``choice`` or ``choice:set``) calibrate its answers."""
+        return option_mode
+
+
+class LMReadout:
+    """The training-free baseline: the backbone's own mean log-probability of each option's answer text
+    (:func:`lm_option_scores`), on the plain-text template; every answer is its own sub-branch whatever the
+    option mode, so it is order-free in both, and its temperatures are the plain ``choice`` ones."""
+
+    name = "lm"
+    state_cache = False
+    head = None
+
+    def layout(self, option_mode: str) -> str:
+        return "set"
+
+    def encode(self, encoder: Encoder, request: Request, option_mode: str) -> EncodedRequest:
+        return encoder.encode_lm(request)
+
+    def logits(self, model: nn.Module, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """``[B, NB, K]`` float32 mean log-probabilities, ``-inf`` on padding."""
+        return lm_option_scores(hidden, batch, model.get_output_embeddings())
+
+    def temperature_mode(self, option_mode: str) -> str:
+        return "list"
+
+
+def readout_for(head: PointerHead | None) -> PointerReadout | LMReadout:
+    """The readout of a model: its pointer head's, or the LM readout when it has none."""
+    return LMReadout() if head is None else PointerReadout(head)

@@ -233,7 +233,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         from kevlike.model.temperatures import calibration_type
         from kevlike.request.render import render_text
 
-        mode = engine.option_mode if engine.head is not None else "list"
+        mode = engine.temperature_mode
         answers = []
         for q in req.questions:
             a = response["answers"][q.id]
@@ -413,11 +413,11 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
         for m in models:
             eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
                                          option_orders=option_orders, threads=threads, option_mode=option_mode)
-            if state_cache_mb and eng.head is not None and not eng.sliding_window:
+            if state_cache_mb and eng.readout.state_cache and not eng.sliding_window:
                 eng.state_cache = StateCache(state_cache_mb)
             engines[eng.name] = eng
             entry = MODELS.get(eng.name)
-            info[eng.name] = {"description": entry.description if entry else f"{eng.readout} readout on {m}",
+            info[eng.name] = {"description": entry.description if entry else f"{eng.readout.name} readout on {m}",
                               "release_date": entry.release_date if entry else ""}
             if eng.artifact_dir is not None:   # calibration profiles: the same model as MODEL@PROFILE
                 from kevlike.model.modeldir import list_profiles
