@@ -4,28 +4,26 @@
     >>> engine = Engine.from_pretrained()          # the embedded default, set up on first use
     >>> engine.decide({"state": "…", "questions": {"q": {"type": "noul", "instructions": "…"}}})
 
-Importing the package is cheap: the names that need torch (:class:`Engine`, the model registry's
-``DEFAULT_MODEL``, ``ModelNotFoundError``, ``SetupError``) are imported on first access (PEP 562), so
-``kevlike --help`` and request validation start without loading torch.
+Importing the package is cheap: its public names are imported on first access (PEP 562), so ``kevlike
+--help`` starts without loading pydantic or torch, and request validation without loading torch.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from kevlike.request.schema import Limits, Request, RequestError, parse_request, validate_request
-
 __version__ = "0.1.0"  # the same as pyproject.toml's [project] version
 __all__ = ["DEFAULT_MODEL", "Engine", "Limits", "ModelNotFoundError", "Request", "RequestError", "SetupError",
            "parse_request", "validate_request", "__version__"]
 
-# name -> submodule it is imported from on first access (these submodules import torch)
+# name -> submodule it is imported from on first access (model.* import torch, request.schema pydantic)
 _LAZY = {"DEFAULT_MODEL": "model.backbones", "ModelNotFoundError": "model.backbones", "SetupError": "model.backbones",
-         "Engine": "model.engine"}
+         "Engine": "model.engine", "Limits": "request.limits", "Request": "request.schema",
+         "RequestError": "request.schema", "parse_request": "request.schema", "validate_request": "request.schema"}
 
 
 def __getattr__(name: str):
-    """Import a torch-dependent public name on first use and cache it in the package namespace.
+    """Import a public name on first use and cache it in the package namespace.
 
     Raises:
         AttributeError: ``name`` is not a public name of the package (nor an imported submodule).

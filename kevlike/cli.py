@@ -8,6 +8,11 @@
     kevlike train CONFIG.yaml [k=v]    train a decision model (LoRA + pointer head); --resume RUN_DIR
     kevlike eval --model DIR           held-out metrics of a decision model (writes a run directory)
     kevlike calibrate DIR              fit temperatures on validation data, write calibration.json
+    kevlike recalibrate --db URL       fit a calibration profile on the outcomes a server recorded
+    kevlike probes                     structural probes (permutation, option addition, ...) as JSON
+    kevlike parity REQUEST.json ...    packed vs separate answers of real requests
+    kevlike loadtest --spawn|--url     requests per second and latency under concurrent clients
+    kevlike fuzz [--n 10000]           hostile requests against a server: no 5xx, documented error shapes
 
 Exit codes:
     0  ok; serve: stopped by SIGTERM or Ctrl-C after answering the requests in flight
@@ -29,6 +34,8 @@ import time
 from pathlib import Path
 
 from kevlike import __version__
+from kevlike.request.limits import Limits
+from kevlike.service.config import ServerConfig
 
 EXIT_OK, EXIT_SETUP, EXIT_USAGE, EXIT_LISTEN = 0, 1, 2, 3
 """The exit codes of the module docstring."""
@@ -93,9 +100,7 @@ def _max_options_error(args) -> str | None:
 
 
 def _limits(args, **kw):
-    """The request :class:`~kevlike.request.schema.Limits` of the command's options (``--max-options``)."""
-    from kevlike.request.schema import Limits
-
+    """The request :class:`~kevlike.request.limits.Limits` of the command's options (``--max-options``)."""
     if getattr(args, "max_options", None) is not None:
         kw["max_options"] = args.max_options
     return Limits(**kw)
@@ -194,7 +199,7 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_serve(args) -> int:
-    from kevlike.service.server import ListenError, ServerConfig, api_keys_from_env, serve
+    from kevlike.service.server import ListenError, api_keys_from_env, serve
 
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
@@ -205,14 +210,13 @@ def _cmd_serve(args) -> int:
     if not 0 <= args.port <= 65535:
         return _fail(f"--port must be from 0 to 65535, got {args.port}")
     try:
-        config = ServerConfig(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, queue_size=args.queue_size,
-                              timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
-                              api_keys=api_keys_from_env(args.api_keys_file),
+        config = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                              queue_size=args.queue_size, timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
+                              state_cache_mb=args.state_cache_mb, api_keys=api_keys_from_env(args.api_keys_file),
                               limits=_limits(args, max_request_tokens=args.max_request_tokens))
-        serve(args.model or [None], host=args.host, port=args.port, dtype=args.dtype, config=config,
-              script_policy=args.script_policy, option_orders=args.option_orders, option_mode=args.option_mode,
-              log_level=args.log_level, threads=args.threads, state_cache_mb=args.state_cache_mb,
-              record=args.record, record_state=args.record_state)
+        serve(args.model or [None], config, dtype=args.dtype, script_policy=args.script_policy,
+              option_orders=args.option_orders, option_mode=args.option_mode, log_level=args.log_level,
+              threads=args.threads, record=args.record, record_state=args.record_state)
     except ListenError as e:
         return _fail(str(e), EXIT_LISTEN)
     except Exception as e:
@@ -391,6 +395,19 @@ def _cmd_recalibrate(args) -> int:
     return 0
 
 
+def _tool(module: str):
+    """The command function of a tool subcommand: ``kevlike.<module>.run(args)``, imported when it runs.
+    A ``ValueError`` (a bad option value, found by the tool) is one line and exit code 2."""
+    def call(args) -> int:
+        import importlib
+
+        try:
+            return importlib.import_module(f"kevlike.{module}").run(args)
+        except ValueError as e:
+            return _fail(str(e))
+    return call
+
+
 def _threads(value: str) -> int | str:
     """``--threads``: ``auto`` or an integer from 1 to 256 (argparse type)."""
     if value == "auto":
@@ -467,6 +484,15 @@ def build_parser() -> argparse.ArgumentParser:
     orders_help = (f"orders each choice question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, "
                    f"M>=2 pooled (M x the choice branches' tokens), 0 as listed")
 
+    def option_reading(p: argparse.ArgumentParser, whose: str = "the model's", note: str = "", orders: bool = True,
+                       mode_help_text: str | None = None, modes: tuple = ("list", "set")) -> None:
+        """``--option-orders`` (if ``orders``) and ``--option-mode``: one declaration for every command."""
+        if orders:
+            p.add_argument("--option-orders", type=int, default=None, metavar="M",
+                           help=f"{orders_help}{note} (default: {whose})")
+        p.add_argument("--option-mode", choices=list(modes), default=None,
+                       help=mode_help_text or f"{mode_help}{note} (default: {whose})")
+
     d = command("decide", "answer a request JSON file ('-' for stdin) and print the response JSON",
                 epilog="Exit codes: 0 ok; 1 set-up failure; 2 invalid request, unreadable file, unknown model or "
                        "bad option value (one line on stderr).")
@@ -478,13 +504,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: annotate (report it in the response) "
                         "or refuse it")
-    d.add_argument("--option-orders", type=int, default=None, metavar="M",
-                   help=f"{orders_help} (default: the model's)")
-    d.add_argument("--option-mode", choices=["list", "set"], default=None, help=f"{mode_help} (default: the model's)")
+    option_reading(d)
     d.add_argument("--profile", default=None, metavar="NAME",
                    help="answer with the temperatures of this calibration profile (kevlike calibrate --profile; "
                         "default: the model's own)")
-    d.add_argument("--max-options", type=int, default=None, metavar="N", help=f"{max_options_help} (default: 255)")
+    d.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N", help=max_options_help)
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
     d.add_argument("--threads", type=_threads, default=None, help=threads_help)
@@ -511,30 +535,28 @@ def build_parser() -> argparse.ArgumentParser:
                        "    3  cannot listen on --host:--port (address in use, no permission, unknown host); "
                        "one line:\n"
                        "       kevlike: error: cannot listen on HOST:PORT: REASON")
-    s.add_argument("--host", default="127.0.0.1",
+    s.add_argument("--host", default=ServerConfig.host,
                    help="address to listen on (0.0.0.0: all IPv4 interfaces; an address with ':' is IPv6)")
-    s.add_argument("--port", type=int, default=8000, help="TCP port to listen on (exit code 3 when it is taken)")
+    s.add_argument("--port", type=int, default=ServerConfig.port, help="TCP port to listen on (exit code 3 when it is taken)")
     s.add_argument("--model", action="append", default=None,
                    help="model name or directory to serve (repeatable; the first is the default model; "
                         "default: kevlike-default)")
     s.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
     s.add_argument("--threads", type=_threads, default=None, help=threads_help)
-    s.add_argument("--state-cache-mb", type=_megabytes, default=256.0, metavar="MB",
+    s.add_argument("--state-cache-mb", type=_megabytes, default=ServerConfig.state_cache_mb, metavar="MB",
                    help="MiB of state keys/values kept per model between requests: a request whose state (or a "
                         "prefix of it) was seen recently runs only its questions; 0 turns it off")
     s.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: annotate (report it in the response) "
                         "or refuse it (422)")
-    s.add_argument("--option-orders", type=int, default=None, metavar="M",
-                   help=f"{orders_help} (default: each model's)")
-    s.add_argument("--option-mode", choices=["list", "set"], default=None, help=f"{mode_help} (default: each model's)")
-    s.add_argument("--max-options", type=int, default=None, metavar="N", help=f"{max_options_help} (default: 255)")
-    s.add_argument("--max-batch", type=int, default=8, help="requests per packed forward pass")
-    s.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more requests, in ms")
-    s.add_argument("--queue-size", type=int, default=64, help="waiting requests before answering 429")
-    s.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds (then 503)")
-    s.add_argument("--max-batch-tokens", type=int, default=32768, help="padded tokens per forward pass")
-    s.add_argument("--max-request-tokens", type=int, default=65536,
+    option_reading(s, "each model's")
+    s.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N", help=max_options_help)
+    s.add_argument("--max-batch", type=int, default=ServerConfig.max_batch, help="requests per packed forward pass")
+    s.add_argument("--max-wait-ms", type=float, default=ServerConfig.max_wait_ms, help="how long a batch waits for more requests, in ms")
+    s.add_argument("--queue-size", type=int, default=ServerConfig.queue_size, help="waiting requests before answering 429")
+    s.add_argument("--timeout", type=float, default=ServerConfig.timeout_s, help="per-request timeout in seconds (then 503)")
+    s.add_argument("--max-batch-tokens", type=int, default=ServerConfig.max_batch_tokens, help="padded tokens per forward pass")
+    s.add_argument("--max-request-tokens", type=int, default=Limits.max_request_tokens,
                    help="token budget of one packed request (413 above it); lower it to bound the cost of one request")
     s.add_argument("--api-keys-file", default=None,
                    help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated; "
@@ -566,8 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compare", default=None,
                    help="other attention backends timed as packed-NAME, e.g. sdpa,flex_attention "
                         "(default: sdpa on the CPU; '' for none)")
-    b.add_argument("--option-mode", choices=["list", "set"], default=None,
-                   help=f"{mode_help}; timed for the pointer readout (default: the model's)")
+    option_reading(b, note="; timed for the pointer readout", orders=False)
     b.add_argument("--max-separate-tokens", type=int, default=None,
                    help="skip the separate mode in cells where it would process more tokens than this "
                         "(default: no limit)")
@@ -604,10 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "temperatures (default: run the model)")
     e.add_argument("--quiet", action="store_true", help="no progress bars")
     e.add_argument("--quantize", choices=["int8"], default=None, help=quantize_help)
-    e.add_argument("--option-orders", type=int, default=None, metavar="M",
-                   help=f"{orders_help}; local models only (default: the model's)")
-    e.add_argument("--option-mode", choices=["list", "set"], default=None,
-                   help=f"{mode_help}; local models only (default: the model's)")
+    option_reading(e, note="; local models only")
     e.add_argument("--data", default=None, metavar="FILE.jsonl",
                    help="evaluate on your labelled requests instead of a suite: one JSON object per line, "
                         '{"request": <Jev request>, "gold": {question id: answer}, "weight": optional}; '
@@ -641,11 +659,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")
     c.add_argument("--quiet", action="store_true", help="no progress bars")
-    c.add_argument("--option-orders", type=int, default=None, metavar="M",
-                   help=f"{orders_help}; fitted for and stored in kevlike.json (default: the artifact's)")
-    c.add_argument("--option-mode", choices=["list", "set", "both"], default=None,
-                   help="fit the choice temperatures of this option mode (set: stored as choice:set); both: "
-                        "each mode the model was trained for (default: both)")
+    option_reading(c, "the artifact's", "; fitted for and stored in kevlike.json", modes=("list", "set", "both"),
+                   mode_help_text="fit the choice temperatures of this option mode (set: stored as choice:set); both: "
+                                  "each mode the model was trained for (default: both)")
     c.set_defaults(func=_cmd_calibrate)
 
     r = command("recalibrate", "fit a calibration profile on the outcomes recorded by kevlike serve --record")
@@ -660,6 +676,45 @@ def build_parser() -> argparse.ArgumentParser:
                         "else T = 1)")
     r.add_argument("--quiet", action="store_true", help="no fit summary on stderr")
     r.set_defaults(func=_cmd_recalibrate)
+
+    pr = command("probes", "structural probes of a model, printed as JSON: permutation, option addition, "
+                           "negation and the others listed under --only")
+    pr.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
+    pr.add_argument("--url", default=None, help="a Jev-compatible server instead of a local model (default: local)")
+    pr.add_argument("--n", type=int, default=40, help="held-out questions per probe")
+    option_reading(pr, note="; local models only")
+    pr.add_argument("--only", default=None, help="comma-separated subset of the probes (default: all; an unknown "
+                                                 "name is refused with the list)")
+    pr.set_defaults(func=_tool("eval.probes"))
+
+    pa = command("parity", "answer request files packed and separately and print the largest probability difference")
+    pa.add_argument("paths", nargs="+", help="request JSON files")
+    pa.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
+    pa.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weight precision")
+    pa.set_defaults(func=_tool("eval.parity"))
+
+    lt = command("loadtest", "requests per second and latency percentiles of a server under concurrent clients")
+    lt.add_argument("--url", default=None, help="an already running server (loopback only; default: --spawn)")
+    lt.add_argument("--spawn", action="store_true", help="start the server twice: --max-batch 1, then the default")
+    lt.add_argument("--model", default=None, help="with --spawn: model to serve (default: kevlike-default)")
+    lt.add_argument("--concurrency", default="1,8,32", help="client counts, comma-separated")
+    lt.add_argument("--requests", type=int, default=32, help="requests per cell (at least 2 x concurrency)")
+    lt.add_argument("--max-seconds", type=float, default=300.0, help="time bound per cell, in seconds")
+    lt.add_argument("--files", nargs="*", default=None, help="request JSON files (default: examples/*.json)")
+    lt.add_argument("--json", default=None, help="write the results here (default: not written)")
+    lt.set_defaults(func=_tool("service.loadtest"))
+
+    fz = command("fuzz", "send hostile requests to a server and check: no 5xx, no dropped connection, every error "
+                         "in its documented shape (writes a run directory)")
+    fz.add_argument("--n", type=int, default=10_000, help="requests to send")
+    fz.add_argument("--seed", type=int, default=0, help="request i of a seed is always the same request")
+    fz.add_argument("--model", default=None, help="model name or directory to serve (default: a tiny random Llama)")
+    fz.add_argument("--workers", type=int, default=4, help="client threads")
+    fz.add_argument("--out", default=None, help="the run directory (default: runs/fuzz-YYYYmmdd-HHMMSS)")
+    fz.add_argument("--in-process", action="store_true", help="serve in a thread of this process, not a subprocess")
+    fz.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fz.add_argument("--show", type=int, default=None, metavar="I", help="print request I of --seed and exit (default: run the fuzz)")
+    fz.set_defaults(func=_tool("eval.fuzz"))
     return p
 
 

@@ -114,7 +114,8 @@ def test_every_option_has_help_and_shows_its_default():
 
     parser = build_parser()
     commands = _subparsers(parser)
-    assert {"decide", "fetch", "models", "serve", "bench", "train", "eval", "calibrate"} <= set(commands)
+    assert {"decide", "fetch", "models", "serve", "bench", "train", "eval", "calibrate", "recalibrate", "probes",
+            "parity", "loadtest", "fuzz"} <= set(commands)
     missing, no_default = [], []
     for name, sub in [("kevlike", parser), *commands.items()]:
         formatter = sub._get_formatter()
@@ -130,6 +131,55 @@ def test_every_option_has_help_and_shows_its_default():
     assert not no_default, f"options whose help does not show the default: {no_default}"
     # the rendered help shows it too, e.g. serve --port
     assert "(default: 8000)" in " ".join(commands["serve"].format_help().split())
+
+
+def test_cli_defaults_are_the_library_defaults():
+    """Each option default of the command line equals the default of what it configures: the
+    ServerConfig and Limits fields (the options take them from the dataclasses) and the parameter of the
+    same name of the function a command calls (first function listed that has it)."""
+    import dataclasses
+    import inspect
+
+    from kevlike.cli import build_parser
+    from kevlike.eval.calibration import calibrate_artifact
+    from kevlike.eval.heldout import run_suite
+    from kevlike.eval.owndata import evaluate_data, fit_profile
+    from kevlike.eval.probes import run_probes
+    from kevlike.model.engine import Engine
+    from kevlike.request.limits import Limits
+    from kevlike.service.bench import run as bench_run
+    from kevlike.service.config import ServerConfig
+    from kevlike.service.server import serve
+
+    rename = {"batch": "batch_size", "timeout": "timeout_s", "records": "records_path"}
+    targets = {
+        "decide": [Engine.from_pretrained],
+        "serve": [ServerConfig, Limits, serve, Engine.from_pretrained],
+        "eval": [run_suite, evaluate_data, Engine.from_pretrained],
+        "calibrate": [fit_profile, calibrate_artifact],
+        "recalibrate": [fit_profile],
+        "bench": [bench_run, Engine.from_pretrained],
+        "probes": [run_probes, Engine.from_pretrained],
+    }
+
+    def defaults(f):
+        if dataclasses.is_dataclass(f):
+            return {x.name: x.default for x in dataclasses.fields(f) if x.default is not dataclasses.MISSING}
+        return {k: p.default for k, p in inspect.signature(f).parameters.items() if p.default is not p.empty}
+    commands = _subparsers(build_parser())
+    checked, wrong = 0, []
+    for name, fs in targets.items():
+        tables = [defaults(f) for f in fs]
+        for a in commands[name]._actions:
+            key = rename.get(a.dest, a.dest)
+            table = next((t for t in tables if key in t), None)
+            if not a.option_strings or table is None:
+                continue
+            checked += 1
+            if a.default != table[key]:
+                wrong.append(f"kevlike {name} {a.option_strings[0]}: {a.default!r} vs {table[key]!r}")
+    assert not wrong, wrong
+    assert checked >= 40
 
 
 def test_help_texts_name_no_unshipped_documents():
@@ -228,3 +278,17 @@ def test_max_options_and_option_mode_on_decide(tmp_path, capsys, tiny_model_dir)
         with pytest.raises(SystemExit):
             cli.main([*cmd, "--option-mode", "bag"])
         assert "invalid choice: 'bag'" in capsys.readouterr().err
+
+
+def test_tool_subcommands_refuse_bad_options_in_one_line(capsys):
+    """The probes, load-test and fuzz tools are ``kevlike`` subcommands: a bad option value is one line on
+    stderr and exit code 2, before any model or server starts."""
+    from kevlike.cli import main
+
+    for argv, text in ((["probes", "--only", "nope"], "--only"), (["loadtest"], "exactly one of --url or --spawn"),
+                       (["fuzz", "--n", "0"], "--n and --workers must be >= 1")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kevlike: error: ") and text in err and err.count("\n") == 1, err
+    assert main(["fuzz", "--seed", "3", "--show", "17"]) == 0
+    assert capsys.readouterr().out.startswith("request 17: category ")

@@ -1,9 +1,10 @@
-"""``python -m kevlike.eval.fuzz`` on 200 hostile requests against the tiny random model (the
+"""``kevlike fuzz`` on 200 hostile requests against the tiny random model (the
 full run is 10,000: see the module's docstring)."""
 
 import json
 
-from kevlike.eval.fuzz import CATEGORIES, case_category, enc, main, make_case
+from kevlike.cli import main
+from kevlike.eval.fuzz import CATEGORIES, case_category, enc, make_case
 
 
 def test_fuzz_200_requests_no_5xx_and_documented_error_shapes(tmp_path, capsys):
@@ -13,7 +14,7 @@ def test_fuzz_200_requests_no_5xx_and_documented_error_shapes(tmp_path, capsys):
     assert json.loads(enc({"a": [1, None, "é"]})) == {"a": [1, None, "é"]}
 
     run = tmp_path / "run"
-    code = main(["--n", "200", "--seed", "0", "--workers", "4", "--in-process", "--no-progress", "--out", str(run)])
+    code = main(["fuzz", "--n", "200", "--seed", "0", "--workers", "4", "--in-process", "--no-progress", "--out", str(run)])
     s = json.loads((run / "summary.json").read_text())
     detail = json.dumps({k: s[k] for k in ("status_histogram", "examples_5xx", "examples_transport", "examples_shape")},
                         indent=1, ensure_ascii=False)

@@ -212,7 +212,7 @@ def test_method_and_path_errors_are_4xx(server):
 @pytest.mark.parametrize("extra", [{"questions ": 1}, {" x": 1}, {"a": 1, "": 2}, {"\n\r": 1},
                                    {f"f{i:03d}": 1 for i in range(300)}])
 def test_ignored_field_names_never_break_the_response_header(server, extra):
-    """Found by `python -m kevlike.eval.fuzz`: a header value with edge spaces made h11 drop the connection."""
+    """Found by `kevlike fuzz`: a header value with edge spaces made h11 drop the connection."""
     status, headers, out, _ = server.post({"state": "s", "questions": {"q": NOUL}, **extra})
     assert status == 200 and list(out["answers"]) == ["q"]
     value = headers["x-kevlike-ignored-fields"]

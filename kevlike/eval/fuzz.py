@@ -1,8 +1,8 @@
 """Hostile-request fuzz of the HTTP server: thousands of malformed, mistyped, oversized and mutated
 requests over real HTTP; nothing may yield a 5xx, and every error body must have the documented shape.
 
-    python -m kevlike.eval.fuzz [--n 10000] [--seed 0] [--model NAME_OR_DIR] [--workers 4] [--out DIR]
-    python -m kevlike.eval.fuzz --seed 0 --show 1234      # print request 1234 of that seed (no server)
+    kevlike fuzz [--n 10000] [--seed 0] [--model NAME_OR_DIR] [--workers 4] [--out DIR]
+    kevlike fuzz --seed 0 --show 1234      # print request 1234 of that seed (no server)
 
 The server is the real app: ``kevlike serve --model M`` started as a subprocess on a free loopback port
 (``--in-process``: the same FastAPI app under uvicorn in a thread of this process, quicker to start).
@@ -43,7 +43,6 @@ failed health check happened, else 0.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import gzip
 import json
@@ -1029,22 +1028,18 @@ def _show(case: Case) -> str:
             f"{case.method} {case.path} headers={case.headers!r}{' chunked' if case.chunks else ''}\nbody: {shown}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kevlike.eval.fuzz", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=10_000, help="requests to send (default 10,000)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model", default=None, help="model name or directory to serve (default: a tiny random Llama)")
-    ap.add_argument("--workers", type=int, default=4, help="client threads")
-    ap.add_argument("--out", default=None, help="the run directory (default: runs/fuzz-YYYYmmdd-HHMMSS)")
-    ap.add_argument("--in-process", action="store_true", help="serve in a thread of this process, not a subprocess")
-    ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--show", type=int, default=None, metavar="I", help="print request I of --seed and exit")
-    args = ap.parse_args(argv)
+def run(args) -> int:
+    """``kevlike fuzz``: ``args.n`` hostile requests against a server of ``args.model`` (default a tiny random
+    Llama); writes the run directory and prints a summary. Returns 1 when any check failed.
+
+    Raises:
+        ValueError: ``--n`` or ``--workers`` below 1.
+    """
     if args.show is not None:
         print(_show(make_case(args.seed, args.show)))
         return 0
     if args.n < 1 or args.workers < 1:
-        ap.error("--n and --workers must be >= 1")
+        raise ValueError("--n and --workers must be >= 1")
     run_dir = Path(args.out or f"runs/fuzz-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     run_dir.mkdir(parents=True, exist_ok=args.out is not None)
     (run_dir / "failures").mkdir(exist_ok=True)
@@ -1095,6 +1090,3 @@ def main(argv: list[str] | None = None) -> int:
                       f"{ex.get('shape') or ex.get('transport') or ''} {ex.get('response', '')[:200]!r}")
     return 1 if failed else 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,12 +4,11 @@ For every request, each question answered alone (``[state][branch]``, one forwar
 vs all questions packed in one forward; reports max and mean |Δp| over every probability of every
 answer, and the wall-time ratio separate / packed.
 
-    python -m kevlike.eval.parity [--model NAME_OR_DIR] [--dtype float32] REQUEST.json ...
+    kevlike parity [--model NAME_OR_DIR] [--dtype float32] REQUEST.json ...
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -47,13 +46,9 @@ def packed_vs_separate(engine, requests: list) -> dict:
             "n_probabilities": len(diffs)}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kevlike.eval.parity", description=__doc__.split("\n\n")[0])
-    p.add_argument("paths", nargs="+")
-    p.add_argument("--model", default=None)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    args = p.parse_args(argv)
-    from kevlike import Engine
+def run(args) -> int:
+    """``kevlike parity``: :func:`packed_vs_separate` on ``args.paths``, printed as a table."""
+    from kevlike.model.engine import Engine   # here: the probe functions above need no torch
 
     engine = Engine.from_pretrained(args.model, dtype=args.dtype)
     requests = [json.loads(Path(x).read_text()) for x in args.paths]
@@ -67,6 +62,3 @@ def main(argv=None) -> int:
           f"over {res['n_probabilities']} probabilities")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

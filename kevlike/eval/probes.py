@@ -31,9 +31,19 @@ probes, and the engine's calibrated probabilities (:meth:`Engine.probabilities`)
 
 from __future__ import annotations
 
+import json
 import random
+import sys
+import time
+from pathlib import Path
 
-from kevlike.model.engine import softmax_order_free
+import torch
+
+from kevlike.data.sources import INTENT_PROMPTS, humanize, intent_labels, read_intents
+from kevlike.data.tasks import eval_examples
+from kevlike.eval.parity import packed_vs_separate
+from kevlike.eval.remote import RemoteEngine
+from kevlike.model.engine import Engine, softmax_order_free
 from kevlike.request.schema import validate_request
 
 
@@ -56,7 +66,6 @@ def permutation_probe(engine, questions: list[tuple[str, str, list[str], str]], 
     Raises:
         ValueError: a question with fewer than 3 options.
     """
-    import torch
 
     rng = random.Random(seed)
     flips, spreads, hits = 0, [], 0
@@ -260,7 +269,6 @@ def threshold_economics(probabilities: list[float], labels: list[bool], cost_fp:
 def banking_questions(n: int, seed: int = 0, k: int | None = None) -> list[tuple[str, str, list[str], str]]:
     """``n`` seeded Banking77 *test* messages as probe questions: all 77 intents (``k=None``) or the
     gold one + ``k − 1`` sampled others; the last element is the gold key."""
-    from kevlike.data.sources import INTENT_PROMPTS, humanize, intent_labels, read_intents
     rng = random.Random(seed)
     rows = rng.sample(list(read_intents("banking77", "test")), n)
     labels = [humanize(x) for x in intent_labels("banking77")]
@@ -275,8 +283,6 @@ def banking_questions(n: int, seed: int = 0, k: int | None = None) -> list[tuple
 
 def example_requests() -> list[dict]:
     """The requests of ``examples/*.json`` (multi-question, real texts), if the folder is present."""
-    import json
-    from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "examples"
     return [json.loads(p.read_text()) for p in sorted(root.glob("*.json")) if not p.name.endswith(".meta.json")]
@@ -312,11 +318,8 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False, only:
     Raises:
         ValueError: ``only`` names an unknown probe.
     """
-    import time
 
     check_probes(only)
-    from kevlike.data.sources import humanize, intent_labels
-    from kevlike.data.tasks import eval_examples
     local = hasattr(engine, "encoder")
     out, seconds = {}, {}
 
@@ -324,7 +327,6 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False, only:
         if only is not None and name not in only:
             return
         if progress:
-            import sys
 
             print(f"probe: {name}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
@@ -332,7 +334,6 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False, only:
         seconds[name] = round(time.perf_counter() - t0, 1)
 
     if local:
-        from kevlike.eval.parity import packed_vs_separate
 
         reqs = example_requests() + [e.request for e in eval_examples("banking77", "test", max(1, n // 4), seed=seed,
                                                                       noul_twins=2)]
@@ -364,39 +365,23 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False, only:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m kevlike.eval.probes [--model M | --url URL] [--n 40]``: every probe, printed as JSON."""
-    import argparse
-    import json
+def run(args) -> int:
+    """``kevlike probes``: every probe (or ``args.only``) on ``args.model`` or the server at ``args.url``,
+    printed as JSON.
 
-    ap = argparse.ArgumentParser(prog="python -m kevlike.eval.probes")
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--url", default=None, help="a Jev-compatible server instead of a local model")
-    ap.add_argument("--n", type=int, default=40)
-    ap.add_argument("--option-orders", type=int, default=None, metavar="M",
-                    help="local engines: option orders per choice question (default: the model's; 0 = as listed)")
-    ap.add_argument("--option-mode", choices=["list", "set"], default=None,
-                    help="local engines: how choice options are read (default: the model's)")
-    ap.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBES)}")
-    args = ap.parse_args(argv)
+    Raises:
+        ValueError: an unknown probe name in ``args.only`` (before any model loads).
+    """
     only = None if args.only is None else [x for x in args.only.split(",") if x]
     try:
         check_probes(only)  # before any model loads
     except ValueError as e:
-        ap.error(f"--only: {e}")
+        raise ValueError(f"--only: {e}") from None
     if args.url:
-        from kevlike.eval.remote import RemoteEngine
-
         engine = RemoteEngine(args.url, args.model)
     else:
-        from kevlike.model.engine import Engine
-
         engine = Engine.from_pretrained(args.model, option_orders=args.option_orders, option_mode=args.option_mode)
     print(json.dumps({"model": engine.name, "option_orders": getattr(engine, "option_orders", None),
                       "option_mode": getattr(engine, "option_mode", None),
                       **run_probes(engine, args.n, progress=True, only=only)}, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -44,35 +44,14 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Di
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
+from kevlike.request.limits import DEFAULT_LIMITS, Limits
+
 Text = Union[str, dict, list]
 """User text: a string, or a JSON object/array rendered as canonical JSON (see :mod:`render`)."""
 
 QUESTION_TYPES = ("noul", "choice", "score")
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Request limits (DESIGN.md §4 defaults). Token limits are enforced after tokenization."""
-
-    max_questions: int = 5000
-    min_options: int = 2
-    max_options: int = 255
-    min_levels: int = 2
-    max_levels: int = 10
-    max_depth: int = 64
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_request_tokens: int = 65536  # the whole packed sequence
-    max_branch_context: int = 32768  # state + longest branch (further capped by the backbone)
-
-    def __post_init__(self) -> None:
-        for name, value in self.__dict__.items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"Limits.{name} must be a positive integer, got {value!r}")
-        if self.min_options < 2 or self.min_levels < 2:
-            raise ValueError("Limits.min_options and Limits.min_levels must be at least 2")
-
-
-DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -291,6 +270,10 @@ def _nonempty(what: str):
     return Annotated[str, AfterValidator(check)]
 
 
+OptionKey = _nonempty("option key")
+QuestionId = _nonempty("question id")
+
+
 def _noul_criteria(v: Any) -> Any:
     if v is not None and not isinstance(v, dict):
         _fail("dict_type", f"noul criteria must be an object with keys 'true'/'false' or null, got {_type_name(v)}")
@@ -362,7 +345,7 @@ class ChoiceQuestion(_Strict):
 
     type: Literal["choice"]
     instructions: Text_
-    criteria: Annotated[dict[_nonempty("option key"), Description], BeforeValidator(_choice_criteria)]
+    criteria: Annotated[dict[OptionKey, Description], BeforeValidator(_choice_criteria)]
 
 
 class ScoreQuestion(_Strict):
@@ -436,7 +419,7 @@ class RequestBody(BaseModel):
     model: Annotated[Optional[str], BeforeValidator(_model_name)] = Field(
         None, description="served model name or alias (default: the server's default)")
     state: Text_ = Field(description="the text decided about: a string, or a JSON object or array")
-    questions: Annotated[dict[_nonempty("question id"), AnyQuestion], BeforeValidator(_questions)] = Field(
+    questions: Annotated[dict[QuestionId, AnyQuestion], BeforeValidator(_questions)] = Field(
         description="question id -> question")
 
 

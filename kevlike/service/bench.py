@@ -40,7 +40,7 @@ import torch
 from kevlike.runs import machine
 
 from kevlike.request.encode import EncodedRequest
-from kevlike.model.heads import PointerHead, pointer_logits
+from kevlike.model.heads import PointerHead
 from kevlike.request.schema import validate_request
 from kevlike.model.state_cache import StateCache, cached_branch_logits
 

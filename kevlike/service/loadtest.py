@@ -1,7 +1,7 @@
 """Load test for ``kevlike serve``: throughput and latency at several client concurrencies.
 
-    python -m kevlike.service.loadtest --spawn [--model NAME_OR_DIR] [--concurrency 1,8,32] [--json out.json]
-    python -m kevlike.service.loadtest --url http://127.0.0.1:8000
+    kevlike loadtest --spawn [--model NAME_OR_DIR] [--concurrency 1,8,32] [--json out.json]
+    kevlike loadtest --url http://127.0.0.1:8000
 
 ``--spawn`` starts the server itself twice on free loopback ports — once with batching off
 (``--max-batch 1``) and once with the default batching — and runs the same grid against both, so
@@ -12,7 +12,6 @@ request files (default: ``examples/*.json``) round-robin over a kept-alive conne
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import ipaddress
 import json
@@ -104,22 +103,18 @@ def _spawn(model: str | None, extra: list[str]) -> tuple[subprocess.Popen, int]:
     raise SystemExit("server did not start within 300 s")
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kevlike.service.loadtest", description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default=None, help="an already running server (loopback only)")
-    p.add_argument("--spawn", action="store_true", help="start the server twice: --max-batch 1, then the default")
-    p.add_argument("--model", default=None, help="with --spawn: model to serve (default: kevlike-default)")
-    p.add_argument("--concurrency", default="1,8,32")
-    p.add_argument("--requests", type=int, default=32, help="requests per cell (at least 2 x concurrency)")
-    p.add_argument("--max-seconds", type=float, default=300.0, help="time bound per cell")
-    p.add_argument("--files", nargs="*", default=None, help="request JSON files (default: examples/*.json)")
-    p.add_argument("--json", default=None, help="write the results here")
-    args = p.parse_args(argv)
+def run(args) -> int:
+    """``kevlike loadtest``: the grid of ``args.concurrency`` × (serial, batched) with ``--spawn``, or the
+    server at ``args.url``; prints one line per cell and writes ``args.json``.
+
+    Raises:
+        ValueError: neither or both of ``--url`` and ``--spawn``; no request files.
+    """
     if bool(args.url) == bool(args.spawn):
-        p.error("give exactly one of --url or --spawn")
+        raise ValueError("give exactly one of --url or --spawn")
     files = args.files or sorted(str(f) for f in Path("examples").glob("*.json") if not f.name.endswith(".meta.json"))
     if not files:
-        p.error("no request files (run from the repository root or pass --files)")
+        raise ValueError("no request files (run from the repository root or pass --files)")
     bodies = []
     for f in files:
         req = json.loads(Path(f).read_text())
@@ -158,6 +153,3 @@ def main(argv=None) -> int:
                                                "results": results}, indent=2))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

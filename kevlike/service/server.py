@@ -26,39 +26,18 @@ import os
 import time
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kevlike.service.batcher import Batcher, QueueFullError
-from kevlike.request.schema import DEFAULT_LIMITS, Limits, RequestError, parse_request, request_json_schema
+from kevlike.service.config import ServerConfig
+from kevlike.request.schema import RequestError, parse_request, request_json_schema
 
 log = logging.getLogger("kevlike.service.server")
 
 JEV_ALIASES = ("jev-latest", "jev-preview")
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """Server knobs (defaults in brackets): batch size [8], batch wait [5 ms], queue [64 requests],
-    per-request timeout [60 s], padded tokens per forward pass [32,768], bearer keys [none: auth off]."""
-
-    max_batch: int = 8
-    max_wait_ms: float = 5.0
-    queue_size: int = 64
-    timeout_s: float = 60.0
-    max_batch_tokens: int = 32768
-    api_keys: frozenset = field(default_factory=frozenset)
-    limits: Limits = DEFAULT_LIMITS
-
-    def __post_init__(self):
-        if self.max_batch < 1 or self.queue_size < 1 or self.max_batch_tokens < 1:
-            raise ValueError("max_batch, queue_size and max_batch_tokens must be >= 1")
-        if not (0 < self.timeout_s < float("inf")) or not (0 <= self.max_wait_ms < float("inf")):
-            raise ValueError(f"timeout_s must be a finite number > 0 and max_wait_ms a finite number >= 0, got "
-                             f"{self.timeout_s} and {self.max_wait_ms}")
 
 
 def api_keys_from_env(path: str | None = None) -> frozenset:
@@ -373,16 +352,15 @@ def listen_socket(host: str, port: int, backlog: int = 2048):
     return sock
 
 
-def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
-          config: ServerConfig = ServerConfig(), log_level: str = "info", script_policy: str = "annotate",
-          option_orders: int | None = None, threads: int | str | None = None, state_cache_mb: float = 256.0,
+def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: str = "auto", log_level: str = "info",
+          script_policy: str = "annotate", option_orders: int | None = None, threads: int | str | None = None,
           option_mode: str | None = None, record: str | None = None, record_state: bool = False) -> None:
-    """Listen on ``host:port``, load the models, and answer requests until SIGTERM or SIGINT; then
+    """Listen on ``config.host:config.port``, load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
     normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.model.engine.Engine`
     (None: each model's own setting). ``record``: a SQLAlchemy URL to record answered requests in and to
     take outcome feedback for (:mod:`kevlike.service.feedback`); ``record_state`` also keeps the state texts. ``threads``: torch's CPU threads, ``"auto"``, N or None
-    (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.model.threads`). ``state_cache_mb``: per model, see
+    (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.model.threads`). ``config.state_cache_mb``: per model, see
     :mod:`kevlike.model.state_cache` (0 = off; models without a pointer head or with sliding-window layers
     are served without it).
 
@@ -401,7 +379,8 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
 
     import uvicorn
 
-    sock = listen_socket(host, port)
+    host = config.host
+    sock = listen_socket(host, config.port)
     port = sock.getsockname()[1]  # the port given, or the one the system chose for port 0
     try:
         from kevlike.model.backbones import MODELS, SetupError
@@ -413,8 +392,8 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, dtype: s
         for m in models:
             eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
                                          option_orders=option_orders, threads=threads, option_mode=option_mode)
-            if state_cache_mb and eng.readout.state_cache and not eng.sliding_window:
-                eng.state_cache = StateCache(state_cache_mb)
+            if config.state_cache_mb and eng.readout.state_cache and not eng.sliding_window:
+                eng.state_cache = StateCache(config.state_cache_mb)
             engines[eng.name] = eng
             entry = MODELS.get(eng.name)
             info[eng.name] = {"description": entry.description if entry else f"{eng.readout.name} readout on {m}",

@@ -1,0 +1,54 @@
+"""The server's knobs in one frozen dataclass: the one source of their defaults (``kevlike serve``'s options
+take theirs from it), with no heavy import so that ``kevlike --help`` can show them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kevlike.request.limits import DEFAULT_LIMITS, Limits
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Server knobs.
+
+    Attributes:
+        host: address to listen on (``0.0.0.0``: all IPv4 interfaces; an address with ``:`` is IPv6).
+        port: TCP port (0: one the system picks).
+        max_batch: requests per packed forward pass.
+        max_wait_ms: how long a batch waits for more requests, in milliseconds.
+        queue_size: waiting requests before answering 429.
+        timeout_s: per-request timeout in seconds (then 503).
+        max_batch_tokens: padded tokens per forward pass.
+        state_cache_mb: MiB of state keys/values kept per model between requests (0: off;
+            :mod:`kevlike.model.state_cache`).
+        api_keys: bearer keys; empty: authentication off.
+        limits: request :class:`~kevlike.request.limits.Limits`.
+
+    Raises:
+        ValueError: a count < 1, a port outside 0–65535, a timeout that is not a finite number > 0, a wait
+            or cache size that is not a finite number >= 0.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch: int = 8
+    max_wait_ms: float = 5.0
+    queue_size: int = 64
+    timeout_s: float = 60.0
+    max_batch_tokens: int = 32768
+    state_cache_mb: float = 256.0
+    api_keys: frozenset = field(default_factory=frozenset)
+    limits: Limits = DEFAULT_LIMITS
+
+    def __post_init__(self):
+        if self.max_batch < 1 or self.queue_size < 1 or self.max_batch_tokens < 1:
+            raise ValueError("max_batch, queue_size and max_batch_tokens must be >= 1")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be from 0 to 65535, got {self.port}")
+        if not (0 < self.timeout_s < math.inf) or not (0 <= self.max_wait_ms < math.inf):
+            raise ValueError(f"timeout_s must be a finite number > 0 and max_wait_ms a finite number >= 0, got "
+                             f"{self.timeout_s} and {self.max_wait_ms}")
+        if not 0 <= self.state_cache_mb < math.inf:
+            raise ValueError(f"state_cache_mb must be a finite number >= 0, got {self.state_cache_mb}")
