@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace as _replace
+from datetime import datetime
 from pathlib import Path
+
+from kevlike.data.tasks import TASKS, eval_examples
+from kevlike.metrics import choice_records, records_from_logits
+from kevlike.model.engine import Engine
+from kevlike.model.modeldir import ModelDir, load_temperatures, save_calibration
+from kevlike.model.temperatures import MIN_BUCKET, TemperatureTable, fit_table
 
 
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
@@ -34,8 +42,6 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     """
     if option_orders is not None and option_orders < 0:
         raise ValueError(f"--option-orders must be >= 0, got {option_orders}")
-    from kevlike.model.modeldir import ModelDir, save_calibration
-    from kevlike.model.temperatures import MIN_BUCKET, fit_table
 
     artifact = Path(artifact)
     model_dir = ModelDir(artifact)
@@ -48,16 +54,12 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         raise ValueError(f"--option-mode {option_mode}: {artifact} was trained for option mode(s) {', '.join(trained)}")
     if tasks is None:
         tasks = sorted((manifest.get("training", {}).get("config", {}).get("tasks") or {"banking77": {}}).keys())
-    from kevlike.data.tasks import TASKS
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
         raise ValueError(f"--data: unknown task(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(TASKS)}")
     if records_path is not None:
         records = [json.loads(x) for x in Path(records_path).read_text().splitlines() if x.strip()]
     else:
-        from kevlike.model.engine import Engine
-        from kevlike.data.tasks import eval_examples
-        from kevlike.metrics import choice_records, records_from_logits
 
         engine = Engine.from_pretrained(artifact, option_orders=option_orders, option_mode="list")
         option_orders = engine.option_orders
@@ -73,7 +75,6 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
             if set_engine is not None:
                 records.extend({**r, "type": "choice:set"} for r in choice_records(
                     set_engine, exs, batch_size, progress=not quiet, calibrated=False))
-        from datetime import datetime
 
         run_dir = Path(out) / f"calibrate-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         run_dir.mkdir(parents=True, exist_ok=False)
@@ -90,15 +91,11 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     table, report = fit_table(records, min_count if min_count is not None else MIN_BUCKET,
                               f"fitted on validation splits ({counts})")
     if not table.by_type and not table.by_bucket:
-        from kevlike.model.temperatures import TemperatureTable
 
         table = TemperatureTable(source=f"T = 1 everywhere: no type had enough validation questions with errors "
                                         f"to fit ({counts})")
     fitted = {r["type"] for r in records}
     if model_dir.calibration_path.is_file():  # keep the temperatures of types not fitted in this call
-        from dataclasses import replace as _replace
-
-        from kevlike.model.modeldir import load_temperatures
 
         old = load_temperatures(artifact)
         table = _replace(table, by_type={**{k: v for k, v in old.by_type.items() if k not in fitted}, **table.by_type},

@@ -36,7 +36,11 @@ import random
 import tarfile
 from pathlib import Path
 
+from kevlike.data.families import HELDOUT_SOURCES, SOURCES, eval_items
 from kevlike.data.sources import Example
+from kevlike.metrics import summary
+from kevlike.runs import kevlike_home
+
 CONTRAST_FILE = Path(__file__).resolve().parent / "data" / "contrast.json"
 BIGBENCH_ARCHIVE = "bigbench-1.0.0.tar.gz"
 # task -> instructions (None: the task's own task_prefix) ; all are multiple choice over target_scores
@@ -55,10 +59,8 @@ QUICK_SIZES = {"seen": 2, "heldout_source": 4, "bigbench": 4, "target": 6}
 
 def seen_sources() -> list[str]:
     """Every source that is not held out (what the shipped recipe trains on)."""
-    from kevlike.data.families import HELDOUT_SOURCES, SOURCES
 
     return [n for n in SOURCES if n not in HELDOUT_SOURCES]
-
 
 def contrast_examples(path: Path = CONTRAST_FILE) -> tuple[list[Example], list[dict]]:
     """One request per state of each contrast pair, asking every question three ways: noul ``Q``
@@ -89,7 +91,6 @@ def contrast_examples(path: Path = CONTRAST_FILE) -> tuple[list[Example], list[d
             out.append(Example({"state": state, "questions": qs}, targets, f"contrast/{pair['id']}/{s}", gold))
     return out, data["pairs"]
 
-
 def contrast_metrics(records: list[dict], pairs: list[dict]) -> dict:
     """``both_right`` (share of pair questions right on both states, noul form), ``noul_accuracy`` and the
     two coherence shares of the module docstring, from the records of :func:`contrast_examples`.
@@ -117,19 +118,15 @@ def contrast_metrics(records: list[dict], pairs: list[dict]) -> dict:
             "coherence": {"n": n_state_q, "negation": neg_ok / max(n_state_q, 1),
                           "noul_vs_choice": choice_ok / max(n_state_q, 1)}}
 
-
 def bigbench_dir() -> Path:
-    from kevlike.runs import kevlike_home
 
     return kevlike_home() / "bigbench"
-
 
 def bigbench_tasks(archive: str | Path | None = None) -> dict[str, dict]:
     """The task.json of each of :data:`BIGBENCH_TASKS`, extracted once from BIG-bench's source archive
     (``pip download --no-deps bigbench==1.0.0``, 358 MB) into ``$KEVLIKE_HOME/bigbench/``. Returns ``{}``
     when neither the extracted files nor the archive (``archive`` or ``$KEVLIKE_HOME/bigbench-1.0.0.tar.gz``)
     exist. BIG-bench asks that its data never be trained on: it is read here and nowhere else."""
-    from kevlike.runs import kevlike_home
 
     cache = bigbench_dir()
     missing = [t for t in BIGBENCH_TASKS if not (cache / f"{t}.json").is_file()]
@@ -144,7 +141,6 @@ def bigbench_tasks(archive: str | Path | None = None) -> dict[str, dict]:
                 if m.name in wanted:
                     (cache / f"{wanted[m.name]}.json").write_bytes(tar.extractfile(m).read())
     return {t: json.loads((cache / f"{t}.json").read_text()) for t in BIGBENCH_TASKS if (cache / f"{t}.json").is_file()}
-
 
 def bigbench_examples(tasks: dict[str, dict], n: int, seed: int = 0) -> list[Example]:
     """``n`` seeded examples per BIG-bench task: state = the example's input, one choice question over its
@@ -161,10 +157,8 @@ def bigbench_examples(tasks: dict[str, dict], n: int, seed: int = 0) -> list[Exa
                                {"q": [1.0 if k == gi else 0.0 for k in range(len(keys))]}, f"{name}", {"q": keys[gi]}))
     return out
 
-
 def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str | Path | None = None) -> dict:
     """``{split: [Example]}`` of the module docstring (``n`` overrides every per-source size)."""
-    from kevlike.data.families import HELDOUT_SOURCES, eval_items
 
     size = dict(QUICK_SIZES if quick else SIZES)
     if n is not None:
@@ -187,10 +181,8 @@ def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str
     sets["contrast"] = contrast_examples()[0]
     return sets
 
-
 def generalization_summary(records: list[dict], pairs: list[dict]) -> dict:
     """Per split (and per source within a split) metrics, the wording gap and the contrast figures."""
-    from kevlike.metrics import summary
 
     out = {"splits": {}, "per_source": {}}
     for split in sorted({r["split"] for r in records}):
@@ -212,7 +204,6 @@ def generalization_summary(records: list[dict], pairs: list[dict]) -> dict:
     if any(r["split"] == "contrast" for r in records):
         out["contrast"] = contrast_metrics([r for r in records if r["split"] == "contrast"], pairs)
     return out
-
 
 SPLIT_COLUMNS = ("n", "accuracy", "nll", "ece", "confident_error")
 

@@ -16,7 +16,18 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from kevlike.metrics import N_BINS, summarize
+import torch
+
+from kevlike.data.tasks import eval_examples
+from kevlike.eval.generalization import contrast_examples, generalization_sets, generalization_summary, report_tables
+from kevlike.eval.probes import run_probes
+from kevlike.eval.remote import RemoteEngine
+from kevlike.metrics import N_BINS, ece, records_from_logits, summarize, summary
+from kevlike.model.backbones import resolve_model
+from kevlike.model.engine import Engine
+from kevlike.model.modeldir import load_temperatures
+from kevlike.model.temperatures import TemperatureTable, fit_table
+from kevlike.runs import git_commit, machine
 
 # dataset -> examples sampled from its test split (seed 0)
 SUITES = {
@@ -51,7 +62,6 @@ def table(summary: dict) -> str:
     lines.append(row("**overall**", summary["overall"]))
     return "\n".join(lines)
 
-
 def reliability_plots(records: list[dict], out: Path) -> list[str]:
     """One reliability diagram per question type (accuracy vs mean confidence per bin, bin counts)."""
     try:
@@ -60,7 +70,6 @@ def reliability_plots(records: list[dict], out: Path) -> list[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return []
-    from kevlike.metrics import ece
 
     written = []
     for qtype in sorted({r["type"] for r in records}):
@@ -88,15 +97,11 @@ def reliability_plots(records: list[dict], out: Path) -> list[str]:
         written.append(name)
     return written
 
-
 def comparison_protocol(records: list[dict]) -> dict:
     """DESIGN §12's temperature comparison protocol (for figures comparable with kev's, not for the
     shipped temperatures): fit per (type, K-bucket) on the even-indexed test records' logits, report
     on the odd-indexed ones at T = 1 and with the fitted temperatures. Returns ``{type: {"n", "ece_t1",
     "ece_fitted", "nll_t1", "nll_fitted"}}`` plus ``"overall"``."""
-    from kevlike.model.temperatures import TemperatureTable, fit_table
-
-    from kevlike.metrics import summary
 
     even, odd = records[0::2], records[1::2]
     table, _ = fit_table(even, source="even-indexed test records")
@@ -111,11 +116,9 @@ def comparison_protocol(records: list[dict]) -> dict:
                       "nll_fitted": sa["nll"]}
     return out
 
-
 def rescore(records: list[dict], table) -> list[dict]:
     """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table
     (logits do not depend on temperatures, so no forward pass is needed)."""
-    import torch
 
     out = []
     for r in records:
@@ -123,7 +126,6 @@ def rescore(records: list[dict], table) -> list[dict]:
         t = table.lookup(r["type"], len(r["logits"]))
         out.append({**r, "probs": torch.softmax(z / t, -1).tolist()})
     return out
-
 
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
               batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
@@ -145,16 +147,12 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         kevlike.model.backbones.ModelNotFoundError: unknown model.
         kevlike.data.sources.DataUnavailableError: a data package is missing.
     """
-    from kevlike.model.engine import Engine
-    from kevlike.data.tasks import eval_examples
-    from kevlike.metrics import records_from_logits
 
     if suite not in SUITES and suite not in GENERALIZATION_SUITES:
         raise ValueError(f"unknown suite {suite!r} (known: {', '.join([*SUITES, *GENERALIZATION_SUITES])})")
     if reuse is not None:
         return _rescore_run(model, Path(reuse), Path(out), quiet)
     if engine is None and url is not None:
-        from kevlike.eval.remote import RemoteEngine
 
         engine = RemoteEngine(url, model)
     if engine is None:
@@ -177,18 +175,14 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         timing[name] = round(time.perf_counter() - t0, 1)
     summary = summarize(records)
     if url is None:  # served probabilities are already calibrated by the server; log p is not a logit
-        from kevlike.model.temperatures import TemperatureTable
 
         summary["uncalibrated"] = summarize(rescore(records, TemperatureTable()))  # the same logits at T = 1
         summary["comparison_protocol"] = comparison_protocol(records)
     if probes:
-        from kevlike.eval.probes import run_probes
 
         t0 = time.perf_counter()
         summary["probes"] = run_probes(engine, probes, progress=not quiet)
         timing["probes"] = round(time.perf_counter() - t0, 1)
-    from kevlike.runs import machine
-    from kevlike.runs import git_commit
 
     meta = {"model": engine.name, "suite": suite, "sizes": sizes, "noul_twins": NOUL_TWINS.get(suite, 0),
             "seed": 0, "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
@@ -202,7 +196,6 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
              f"{meta['machine']}; seconds per dataset {timing}.")
     return _write_run(run_dir, meta, summary, records, f"# kevlike eval: suite `{suite}`, model `{engine.name}`", intro, quiet)
 
-
 def probe_table(probes: dict) -> str:
     """Markdown lines, one per probe result."""
     lines = ["| probe | result |", "|---|---|"]
@@ -212,7 +205,6 @@ def probe_table(probes: dict) -> str:
         cells = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in res.items())
         lines.append(f"| {name} | {cells} |")
     return "\n".join(lines)
-
 
 def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], title: str, intro: str,
                quiet: bool) -> Path:
@@ -238,10 +230,7 @@ def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], ti
         print(f"run directory: {run_dir}")
     return run_dir
 
-
 def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path:
-    from kevlike.model.modeldir import load_temperatures
-    from kevlike.model.backbones import resolve_model
 
     resolved = resolve_model(model, auto_fetch=False)
     if resolved.artifact_dir is None:
@@ -253,7 +242,6 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
     run_dir.mkdir(parents=True, exist_ok=False)
     summary = summarize(records)
     if old["meta"]["suite"] in GENERALIZATION_SUITES:
-        from kevlike.eval.generalization import contrast_examples, generalization_summary, report_tables
 
         summary["generalization"] = generalization_summary(records, contrast_examples()[1])
         meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
@@ -275,14 +263,8 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
                       f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`",
                       f"Logits of {reuse} with temperatures {temps.source}.", quiet)
 
-
 def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size: int, quiet: bool,
                         url: str | None, bigbench) -> Path:
-    from kevlike.runs import machine
-    from kevlike.runs import git_commit
-
-    from kevlike.eval.generalization import contrast_examples, generalization_sets, generalization_summary, report_tables
-    from kevlike.metrics import records_from_logits
 
     run_dir = out / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
@@ -299,7 +281,6 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     gen = generalization_summary(records, pairs)
     summary = {**summarize(records), "generalization": gen}
     if url is None:
-        from kevlike.model.temperatures import TemperatureTable
 
         summary["generalization_uncalibrated"] = generalization_summary(rescore(records, TemperatureTable()), pairs)
     meta = {"model": engine.name, "suite": suite, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,

@@ -31,6 +31,18 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
+import yaml
+
+from kevlike.data.labelled import read_labelled, to_examples
+from kevlike.eval.heldout import reliability_plots
+from kevlike.eval.probes import threshold_economics
+from kevlike.eval.remote import RemoteEngine
+from kevlike.metrics import records_from_logits, summarize
+from kevlike.model.engine import Engine
+from kevlike.model.modeldir import check_profile_name, save_profile
+from kevlike.model.temperatures import calibration_type, fit_table
+from kevlike.runs import git_commit
+
 DEFAULT_COSTS = {"false_positive": 1.0, "false_negative": 1.0}
 
 
@@ -42,7 +54,6 @@ def read_costs(path: str | Path | None) -> dict:
     """
     if path is None:
         return {"default": dict(DEFAULT_COSTS), "questions": {}}
-    import yaml
 
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
@@ -68,15 +79,10 @@ def read_costs(path: str | Path | None) -> dict:
     return {"default": default, "questions": {q: entry({**default, **(v or {})}, f"questions.{q}")
                                               for q, v in questions.items()}}
 
-
 def answer_records(engine, items, batch_size: int = 4, progress: bool = False, calibrated: bool = True) -> list[dict]:
     """One record per labelled question (:mod:`kevlike.metrics` format, plus ``question`` and
     ``line``); set-mode choice questions get type ``choice:set``
     (:func:`kevlike.model.temperatures.calibration_type`) when ``calibrated`` is False (records to fit on)."""
-    from kevlike.model.temperatures import calibration_type
-    from kevlike.data.labelled import to_examples
-
-    from kevlike.metrics import records_from_logits
 
     examples = to_examples(items)
     lines = [it.line for it in items if it.gold]
@@ -94,12 +100,10 @@ def answer_records(engine, items, batch_size: int = 4, progress: bool = False, c
             out.append(r)
     return out
 
-
 def threshold_table(records: list[dict], costs: dict) -> dict:
     """Per noul question id: :func:`kevlike.eval.probes.threshold_economics` with its costs, plus
     ``saving_vs_best_trivial`` (cost of the cheaper of always/never minus the cost at the Bayes threshold).
     A soft label counts as true when its P(true) ≥ 0.5."""
-    from kevlike.eval.probes import threshold_economics
 
     by_q = defaultdict(list)
     for r in records:
@@ -114,7 +118,6 @@ def threshold_table(records: list[dict], costs: dict) -> dict:
         out[q] = t
     return out
 
-
 def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs", costs: str | Path | None = None,
                   url: str | None = None, batch_size: int = 4, quiet: bool = False, option_mode: str | None = None,
                   profile: str | None = None, engine=None) -> Path:
@@ -125,19 +128,13 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
         ValueError: the costs file, or a model/profile/option mode that cannot be loaded.
         kevlike.eval.remote.RemoteError: ``url`` unreachable or answering errors.
     """
-    from kevlike.data.labelled import read_labelled
-
-    from kevlike.eval.heldout import reliability_plots
-    from kevlike.metrics import summarize
 
     cost_table = read_costs(costs)                  # before any model loads
     items = read_labelled(data)
     if engine is None and url is not None:
-        from kevlike.eval.remote import RemoteEngine
 
         engine = RemoteEngine(url, model)
     if engine is None:
-        from kevlike.model.engine import Engine
 
         engine = Engine.from_pretrained(model, option_mode=option_mode, profile=profile)
     records = answer_records(engine, items, batch_size, progress=not quiet)
@@ -146,7 +143,6 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
     thresholds = threshold_table(records, cost_table)
     run_dir = Path(out) / f"eval-data-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
-    from kevlike.runs import git_commit
 
     meta = {"model": engine.name, "data": str(data), "requests": len(items), "labelled_questions": len(records),
             "url": url, "temperatures": engine.temperatures.source, "option_mode": getattr(engine, "option_mode", None),
@@ -165,7 +161,6 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
         print(md)
         print(f"run directory: {run_dir}", file=sys.stderr)
     return run_dir
-
 
 def report(summary: dict, thresholds: dict) -> str:
     """Markdown tables: per type, per question id, and the noul threshold table."""
@@ -186,7 +181,6 @@ def report(summary: dict, thresholds: dict) -> str:
                         f"{t['best_threshold']:.3f} ({t['cost_at_best']:.3f}) |" for q, t in thresholds.items())
     return md
 
-
 def fit_profile(model: str | None, data: str | Path, profile: str, min_count: int = 50, batch_size: int = 4,
                 quiet: bool = False, option_mode: str | None = None, records: list[dict] | None = None,
                 engine=None) -> tuple[Path, dict]:
@@ -200,18 +194,14 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     Raises:
         ValueError: a bad profile name, a model that is not a decision model, or no labelled question.
     """
-    from kevlike.model.modeldir import check_profile_name, save_profile
-    from kevlike.model.temperatures import fit_table
 
     check_profile_name(profile)
     if engine is None:
-        from kevlike.model.engine import Engine
 
         engine = Engine.from_pretrained(model, option_mode=option_mode)
     if engine.artifact_dir is None:
         raise ValueError(f"model {engine.name!r} is not a decision-model directory; profiles calibrate decision models")
     if records is None:
-        from kevlike.data.labelled import read_labelled
 
         records = answer_records(engine, read_labelled(data), batch_size, progress=not quiet, calibrated=False)
     if not records:

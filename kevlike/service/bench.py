@@ -35,14 +35,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import torch
+from torch._dynamo.utils import counters
 
-from kevlike.runs import machine
-
-from kevlike.request.encode import EncodedRequest
+from kevlike.model.engine import Engine
 from kevlike.model.heads import PointerHead
-from kevlike.request.schema import validate_request
 from kevlike.model.state_cache import StateCache, cached_branch_logits
+from kevlike.request.encode import EncodedRequest
+from kevlike.request.schema import validate_request
+from kevlike.runs import machine
 
 QUICK = {"S": [256], "Q": [1, 2, 4], "K": [4]}  # with 2 repetitions: the "under two minutes" grid
 FULL = {"S": [256, 1024, 4096], "Q": [1, 4, 16, 64], "K": [4, 16]}
@@ -52,7 +54,6 @@ class PeakRSS:
     """Peak resident set size of this process while the block runs (MiB), sampled every 5 ms."""
 
     def __enter__(self):
-        import psutil
 
         self._proc = psutil.Process()
         self.peak = self._proc.memory_info().rss
@@ -70,7 +71,6 @@ class PeakRSS:
         self._t.join()
         self.peak_mib = self.peak / 2**20
 
-
 def synthetic_request(engine, S: int, Q: int, K: int, texts: list[str]) -> EncodedRequest:
     """Pointer-template request with exactly S state tokens (``<state>`` + S − 1 text tokens)."""
     questions = {f"q{q}": {"type": "choice", "instructions": f"Which category fits this text best? (aspect {q})",
@@ -82,7 +82,6 @@ def synthetic_request(engine, S: int, Q: int, K: int, texts: list[str]) -> Encod
         ids = ids + ids
     return replace(enc, state_ids=(enc.state_ids[0], *ids[:S - 1]))
 
-
 def _time(fn, reps: int) -> list[float]:
     fn()  # warm-up
     out = []
@@ -91,7 +90,6 @@ def _time(fn, reps: int) -> list[float]:
         fn()
         out.append(1000 * (time.perf_counter() - t0))
     return out
-
 
 @torch.inference_mode()
 def prefix_cache_logits(engine, enc: EncodedRequest) -> list[torch.Tensor]:
@@ -113,13 +111,10 @@ def prefix_cache_logits(engine, enc: EncodedRequest) -> list[torch.Tensor]:
         logits.append(engine.head(h_dec, h_opt, mask)[0, 0].cpu())
     return logits
 
-
 def compiled_frames() -> int:
     """torch.compile frames compiled so far in this process (dynamo's counter)."""
-    from torch._dynamo.utils import counters
 
     return int(counters["frames"]["ok"])
-
 
 @torch.inference_mode()
 def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 2048, reps: int = 5) -> float:
@@ -140,7 +135,6 @@ def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 2048, reps: int = 5)
         best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best / 1e9
 
-
 def packed_flops(model, enc: EncodedRequest) -> float:
     """FLOP of one packed forward pass over ``enc`` (pointer template) up to the last hidden states: ``2 · P · T`` for the
     P weights of the decoder layers' Linear projections over T tokens, plus attention ``4 · layers ·
@@ -160,7 +154,6 @@ def packed_flops(model, enc: EncodedRequest) -> float:
         tokens += b.n_tokens
     d_attn = cfg.num_attention_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
     return 2.0 * weights * tokens + 4.0 * len(layers) * d_attn * pairs
-
 
 @torch.inference_mode()  # every mode without autograd (a grad-enabled forward keeps all activations)
 def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict | None = None,
@@ -218,7 +211,6 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
     row["packed_gflops"] = row["packed_gflop"] / (row["modes"]["packed"]["p50_ms"] / 1000)
     return row
 
-
 def markdown_table(results: list[dict]) -> str:
     """The README table: p50 ms per request per mode, the measured speed-ups and the FLOP model."""
     modes = [m for m in ("packed", "packed-sdpa", "separate", "prefix") if any(m in r["modes"] for r in results)]
@@ -237,7 +229,6 @@ def markdown_table(results: list[dict]) -> str:
             cells.append(f"{r['modes']['packed-sdpa']['p50_ms'] / r['modes']['packed']['p50_ms']:.2f}×")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
 
 def plot(results: list[dict], path: str) -> bool:
     try:
@@ -269,7 +260,6 @@ def plot(results: list[dict], path: str) -> bool:
     fig.savefig(path, dpi=120)
     return True
 
-
 def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_path: str | None,
         plot_path: str | None, S: list[int] | None = None, Q: list[int] | None = None, K: list[int] | None = None,
         compare: list[str] | None = None, max_separate_tokens: int | None = None,
@@ -277,7 +267,6 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     """The benchmark grid; ``compare``: extra attention backends timed as ``packed-NAME`` (default
     ``["sdpa"]`` when the engine's backend is ``kevlike_packed``); ``option_mode``: how choice options are
     read (``list``/``set``, default list; see :class:`kevlike.model.engine.Engine`)."""
-    from kevlike.model.engine import Engine
 
     grid = dict(QUICK if quick else FULL)
     grid.update({k: v for k, v in (("S", S), ("Q", Q), ("K", K)) if v})

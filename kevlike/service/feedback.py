@@ -28,8 +28,9 @@ import math
 import threading
 import time
 
-from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, select)
+from sqlalchemy import Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, select
 
+from kevlike.metrics import summary
 from kevlike.request.schema import Option, Question
 
 metadata = MetaData()
@@ -54,10 +55,8 @@ outcomes_table = Table(
     Column("target", Text, nullable=False),
     Column("created_at", Float, nullable=False))
 
-
 class UnknownRequest(LookupError):
     """No recorded request has this id (HTTP 404)."""
-
 
 class FeedbackStore:
     """The recording database. Thread-safe: writes are serialised in-process, and each is one
@@ -147,11 +146,9 @@ class FeedbackStore:
                             "logits": [r.temperature * math.log(max(x, 1e-30)) for x in p]})
         return out
 
-
 def report(store: FeedbackStore, model: str | None = None) -> dict:
     """``GET /v1/feedback/report``: per type (and overall), the outcomes counted, accuracy, ECE and the
     confident-error rate of the recorded answers (:mod:`kevlike.metrics`)."""
-    from kevlike.metrics import summary
 
     recs = store.records(model)
     by_type: dict[str, list] = {}

@@ -23,17 +23,29 @@ import asyncio
 import json
 import logging
 import os
+import signal
+import socket
+import threading
 import time
 import uuid
 from contextlib import asynccontextmanager
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from kevlike.data.labelled import answer_target
+from kevlike.model.backbones import MODELS, SetupError
+from kevlike.model.engine import Engine
+from kevlike.model.modeldir import list_profiles
+from kevlike.model.state_cache import StateCache
+from kevlike.model.temperatures import calibration_type
+from kevlike.request.render import render_text
+from kevlike.request.schema import RequestError, parse_request, request_json_schema
 from kevlike.service.batcher import Batcher, QueueFullError
 from kevlike.service.config import ServerConfig
-from kevlike.request.schema import RequestError, parse_request, request_json_schema
+from kevlike.service.feedback import FeedbackStore, UnknownRequest, report
 
 log = logging.getLogger("kevlike.service.server")
 
@@ -48,11 +60,9 @@ def api_keys_from_env(path: str | None = None) -> frozenset:
             keys |= {line.strip() for line in f if line.strip() and not line.startswith("#")}
     return frozenset(keys)
 
-
 def _error(status: int, error_type: str, message: str, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"detail": {"error_type": error_type, "message": message}}, status_code=status,
                         headers=headers)
-
 
 def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
     """The ``x-kevlike-ignored-fields`` value: each ignored field name as a JSON string (ASCII, escaped, so
@@ -67,7 +77,6 @@ def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
         parts.append(text)
         used += len(text) + 2
     return ", ".join(parts)
-
 
 def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None,
                store=None, record_state: bool = False):
@@ -209,8 +218,6 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         return JSONResponse(response, headers=headers)
 
     def _record(rid: str, name: str, engine, req, response: dict) -> None:
-        from kevlike.model.temperatures import calibration_type
-        from kevlike.request.render import render_text
 
         mode = engine.temperature_mode
         answers = []
@@ -228,7 +235,6 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         (answers as in labelled files: true/false, an option key, a level index, or a distribution).
         200 ``{"request_id", "stored"}``; 404 unknown request id (or recording off); 422 unknown question
         id or wrong answer type (with ``loc``). Posting the same outcome again replaces it."""
-        from kevlike.data.labelled import answer_target
 
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
@@ -263,7 +269,6 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         if errors:
             return JSONResponse({"detail": errors}, status_code=422)
         loop = asyncio.get_running_loop()
-        from kevlike.service.feedback import UnknownRequest
 
         try:
             questions = await loop.run_in_executor(None, store.questions, rid)
@@ -293,7 +298,6 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         ``model`` and its profiles; default all models)."""
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
-        from kevlike.service.feedback import report
 
         return await asyncio.get_running_loop().run_in_executor(None, report, store, model)
 
@@ -322,12 +326,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     app.add_api_route("/v1/models", models, methods=["HEAD"], include_in_schema=False)
     return app
 
-
 class ListenError(OSError):
     """:func:`serve` cannot listen on its host and port (address in use, no permission, unknown
     host); raised before any model is loaded. ``str()`` is one line,
     ``cannot listen on HOST:PORT: REASON`` (``kevlike serve`` exits with code 3)."""
-
 
 def listen_socket(host: str, port: int, backlog: int = 2048):
     """A TCP socket bound to ``(host, port)`` and listening, made as uvicorn makes its own
@@ -337,7 +339,6 @@ def listen_socket(host: str, port: int, backlog: int = 2048):
     Raises:
         ListenError: the address cannot be resolved, bound or listened on.
     """
-    import socket
 
     ipv6 = ":" in host
     sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_STREAM)
@@ -350,7 +351,6 @@ def listen_socket(host: str, port: int, backlog: int = 2048):
         reason = getattr(e, "strerror", None) or str(e)
         raise ListenError(f"cannot listen on {f'[{host}]' if ipv6 else host}:{port}: {reason}") from None
     return sock
-
 
 def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: str = "auto", log_level: str = "info",
           script_policy: str = "annotate", option_orders: int | None = None, threads: int | str | None = None,
@@ -374,18 +374,11 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
         kevlike.model.backbones.SetupError: a model cannot be set up, or the server's startup failed
             (details in the log).
     """
-    import signal
-    import threading
-
-    import uvicorn
 
     host = config.host
     sock = listen_socket(host, config.port)
     port = sock.getsockname()[1]  # the port given, or the one the system chose for port 0
     try:
-        from kevlike.model.backbones import MODELS, SetupError
-        from kevlike.model.engine import Engine
-        from kevlike.model.state_cache import StateCache
 
         engines = {}
         info = {}
@@ -399,7 +392,6 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
             info[eng.name] = {"description": entry.description if entry else f"{eng.readout.name} readout on {m}",
                               "release_date": entry.release_date if entry else ""}
             if eng.artifact_dir is not None:   # calibration profiles: the same model as MODEL@PROFILE
-                from kevlike.model.modeldir import list_profiles
 
                 for prof in list_profiles(eng.artifact_dir, eng.name):
                     pe = eng.with_profile(prof)
@@ -410,7 +402,6 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         store = None
         if record is not None:
-            from kevlike.service.feedback import FeedbackStore
 
             store = FeedbackStore(record)
         app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=record_state)

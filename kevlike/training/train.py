@@ -31,18 +31,26 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
+from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
+from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 from torch import nn
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
 
+from kevlike.data.labelled import read_labelled, to_examples
+from kevlike.data.sources import DataUnavailableError, Example
+from kevlike.data.tasks import TaskMixture, eval_examples, training_scripts
+from kevlike.metrics import choice_records, records_from_logits, summarize
+from kevlike.model.backbones import EMBEDDED, load_backbone, resolve_model
 from kevlike.model.engine import Engine, backbone_hidden
-from kevlike.model.modeldir import ModelDir
-from kevlike.runs import git_commit, set_seed
 from kevlike.model.heads import PointerHead, pointer_logits
+from kevlike.model.modeldir import ModelDir, ensure_embedding_rows, save_decision_model
+from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
 from kevlike.request.schema import validate_request
-
-from kevlike.training.config import load_config
-from kevlike.data.sources import Example
-from kevlike.data.tasks import TaskMixture, eval_examples
+from kevlike.runs import git_commit, set_seed
+from kevlike.training.config import load_config, resolve_precision
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
 
 # text whose mean token embedding initialises each delimiter row (a frozen backbone then reads the
@@ -71,14 +79,8 @@ class DecisionModel(nn.Module):
                                  batch.option_ids)
         return pointer_logits(self.head, hidden, batch)
 
-
 def build_model(cfg: dict, device: str | None = None):
     """Backbone + tokenizer with delimiters, LoRA and head. Returns ``(DecisionModel, tokenizer, resolved)``."""
-    from peft import LoraConfig, get_peft_model
-
-    from kevlike.model.backbones import load_backbone, resolve_model
-    from kevlike.model.modeldir import ensure_embedding_rows
-    from kevlike.request.encode import DELIMITERS, Encoder
 
     resolved = resolve_model(cfg["backbone"])
     if resolved.artifact_dir is not None:
@@ -108,7 +110,6 @@ def build_model(cfg: dict, device: str | None = None):
     torch.manual_seed(cfg["seed"])
     head = PointerHead(d, cfg["head"]["d_head"] or d)
     if init is not None:
-        from peft import set_peft_model_state_dict
 
         adapter = ModelDir(init).adapter_weights()
         result = set_peft_model_state_dict(lm, adapter)
@@ -122,7 +123,6 @@ def build_model(cfg: dict, device: str | None = None):
         head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"]})
     return DecisionModel(lm, head), tok, resolved
 
-
 def _init_artifact(cfg: dict, resolved) -> Path | None:
     """The decision-model directory named by ``init_from`` (None when unset).
 
@@ -131,7 +131,6 @@ def _init_artifact(cfg: dict, resolved) -> Path | None:
     """
     if not cfg.get("init_from"):
         return None
-    from kevlike.model.backbones import resolve_model
 
     init = resolve_model(cfg["init_from"], auto_fetch=False)
     if init.artifact_dir is None:
@@ -143,7 +142,6 @@ def _init_artifact(cfg: dict, resolved) -> Path | None:
         raise ValueError(f"init_from {cfg['init_from']!r} has LoRA r={acfg.get('r')}, alpha={acfg.get('lora_alpha')}; "
                          f"the config says r={cfg['lora']['r']}, alpha={cfg['lora']['alpha']}")
     return init.artifact_dir
-
 
 # --- batches ---------------------------------------------------------------------------------
 
@@ -184,7 +182,6 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
            "perm": torch.tensor(perms, dtype=torch.long, device=device) if perms else None}
     return batch, aux
 
-
 def loss_terms(logits: torch.Tensor, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
     """``{"loss", "ce", "perm", "ord"}``: mean CE over questions + λ_perm · mean symmetric KL over twin
     pairs + λ_ord · mean RPS over score questions (0 where a batch has none)."""
@@ -205,7 +202,6 @@ def loss_terms(logits: torch.Tensor, batch: PackedBatch, aux: dict, cfg: dict) -
     loss = ce + cfg["loss"]["perm"] * perm + cfg["loss"]["ord"] * ordq
     return {"loss": loss, "ce": ce.detach(), "perm": perm.detach(), "ord": ordq.detach()}
 
-
 # --- validation ------------------------------------------------------------------------------
 
 def validation_set(cfg: dict) -> list[Example]:
@@ -214,38 +210,29 @@ def validation_set(cfg: dict) -> list[Example]:
     for t in tasks:
         out.extend(eval_examples(t, "validation", cfg["validation"]["n"], seed=cfg["seed"]))
     if cfg["validation"].get("data"):
-        from kevlike.data.labelled import read_labelled, to_examples
 
         path = cfg["validation"]["data"]
         out.extend(to_examples(read_labelled(path), f"data:{path}"))
     return out
 
-
 def validate(engine: Engine, examples: list[Example], batch_size: int = 4, set_engine: Engine | None = None) -> dict:
     """Mean NLL (nats) and accuracy per source and overall, through the serving engine. With
     ``set_engine`` (the same model in set mode) the choice questions are answered in both modes and the
     set-mode records join the summary as sources ``{source}@set``: the model is selected on both."""
-    from kevlike.metrics import choice_records, records_from_logits, summarize
 
     records = records_from_logits(engine, examples, batch_size)
     if set_engine is not None:
         records.extend({**r, "source": f"{r['source']}@set"} for r in choice_records(set_engine, examples, batch_size))
     return summarize(records)
 
-
 # --- run directory ---------------------------------------------------------------------------
 
 def trainable_state(model: DecisionModel) -> dict:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
-
 def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, metrics: dict) -> Path:
-    from kevlike.model.modeldir import save_decision_model
-    from kevlike.model.backbones import EMBEDDED
 
     backbone = cfg["backbone"]
-    from kevlike.data.sources import DataUnavailableError
-    from kevlike.data.tasks import training_scripts
     tasks = [t for t, spec in cfg["tasks"].items() if float((spec or {}).get("weight", 1.0)) > 0]
     try:
         scripts = training_scripts(tasks)
@@ -262,7 +249,6 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
             "training": ModelDir(parent).manifest().get("training")}
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
                                extra=extra, adapter=model.lm)
-
 
 def plot_metrics(run_dir: Path) -> None:
     try:
@@ -287,7 +273,6 @@ def plot_metrics(run_dir: Path) -> None:
     fig.savefig(run_dir / "loss.png", dpi=100)
     plt.close(fig)
 
-
 # --- the loop --------------------------------------------------------------------------------
 
 def train(config_path: str | None = None, overrides: list[str] = (), resume: str | None = None,
@@ -298,13 +283,6 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         kevlike.training.config.ConfigError: bad config.
         kevlike.data.sources.DataUnavailableError: a data package is missing.
     """
-    from accelerate import Accelerator
-    from tqdm.auto import tqdm
-    from transformers import get_linear_schedule_with_warmup
-
-    from accelerate.utils import broadcast_object_list
-
-    from kevlike.training.config import resolve_precision
 
     if resume:
         run_dir = Path(resume)
@@ -343,7 +321,6 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                          **{m: __import__(m).__version__ for m in ("transformers", "peft", "accelerate")}},
         }, indent=2))
-    from kevlike.request.encode import Encoder
 
     encoder = Encoder(tok, getattr(model.causal_lm().config, "max_position_embeddings", None))
     mixture = TaskMixture(cfg["tasks"], "train", cfg["seed"], files=cfg["data"])
