@@ -20,7 +20,13 @@ Definitions (per record, then averaged):
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
+
+import torch
+from tqdm.auto import tqdm
+
+from kevlike.request.schema import validate_request
 
 N_BINS = 10
 
@@ -30,16 +36,13 @@ def _top(r: dict) -> tuple[int, float]:
     k = max(range(len(p)), key=lambda i: (p[i], -i))
     return k, p[k]
 
-
 def nll(r: dict) -> float:
     return -sum(y * math.log(max(p, 1e-12)) for p, y in zip(r["probs"], r["target"]) if y > 0)
-
 
 def brier(r: dict) -> float:
     if r["type"] == "noul":
         return (r["probs"][0] - r["target"][0]) ** 2
     return sum((p - y) ** 2 for p, y in zip(r["probs"], r["target"]))
-
 
 def ece(records: list[dict], n_bins: int = N_BINS) -> tuple[float, list[dict]]:
     """``(ece, bins)`` with bins ``[{"lo", "hi", "count", "accuracy", "confidence"}]`` (module docstring)."""
@@ -61,11 +64,9 @@ def ece(records: list[dict], n_bins: int = N_BINS) -> tuple[float, list[dict]]:
         out.append({"lo": b["lo"], "hi": b["hi"], "count": b["count"], "accuracy": acc, "confidence": conf})
     return total, out
 
-
 def ece_interval(records: list[dict], resamples: int = 200, seed: int = 0) -> list[float]:
     """95 % bootstrap percentile interval of the ECE (``resamples`` seeded resamples of the records,
     Efron & Tibshirani 1993): ``[low, high]``."""
-    import random
 
     if not records:
         return [float("nan"), float("nan")]
@@ -73,7 +74,6 @@ def ece_interval(records: list[dict], resamples: int = 200, seed: int = 0) -> li
     n = len(records)
     vals = sorted(ece([records[rng.randrange(n)] for _ in range(n)])[0] for _ in range(resamples))
     return [vals[int(0.025 * resamples)], vals[min(resamples - 1, int(0.975 * resamples))]]
-
 
 def coverage_at(records: list[dict], budget: float = 0.05) -> float:
     """Largest share of records, by descending top probability, with error rate ≤ ``budget``."""
@@ -84,7 +84,6 @@ def coverage_at(records: list[dict], budget: float = 0.05) -> float:
         if errors / i <= budget:
             best = i
     return best / len(records) if records else 0.0
-
 
 def summary(records: list[dict]) -> dict:
     """All metrics of the module docstring over ``records`` (``n`` included; ``mae`` only with scores)."""
@@ -109,7 +108,6 @@ def summary(records: list[dict]) -> dict:
         out["mae"] = sum(abs(sum(i * p for i, p in enumerate(r["probs"])) - r["gold"]) for r in scores) / len(scores)
     return out
 
-
 def summarize(records: list[dict]) -> dict:
     """``{"overall": summary, "per_source": {source: summary}, "per_type": {type: summary}}``."""
     by_source, by_type = defaultdict(list), defaultdict(list)
@@ -120,20 +118,15 @@ def summarize(records: list[dict]) -> dict:
             "per_source": {k: summary(v) for k, v in sorted(by_source.items())},
             "per_type": {k: summary(v) for k, v in sorted(by_type.items())}}
 
-
 def records_from_logits(engine, examples: list, batch_size: int = 4, progress: bool = False,
                         calibrated: bool = True) -> list[dict]:
     """Answer :class:`kevlike.data.sources.Example` s with ``engine`` (packed, ``batch_size`` requests
     per forward) and return one record per question (probabilities with the engine's temperatures
     when ``calibrated``, else ``softmax(z)``); each record also keeps its raw ``logits``."""
-    import torch
-
-    from kevlike.request.schema import validate_request
 
     out = []
     it = range(0, len(examples), batch_size)
     if progress:
-        from tqdm.auto import tqdm
 
         it = tqdm(it, desc="evaluate", unit="batch", dynamic_ncols=True)
     for i in it:
@@ -147,7 +140,6 @@ def records_from_logits(engine, examples: list, batch_size: int = 4, progress: b
                 out.append({"source": ex.source, "type": q.type, "probs": p.tolist(), "logits": z.tolist(),
                             "gold": max(range(len(t)), key=lambda k: t[k]), "target": list(t), "question": q.id})
     return out
-
 
 def choice_records(engine, examples: list, batch_size: int = 4, progress: bool = False,
                    calibrated: bool = True) -> list[dict]:

@@ -67,6 +67,16 @@ def test_dense_mask_with_option_sub_branches_equals_reference(L):
     assert np.array_equal(bm.to_dense()[:, 0].bool().numpy(), ref)
 
 
+@pytest.mark.parametrize("first_row,chunk", [(0, 1 << 24), (37, 1 << 24), (37, 500), (129, 64)])
+def test_dense_mask_from_a_row_is_the_tail_of_the_full_mask(first_row, chunk):
+    """``first_row`` (the state cache's branch rows) gives exactly the full mask's rows from there, chunked
+    or not."""
+    seg, pos = random_layout(200, seed=5, pad=10)
+    opt = option_layout(seg, seed=5)
+    full = dense_mask(seg, pos, None, opt)
+    assert torch.equal(dense_mask(seg, pos, None, opt, chunk_elements=chunk, first_row=first_row), full[:, :, first_row:])
+
+
 def test_option_sub_branches_by_hand():
     # state 1 token; branch 1: prompt 2 tokens, answer 1 (2 tokens), answer 2 (1 token), then a
     # question-level token (option 0) after the answers that reads them all

@@ -2,22 +2,10 @@
 prefix, miss), the LRU respects its memory cap, responses say how many tokens came from the cache."""
 
 import pytest
-import torch
 
 from kevlike.model.state_cache import StateCache, cache_nbytes
 
-from tiny import REQUEST, make_engine
-
-
-def _max_dp(a, b):
-    m = 0.0
-    for k, x in a["answers"].items():
-        y = b["answers"][k]
-        if "probabilities" in x:
-            m = max(m, max(abs(x["probabilities"][o] - y["probabilities"][o]) for o in x["probabilities"]))
-        else:
-            m = max(m, abs(x["noul"] - y["noul"]))
-    return m
+from tiny import REQUEST, make_engine, max_dp
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -27,17 +15,17 @@ def test_cached_equals_packed_on_miss_hit_and_grown_state(arch, orders):
     eng = make_engine(arch, option_orders=orders, state_cache_mb=64)
     first = eng.decide(REQUEST)
     assert first["x_cached_tokens"] == 0 and len(eng.state_cache) == 1
-    assert _max_dp(first, ref.decide(REQUEST)) <= 1e-5
+    assert max_dp(first, ref.decide(REQUEST)) <= 1e-5
     other = dict(REQUEST, questions={"q": {"type": "noul", "instructions": "Is the customer angry?"}})
     second = eng.decide(other)
     S = len(eng.prepare(other).encoded.state_ids)
     assert second["x_cached_tokens"] == S and eng.state_cache.hits == 1
-    assert _max_dp(second, ref.decide(other)) <= 1e-5
+    assert max_dp(second, ref.decide(other)) <= 1e-5
     assert second["usage"] == ref.decide(other)["usage"]            # input_tokens: what the request holds
     grown = dict(REQUEST, state=REQUEST["state"] + " Also, the refund never arrived.")
     third = eng.decide(grown)
     assert third["x_cached_tokens"] == S and eng.state_cache.prefix_hits == 1 and len(eng.state_cache) == 2
-    assert _max_dp(third, ref.decide(grown)) <= 1e-5
+    assert max_dp(third, ref.decide(grown)) <= 1e-5
     assert "x_cached_tokens" not in ref.decide(REQUEST)             # no cache, no field
 
 
@@ -94,5 +82,5 @@ def test_cached_equals_packed_on_the_default_model(default_engine):
     again = dict(req, questions={"angry": {"type": "noul", "instructions": "Is the author angry?"}})
     out = eng.decide(again)
     assert out["x_cached_tokens"] == len(eng.prepare(again).encoded.state_ids) == 184
-    assert _max_dp(out, default_engine.decide(again)) <= 1e-5
-    assert _max_dp(eng.decide(req), default_engine.decide(req)) <= 1e-5
+    assert max_dp(out, default_engine.decide(again)) <= 1e-5
+    assert max_dp(eng.decide(req), default_engine.decide(req)) <= 1e-5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from kevlike import Engine
+from kevlike.eval.parity import answer_probabilities
 from kevlike.model.heads import PointerHead
 
 CORPUS = [
@@ -14,6 +15,14 @@ CORPUS = [
     "How angry is the customer? Calm Frustrated Very angry true false yes no Options Answer",
     "Text: Question: Levels (0 = lowest, 1 = highest): 0 1 2 3 4 5 6 7 8 9 { } [ ] \" : ,",
 ]
+
+
+def max_dp(a: dict, b: dict) -> float:
+    """The largest |Δp| between two responses to the same request, over every probability of every answer
+    (a noul answer counts P(true) and P(false)); fails (AssertionError) when they answer different questions."""
+    pa, pb = answer_probabilities(a), answer_probabilities(b)
+    assert pa.keys() == pb.keys(), (sorted(pa), sorted(pb))
+    return max(abs(pa[k] - pb[k]) for k in pa)
 
 
 def make_tokenizer():

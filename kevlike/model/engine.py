@@ -8,25 +8,33 @@ training-free LM readout (mean log-probability of each option's answer text).
 
 from __future__ import annotations
 
+import copy
 import os
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
+from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-from kevlike.request.answers import answer
 from kevlike.model.backbones import DEFAULT_MODEL, load_backbone, resolve_dtype, resolve_model
-from kevlike.model.modeldir import ModelDir, ensure_embedding_rows
-from kevlike.model.temperatures import TemperatureTable
-from kevlike.request.encode import EncodedRequest, Encoder, check_option_mode, option_orders
 from kevlike.model.heads import PointerHead, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
+from kevlike.model.modeldir import (
+    ModelDir, check_profile_name, ensure_embedding_rows, list_profiles, load_decision_model, load_temperatures,
+    profile_path
+)
+from kevlike.model.state_cache import StateCache, cached_branch_logits
+from kevlike.model.temperatures import TemperatureTable
+from kevlike.model.threads import ThreadPolicy
+from kevlike.request.answers import answer
+from kevlike.request.encode import EncodedRequest, Encoder, check_option_mode, option_orders
 from kevlike.request.pack import pack
 from kevlike.request.render import render_text
+from kevlike.request.schema import (
+    DEFAULT_LIMITS, Limits, Question, Request, RequestError, parse_request, validate_request
+)
 from kevlike.request.writing_systems import ScriptReport, detect_script
-from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError, parse_request, validate_request
-from kevlike.model.state_cache import StateCache, cached_branch_logits
-from kevlike.model.threads import ThreadPolicy
 
 MODES = ("packed", "separate")
 
@@ -56,7 +64,6 @@ class Prepared:
     @property
     def n_tokens(self) -> int:
         return self.encoded.n_tokens
-
 
 @dataclass
 class ShortlistPlan:
@@ -115,7 +122,6 @@ def check_option_orders(option_orders: int, name: str = "option_orders") -> int:
                          f"question in the forward pass), got {option_orders}")
     return option_orders
 
-
 def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
     """Accept a validated :class:`Request`, a decoded JSON object, or raw JSON text/bytes.
 
@@ -128,7 +134,6 @@ def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
         return parse_request(request, limits)
     return validate_request(request, limits)
 
-
 def backbone_hidden(model, backend: str, input_ids: torch.Tensor, segment_ids: torch.Tensor,
                     position_ids: torch.Tensor, option_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The stock decoder body (no LM head) under the packed mask: ``[B, L]`` ids -> hidden ``[B, L, d]``.
@@ -137,7 +142,6 @@ def backbone_hidden(model, backend: str, input_ids: torch.Tensor, segment_ids: t
     extra = attention_inputs(backend, model.config, segment_ids, position_ids, option_ids)
     out = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **extra)
     return out.last_hidden_state
-
 
 def softmax_order_free(question: Question, z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``softmax(z / temperature)`` ``[K]`` of one question's logits ``z`` ``[K]`` (request option order),
@@ -150,23 +154,18 @@ def softmax_order_free(question: Question, z: torch.Tensor, temperature: float =
     order = torch.tensor(option_orders(question, 1)[0])
     return torch.empty_like(z).index_copy_(0, order, torch.softmax(z[order] / temperature, dim=-1))
 
-
 def quantize_int8(model) -> int:
     """Replace every ``nn.Linear`` of the decoder body (not ``lm_head``) by torch's dynamically
     quantized int8 Linear (``torch.ao.quantization.quantize_dynamic``, per-output-channel weight scales,
     activations quantized per tensor at run time; fbgemm/x86 kernels), in place; returns the number of
     layers replaced. Use it after any LoRA merge. Opt-in, not a default: on the shipped model it runs
     ~1.4-1.5× faster on an AVX2 CPU but moves answers visibly (README, "int8")."""
-    import warnings
-
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head")}
     with warnings.catch_warnings():  # torch 2.13 marks the quantized tensor types deprecated (still supported)
         warnings.simplefilter("ignore")
         quantize_dynamic(model, {n: per_channel_dynamic_qconfig for n in names}, dtype=torch.qint8, inplace=True)
     return len(names)
-
 
 class Engine:
     """Answers typed questions about a state.
@@ -248,7 +247,9 @@ class Engine:
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
         self.limits = limits
-        from kevlike.request.writing_systems import check_policy  # imported here so `python -m kevlike.request.writing_systems` runs cleanly
+        from kevlike.request.writing_systems import (  # imported here so `python -m kevlike.request.writing_systems` runs cleanly
+            check_policy
+        )
 
         self.scripts = None if scripts is None else frozenset(scripts)
         self.script_policy = check_policy(script_policy)
@@ -285,7 +286,6 @@ class Engine:
         if option_mode is not None:
             check_option_mode(option_mode)
         if profile is not None:
-            from kevlike.model.modeldir import check_profile_name
 
             check_profile_name(profile)
         if option_orders is not None:
@@ -303,7 +303,6 @@ class Engine:
         if profile is not None:
             if resolved.artifact_dir is None:
                 raise ValueError(f"model {resolved.name!r} has no pointer head; calibration profiles are for decision models")
-            from kevlike.model.modeldir import list_profiles, profile_path
 
             path = profile_path(resolved.artifact_dir, resolved.name, profile)
             if not path.is_file():
@@ -312,7 +311,6 @@ class Engine:
                                  f"profiles: {', '.join(have) or 'none'})")
         model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
         if resolved.artifact_dir is not None:
-            from kevlike.model.modeldir import load_decision_model
 
             model, head, temperatures = load_decision_model(resolved.artifact_dir, model, tok)
             manifest = ModelDir(resolved.artifact_dir).manifest()
@@ -349,9 +347,6 @@ class Engine:
         Raises:
             ValueError: the engine has no model directory with that profile.
         """
-        import copy
-
-        from kevlike.model.modeldir import load_temperatures, profile_path
 
         base = self.name.split("@")[0]
         if self.artifact_dir is None:

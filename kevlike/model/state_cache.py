@@ -32,6 +32,7 @@ from collections import OrderedDict
 import torch
 
 from kevlike.model.heads import gather_positions, pool_orders
+from kevlike.model.kernels.masks import dense_mask
 
 
 def cache_nbytes(cache) -> int:
@@ -123,17 +124,18 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
         kv = copy.deepcopy(kv) if kv is not None else None
         kv = body(input_ids=rest, position_ids=pos, cache=kv, use_cache=True).cache
         state_cache.put(state, kv)
-    # all branches in one row after the cached state, each as [prompt][sub-branch 1]…: a [T, S + T] mask lets
-    # each token see the state and what the packed mask lets it see (its own branch, causally, and no
-    # sibling sub-branch); positions restart at S per branch and after the prompt per sub-branch. The shared
-    # cache is extended in place and cropped back to the state afterwards (no copies)
+    # all branches in one row after the cached state, each as [prompt][sub-branch 1]…: the packed mask
+    # (kernels/masks.py) over [state][branches], its branch rows only ([T, S + T]), lets each token see the
+    # state, its own branch causally and no sibling sub-branch; positions restart at S per branch and after
+    # the prompt per sub-branch. The shared cache is extended in place and cropped back to the state
+    # afterwards (no copies)
     ids, pos, seg, opt, decide, reads = [], [], [], [], [], []
     for j, b in enumerate(enc.branches):
         start = len(ids)
         n = len(b.ids)
         ids.extend(b.ids)
         pos.extend(range(S, S + n))
-        seg.extend([j] * n)
+        seg.extend([j + 1] * n)
         opt.extend([0] * n)
         decide.append(start + b.decide)
         if b.answers:                                       # set mode: read each sub-branch's last token
@@ -141,18 +143,15 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
             for o, a in enumerate(b.answers):
                 ids.extend(a)
                 pos.extend(range(S + n, S + n + len(a)))
-                seg.extend([j] * len(a))
+                seg.extend([j + 1] * len(a))
                 opt.extend([o + 1] * len(a))
                 row.append(len(ids) - 1)
             reads.append(row)
         else:
             reads.append([start + o for o in b.options])
-    T = len(ids)
-    seg_t, opt_t = torch.tensor(seg, device=dev), torch.tensor(opt, device=dev)
-    order = torch.arange(T, device=dev)
-    sibling_free = (opt_t[:, None] == 0) | (opt_t[None, :] == 0) | (opt_t[:, None] == opt_t[None, :])
-    visible = (seg_t[:, None] == seg_t[None, :]) & (order[None, :] <= order[:, None]) & sibling_free   # (T, T)
-    mask = torch.cat([torch.ones((T, S), dtype=torch.bool, device=dev), visible], 1)[None, None]
+    seg_t = torch.tensor([[0] * S + seg], device=dev)                                 # (1, S + T)
+    opt_t = torch.tensor([[0] * S + opt], device=dev)
+    mask = dense_mask(seg_t, option_ids=opt_t, first_row=S)                           # (1, 1, T, S + T)
     try:
         h = body(input_ids=torch.tensor([ids], device=dev), attention_mask=mask,
                  position_ids=torch.tensor([pos], device=dev), cache=kv, use_cache=True).last_hidden_state[0]

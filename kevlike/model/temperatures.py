@@ -4,7 +4,11 @@ carries fitted values every temperature is 1 (the table says so in ``source``)."
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from dataclasses import dataclass, field
+
+import torch
 
 BUCKETS = ((2, 2), (3, 5), (6, 20), (21, 255))
 
@@ -23,12 +27,10 @@ def bucket_of(k: int) -> str:
         return f"{BUCKETS[-1][1] + 1}+"
     raise ValueError(f"option count {k} is below 2")
 
-
 def calibration_type(qtype: str, option_mode: str = "list") -> str:
     """The key a question's temperature is stored under: its type, or ``"choice:set"`` for a choice
     question read in set mode (its logits come from another template, so they get their own fit)."""
     return f"{qtype}:set" if option_mode == "set" and qtype == "choice" else qtype
-
 
 @dataclass(frozen=True)
 class TemperatureTable:
@@ -49,7 +51,6 @@ class TemperatureTable:
             return self.lookup(qtype, k)
         return 1.0
 
-
 # --- fitting (DESIGN.md §9) -------------------------------------------------------------------
 
 T_MIN, T_MAX = 0.05, 20.0
@@ -58,19 +59,16 @@ MIN_BUCKET = 200
 
 def nll_at(logits: list, golds: list[int], t: float) -> float:
     """Mean NLL (nats) of ``softmax(z / t)`` at the gold index, over questions with any K."""
-    import torch
 
     total = 0.0
     for z, g in zip(logits, golds):
         total -= float(torch.log_softmax(torch.as_tensor(z, dtype=torch.float64) / t, -1)[g])
     return total / max(len(logits), 1)
 
-
 def fit_temperature(logits: list, golds: list[int], lo: float = T_MIN, hi: float = T_MAX, iters: int = 60) -> float:
     """The T in [lo, hi] minimising mean NLL of ``softmax(z / T)``: golden-section search over log T
     (NLL is convex in 1/T, so unimodal in log T). ``logits``: one ``[K]`` sequence per question
     (any K); ``golds``: gold indices. Guo et al. 2017, "On Calibration of Modern Neural Networks"."""
-    import math
 
     a, b = math.log(lo), math.log(hi)
     g = (math.sqrt(5) - 1) / 2
@@ -87,7 +85,6 @@ def fit_temperature(logits: list, golds: list[int], lo: float = T_MIN, hi: float
             fd = nll_at(logits, golds, math.exp(d))
     return math.exp((a + b) / 2)
 
-
 def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "fitted") -> tuple[TemperatureTable, dict]:
     """Temperatures per (type, K-bucket) from held-out records (``{"type", "logits", "gold"}``).
 
@@ -95,7 +92,6 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     no errors gets no entry (its type's temperature applies); a type with fewer than ``min_count``
     questions or no errors gets none either (T = 1 applies).
     """
-    from collections import defaultdict
 
     groups, types = defaultdict(list), defaultdict(list)
     for r in records:

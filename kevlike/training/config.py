@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from kevlike.data.families import HELDOUT_SOURCES
+from kevlike.data.tasks import FAMILY_KEYS, TASKS
 from kevlike.model.backbones import cpu_bf16_units
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -67,10 +69,8 @@ def _numbers(value):
         return [_numbers(v) for v in value]
     return value
 
-
 class ConfigError(ValueError):
     """A config file or override that names an unknown key or has a bad value."""
-
 
 def _merge(base: dict, over: dict, where: str, open_keys: tuple = ("tasks",)) -> dict:
     out = copy.deepcopy(base)
@@ -86,7 +86,6 @@ def _merge(base: dict, over: dict, where: str, open_keys: tuple = ("tasks",)) ->
             out[k] = v
     return out
 
-
 def parse_override(item: str) -> tuple[list[str], object]:
     """``"optim.lr=1e-4"`` -> ``(["optim", "lr"], 0.0001)``.
 
@@ -100,7 +99,6 @@ def parse_override(item: str) -> tuple[list[str], object]:
     if not all(parts):
         raise ConfigError(f"override {item!r} has an empty key")
     return parts, _numbers(yaml.safe_load(value)) if value.strip() else None
-
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> dict:
     """Resolved config: :data:`DEFAULTS` <- YAML file <- overrides.
@@ -133,9 +131,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
     for k in ("batch_size", "grad_accum", "max_steps", "eval_every"):
         if not isinstance(cfg[k], int) or isinstance(cfg[k], bool) or cfg[k] < 1:
             raise ConfigError(f"{k} must be a positive integer, got {cfg[k]!r}")
-    from kevlike.data.tasks import TASKS
-    from kevlike.data.tasks import FAMILY_KEYS
-    from kevlike.data.families import HELDOUT_SOURCES
 
     task_keys = {"weight", "negatives", "full_set", "perm_twin", "irrelevant", "noul_twins", "prompt", "families",
                  *FAMILY_KEYS}
@@ -180,7 +175,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             raise ConfigError(f"optim.{k} must be a non-negative number, got {v!r}")
     return cfg
-
 
 def resolve_precision(setting: str, cuda: bool, cpuinfo: str | None = None) -> tuple[str, str]:
     """``(precision, reason)`` for a ``mixed_precision`` setting: ``auto`` picks ``bf16`` on CUDA and on CPUs

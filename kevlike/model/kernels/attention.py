@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from kevlike.model.kernels.block_sparse import PackedLayout, register, sentinel_mask, supports
 from kevlike.model.kernels.masks import block_mask, dense_mask, sliding_window_of
 
 BACKENDS = ("sdpa", "flex_attention", "kevlike_packed")
@@ -30,7 +31,6 @@ def default_backend(device: torch.device | str) -> str:
     faster than dense ``sdpa`` at every measured size on the CPU, see README)."""
     return "flex_attention" if torch.device(device).type == "cuda" else "kevlike_packed"
 
-
 def check_backend(backend: str) -> str:
     """Return ``backend`` if it is one of :data:`BACKENDS`.
 
@@ -40,11 +40,9 @@ def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"attention backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "kevlike_packed":
-        from kevlike.model.kernels.block_sparse import register
 
         register()
     return backend
-
 
 def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor,
                        option_ids: torch.Tensor | None = None):
@@ -72,7 +70,6 @@ def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position
     return {"full_attention": full,
             "sliding_attention": build(segment_ids, position_ids, window, option_ids=option_ids)}
 
-
 def attention_inputs(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor,
                      option_ids: torch.Tensor | None = None) -> dict:
     """Keyword arguments for the stock decoder's forward that carry the packed mask.
@@ -82,7 +79,6 @@ def attention_inputs(backend: str, config, segment_ids: torch.Tensor, position_i
     other backends get ``{"attention_mask": attention_mask_for(...)}``.
     """
     if check_backend(backend) == "kevlike_packed":
-        from kevlike.model.kernels.block_sparse import PackedLayout, sentinel_mask, supports
 
         if supports(config, option_ids):
             try:

@@ -105,25 +105,27 @@ def packed_mask_mod(segment_ids: torch.Tensor, position_ids: torch.Tensor | None
 
 def dense_mask(segment_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
                window: int | None = None, option_ids: torch.Tensor | None = None,
-               chunk_elements: int = 1 << 24) -> torch.Tensor:
-    """The mask_mod materialised element by element: bool ``[B, 1, L, L]``, True = attend
-    (what sdpa takes). Built with torch's ``create_mask`` from the same mask_mod as the BlockMask,
-    in blocks of query rows holding at most ``chunk_elements`` entries: ``create_mask`` evaluates the
-    mask_mod with int64 intermediates (8 bytes per entry), which at 64k tokens would need tens of GB
-    at once; chunked, the peak is the bool result (L² bytes) plus a few hundred MB."""
+               chunk_elements: int = 1 << 24, first_row: int = 0) -> torch.Tensor:
+    """The mask_mod materialised element by element: bool ``[B, 1, L - first_row, L]``, True = attend
+    (what sdpa takes), for the query rows from ``first_row`` on (the state cache asks for the branch rows
+    only: its state's keys and values are already computed). Built with torch's ``create_mask`` from the
+    same mask_mod as the BlockMask, in blocks of query rows holding at most ``chunk_elements`` entries:
+    ``create_mask`` evaluates the mask_mod with int64 intermediates (8 bytes per entry), which at 64k
+    tokens would need tens of GB at once; chunked, the peak is the bool result (L² bytes) plus a few
+    hundred MB."""
     B, L = segment_ids.shape
     mod = packed_mask_mod(segment_ids, position_ids, window, option_ids)
     rows = max(1, chunk_elements // max(1, L))
-    if rows >= L:
+    if rows >= L and first_row == 0:
         return create_mask(mod, B, None, L, L, device=segment_ids.device)
-    out = torch.empty((B, 1, L, L), dtype=torch.bool, device=segment_ids.device)
-    for q0 in range(0, L, rows):
+    out = torch.empty((B, 1, L - first_row, L), dtype=torch.bool, device=segment_ids.device)
+    for q0 in range(first_row, L, rows):
         n = min(rows, L - q0)
 
         def shifted(b, h, q_idx, kv_idx, q0=q0):
             return mod(b, h, q_idx + q0, kv_idx)
 
-        out[:, :, q0:q0 + n] = create_mask(shifted, B, None, n, L, device=segment_ids.device)
+        out[:, :, q0 - first_row:q0 - first_row + n] = create_mask(shifted, B, None, n, L, device=segment_ids.device)
     return out
 
 
