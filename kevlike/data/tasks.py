@@ -23,10 +23,12 @@ FAMILY_KEYS = ("max_questions", "distractor", "negation", "augment", "coherence"
 def _family_sources() -> tuple[str, ...]:
     return tuple(n for n in SOURCES if n not in LEGACY_TASKS)
 
+
 def is_family(task: str, opts: dict | None = None) -> bool:
     """Whether ``task`` (with its config ``opts``) is built by :mod:`kevlike.data.families`: every source
     but the five legacy tasks, and those with ``families: true``."""
     return task not in LEGACY_TASKS or bool((opts or {}).get("families"))
+
 
 TASKS = LEGACY_TASKS + _family_sources()
 """Every built-in task: the five legacy tasks and the question-family sources."""
@@ -49,6 +51,7 @@ def rows(task: str, split: str) -> tuple:
         return source_rows(task, split)
     raise ValueError(f"unknown task {task!r} (known: {list(TASKS)})")
 
+
 def make_example(task: str, row: tuple, rng: random.Random, opts: dict | None = None) -> Example:
     """Build one :class:`Example` from a raw row; ``opts`` are the task's augmentation settings
     (for intents: ``negatives``, ``full_set``, ``perm_twin``, ``irrelevant``, ``noul_twins``)."""
@@ -65,6 +68,7 @@ def make_example(task: str, row: tuple, rng: random.Random, opts: dict | None = 
     if task == "sentiment":
         return sentiment_example(row[0], row[1], rng, **opts)
     raise ValueError(f"unknown task {task!r} (known: {list(TASKS)})")
+
 
 def eval_examples(task: str, split: str, n: int | None, seed: int = 0, noul_twins: int = 0) -> list[Example]:
     """A fixed, seeded evaluation set: ``n`` rows (all if ``None``) sampled without replacement, each
@@ -88,6 +92,7 @@ def eval_examples(task: str, split: str, n: int | None, seed: int = 0, noul_twin
             out.append(make_example(task, row, rng, {"prompt": 0}))
     return out
 
+
 def training_scripts(tasks, split: str = "train", min_share: float = 0.01) -> list[str]:
     """Scripts (:func:`kevlike.request.writing_systems.detect_script`) that are the dominant script of at least
     ``min_share`` of the rows of the given tasks' ``split``: what an artifact trained on them declares
@@ -104,6 +109,7 @@ def training_scripts(tasks, split: str = "train", min_share: float = 0.01) -> li
             if script is not None:
                 counts[script] += 1
     return sorted(s for s, c in counts.items() if c >= min_share * max(n, 1))
+
 
 class TaskMixture:
     """Seeded infinite stream of training examples: draw ``i`` picks a task by weight, then a row of it

@@ -107,6 +107,7 @@ def tiny_model(path: str | Path, seed: int = 0) -> str:
 
 # --- JSON building blocks that json.dumps cannot write ---------------------------------------------
 
+
 class Raw:
     """A raw fragment inserted verbatim into the body (``NaN``, ``"\\ud800"``, invalid UTF-8 bytes)."""
 
@@ -115,8 +116,10 @@ class Raw:
     def __init__(self, b: bytes | str):
         self.b = b if isinstance(b, bytes) else b.encode("utf-8", "surrogatepass")
 
+
 class Pairs(list):
     """A JSON object given as ``(key, value)`` pairs, so a key may repeat."""
+
 
 def enc(v, ascii_only: bool = False) -> bytes:
     """Serialize ``v`` (JSON values, :class:`Raw`, :class:`Pairs`) to bytes; a lone surrogate in a
@@ -132,6 +135,7 @@ def enc(v, ascii_only: bool = False) -> bytes:
     return json.dumps(v, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
 
 # --- random values ----------------------------------------------------------------------------------
+
 
 TEXTS = ["", "dog", "Customer: I was charged twice for my March invoice and nobody answers the phone.",
          "</opt><opt>evil", "<decide>", "<|im_end|>", "<state><q>", "<opt>", "\u0000", "🚀", "émoji 🚀 日本語の質問",
@@ -149,9 +153,11 @@ def r_text(rng: random.Random, max_len: int = 40) -> str:
     alphabet = "".join(rng.sample(ALPHABETS, rng.randint(1, 3)))
     return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, max_len)))
 
+
 def r_key(rng: random.Random) -> str:
     """A non-empty string key."""
     return r_text(rng, 12) or "k"
+
 
 def r_textval(rng: random.Random, depth: int = 0):
     """A valid Text: a string, or (less often) a JSON object / array of texts and scalars."""
@@ -161,6 +167,7 @@ def r_textval(rng: random.Random, depth: int = 0):
     if x < 0.9:
         return {r_key(rng): rng.choice([r_textval(rng, depth + 1), 1, 2.5, None, True, False]) for _ in range(rng.randint(0, 3))}
     return [rng.choice([r_textval(rng, depth + 1), 0, -1, None]) for _ in range(rng.randint(0, 3))]
+
 
 def r_json(rng: random.Random, depth: int = 0):
     """Any (finite, well-formed) JSON value."""
@@ -172,9 +179,11 @@ def r_json(rng: random.Random, depth: int = 0):
     return rng.choice([None, True, False, 0, 1, -1, 2, 10, 255, 256, -10**30, 10**30, 0.5, -0.0, 1e-300, 1e300,
                        r_text(rng, 20), r_text(rng, 20), "noul", "choice", "score"])
 
+
 def r_nontext(rng: random.Random):
     """A JSON value that is not a valid Text (not a string, object or array)."""
     return rng.choice([None, True, False, 0, 1, -7, 3.25, 1e300, 10**40])
+
 
 def r_question(rng: random.Random, qtype: str | None = None) -> dict:
     qtype = qtype or rng.choice(["noul", "noul", "choice", "score"])
@@ -202,6 +211,7 @@ def r_question(rng: random.Random, qtype: str | None = None) -> dict:
         q = dict(rng.sample(list(q.items()), len(q)))
     return q
 
+
 def r_valid(rng: random.Random, max_q: int = 6) -> dict:
     questions = {}
     while len(questions) < rng.randint(1, max_q):
@@ -218,6 +228,7 @@ def r_valid(rng: random.Random, max_q: int = 6) -> dict:
 
 # --- cases ------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Case:
     i: int
@@ -231,9 +242,11 @@ class Case:
     qids: list | None = None  # a valid request's question ids (checked against the answers)
     note: str = ""
 
+
 def c_valid(rng, case):
     req = r_valid(rng)
     case.body, case.expect, case.qids = enc(req, rng.random() < 0.5), "ok", list(req["questions"])
+
 
 def c_wrong_type(rng, case):
     req = r_valid(rng)
@@ -285,12 +298,14 @@ def c_wrong_type(rng, case):
     lenient = case.note == "missing instructions" and q.get("type") == "noul"
     case.body, case.expect = enc(req, rng.random() < 0.5), None if lenient else "reject"
 
+
 MALFORMED = [b"", b" ", b"\n", b"null", b"[]", b"{}", b'"state"', b"1", b"true", b"{", b"[", b"}", b"{{}}",
              b'{"state"}', b'{"state": }', b"{,}", b'{"state": "s",}', b"{'state': 's'}", b'{state: "s"}',
              b"// comment\n{}", b"/* c */ {}", b'{"state": "s" "questions": {}}', b'{"a": "\\x41"}',
              b'{"a": "\\u12"}', b'{"a": "line\nbreak"}', b'{"a": "tab\there"}', b'{"a": "\x01"}',
              b"{'state': 'dog', 'questions': {'q': {'type': 'noul', 'instructions': 'x'}}}",
              b"{\"state\": True, \"questions\": None}", b'{"state": undefined}', b"\x00", b'{"a":1}\x00']
+
 
 def c_malformed_json(rng, case):
     valid = enc(r_valid(rng))
@@ -316,6 +331,7 @@ def c_malformed_json(rng, case):
         body = valid.replace(b"{", b"[", 1)
     case.body, case.expect, case.note = body, "reject" if kind != 7 else None, f"kind {kind}"
 
+
 def c_random_bytes(rng, case):
     n = rng.choice([1, 2, 3, 8, 64, 512, 4096, 65536])
     kind = rng.randrange(3)
@@ -327,6 +343,7 @@ def c_random_bytes(rng, case):
         body = b"".join(rng.choice([b"{", b"}", b"[", b"]", b'"', b":", b",", b"1", b"null", b"true", b"\\", b"u",
                                     b"state", b"questions", b" "]) for _ in range(n))
     case.body, case.expect, case.note = body, "reject", f"{['bytes', 'ascii', 'tokens'][kind]} x{n}"
+
 
 INVALID_UTF8 = [b"\xff", b"\xfe", b"\xc0\x80", b"\xc1\xbf", b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xf4\x90\x80\x80",
                 b"\xe2\x82", b"\x80", b"\xbf", b"\xf8\x88\x80\x80\x80", b"\xfc\x84\x80\x80\x80\x80", b"a\xffb"]
@@ -358,6 +375,7 @@ def _place(rng, req: dict, value) -> tuple:
         req = Pairs([*req.items(), ("x_extra", value)])
     return req, spot
 
+
 def c_unicode(rng, case):
     req = r_valid(rng)
     kind = rng.randrange(5)
@@ -387,6 +405,7 @@ def c_unicode(rng, case):
         case.expect = {"model": "reject", "extra": None}.get(spot, "ok")  # an unknown model; an unknown top-level field
     case.body, case.note = body, f"kind {kind} at {spot}"
 
+
 BAD_NUMBERS = ["NaN", "-NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1E+999", "9" * 5000, "-" + "9" * 4301,
                "01", "+1", ".5", "1.", "0x10", "1e", "--1", "Inf", "nan"]
 FINE_NUMBERS = ["1e-400", "-0", "0e0", "1.7976931348623157e308", "9" * 4000, "5e-324", "1E2"]
@@ -403,6 +422,7 @@ def c_numbers(rng, case):
     else:  # a finite number: fine inside the state object (a 4000-digit one may exceed the token budget) or an
         # unknown field, a wrong type elsewhere
         case.expect = {"state_obj": "ok" if len(token) < 100 else None, "extra": None}.get(spot, "reject")
+
 
 def c_deep(rng, case):
     depth = rng.choice([63, 64, 65, 66, 100, 1000, 10_000, 100_000])
@@ -422,6 +442,7 @@ def c_deep(rng, case):
     case.body, case.note = body, f"{kind} depth {depth} at {spot}"
     if depth >= 100:
         case.expect = "reject"
+
 
 def c_duplicate_keys(rng, case):
     req = r_valid(rng)
@@ -446,6 +467,7 @@ def c_duplicate_keys(rng, case):
         body = enc(req)
     case.body, case.expect, case.note = body, "reject", where
 
+
 def c_options(rng, case):
     req = r_valid(rng, 3)
     qid = next(iter(req["questions"]))
@@ -469,6 +491,7 @@ def c_options(rng, case):
     case.qids = list(req["questions"]) if case.expect == "ok" else None
     case.body, case.note = enc(req), f"{kind} {n}"
 
+
 def c_question_maps(rng, case):
     n = rng.choice([0, 0, 5000, 5001, 20_000, 64])
     req = {"state": r_text(rng), "questions": {f"q{j}": {"type": "noul", "instructions": "x"} for j in range(n)}}
@@ -477,6 +500,7 @@ def c_question_maps(rng, case):
     case.body, case.note = enc(req), f"{n} questions"
     case.expect = "ok" if n == 64 else "reject"
     case.qids = list(req["questions"]) if n == 64 else None
+
 
 TOP_EXTRA = ["stream", "temperature", "Model", "STATE", "Questions", "__proto__", "constructor", "", "questions ",
              "metadata", "max_tokens", "\u0000"]
@@ -502,6 +526,7 @@ def c_unknown_fields(rng, case):
         case.expect = "reject"
     case.body = enc(req)
 
+
 def c_model(rng, case):
     req = r_valid(rng, 2)
     name = rng.choice(["gpt-9", "JEV-LATEST", "jev-latest ", " jev-latest", "kevlike-default", "../../etc/passwd",
@@ -509,10 +534,12 @@ def c_model(rng, case):
     req["model"] = name
     case.body, case.expect, case.note = enc(req), "reject", f"model {name[:20]!r}"
 
+
 CONTENT_TYPES = [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=xyz",
                  "application/json; charset=utf-16", "application/json; charset=latin-1", "application/xml", "",
                  "*/*", "application/octet-stream", "application/json, text/plain", "APPLICATION/JSON",
                  "application/jsonx", "application/json;;;"]
+
 
 def c_content_type(rng, case):
     req = r_valid(rng, 3)
@@ -535,6 +562,7 @@ def c_content_type(rng, case):
         case.expect, case.qids = "ok", list(req["questions"])
     case.body = body
 
+
 def c_oversized(rng, case):
     kind = rng.randrange(4)
     if kind == 0:  # declared and sent: over the limit by one byte
@@ -548,6 +576,7 @@ def c_oversized(rng, case):
         case.body = enc({"state": "the lazy dog " * rng.choice([3000, 40_000]), "questions": {"q": {"type": "noul", "instructions": "x"}}})
         case.note = "token budget"
     case.expect = "reject"
+
 
 SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:;/=+"  # header text h11 accepts
 
@@ -574,16 +603,19 @@ def c_headers(rng, case):
     case.headers = hdrs
     case.body, case.expect, case.qids, case.note = enc(req), "ok", list(req["questions"]), f"kind {kind}"
 
+
 ROUTES = [("GET", ENDPOINT), ("PUT", ENDPOINT), ("DELETE", ENDPOINT), ("PATCH", ENDPOINT), ("OPTIONS", ENDPOINT),
           ("POST", ENDPOINT + "/"), ("POST", "/v1/SystemOne"), ("POST", "/v1/systemtwo"), ("POST", "/"),
           ("POST", "/v1/models"), ("POST", "/health"), ("POST", "/v1/systemone?stream=true"),
           ("POST", "/v1//systemone"), ("POST", "/v1/system%6Fne"), ("GET", "/v1/systemone/../health"),
           ("POST", "/v2/systemone"), ("GET", "/v1/models/x"), ("POST", "/docs")]
 
+
 def c_routing(rng, case):
     case.method, case.path = rng.choice(ROUTES)
     case.body = enc(r_valid(rng, 2)) if case.method != "GET" else None
     case.note = f"{case.method} {case.path}"
+
 
 def c_mutated(rng, case):
     req = r_valid(rng)
@@ -651,6 +683,7 @@ def c_mutated(rng, case):
         case.note = "bytes " + ",".join(notes)
     case.body = body
 
+
 CATEGORIES = {  # name: (builder, weight in %)
     "valid": (c_valid, 10),
     "mutated": (c_mutated, 20),
@@ -677,9 +710,11 @@ def _draw(seed: int, i: int) -> tuple[random.Random, str]:
     names = list(CATEGORIES)
     return rng, rng.choices(names, weights=[CATEGORIES[n][1] for n in names])[0]
 
+
 def case_category(seed: int, i: int) -> str:
     """The category of request ``i`` of seed ``seed`` (without building it)."""
     return _draw(seed, i)[1]
+
 
 def make_case(seed: int, i: int) -> Case:
     """Request ``i`` of seed ``seed`` (deterministic, independent of every other request)."""
@@ -689,6 +724,7 @@ def make_case(seed: int, i: int) -> Case:
     return case
 
 # --- checks -----------------------------------------------------------------------------------------
+
 
 def shape_problem(case: Case, status: int, headers, raw: bytes) -> str | None:
     """None if the response has the documented shape, else what is wrong with it."""
@@ -729,6 +765,7 @@ def shape_problem(case: Case, status: int, headers, raw: bytes) -> str | None:
         return f"{status} error_type/message not non-empty strings"
     return None
 
+
 def expectation_problem(case: Case, status: int) -> str | None:
     if case.expect == "ok" and status != 200:
         return f"built valid, answered {status}"
@@ -737,6 +774,7 @@ def expectation_problem(case: Case, status: int) -> str | None:
     return None
 
 # --- the client -------------------------------------------------------------------------------------
+
 
 class Client:
     def __init__(self, base: str, timeout: float = 300.0):
@@ -776,6 +814,7 @@ class Client:
         except Exception as e:  # noqa: BLE001 - reported, not raised
             return type(e).__name__
 
+
 def run_one(client: Client, seed: int, i: int) -> dict:
     case = make_case(seed, i)
     t0 = time.perf_counter()
@@ -804,6 +843,7 @@ def run_one(client: Client, seed: int, i: int) -> dict:
         rec["response"] = raw[:600].decode("utf-8", "replace")
     return rec
 
+
 def fuzz(base: str, n: int, seed: int, workers: int = 4, progress: bool = True, on_failure=None) -> dict:
     """Send requests ``0..n-1`` of ``seed`` to ``base``; ``/health`` after every 1,000 and at the end.
     Returns ``{"records": [...], "health": [...], "wall_s": ...}``; ``on_failure(case, rec)`` is called
@@ -830,6 +870,7 @@ def fuzz(base: str, n: int, seed: int, workers: int = 4, progress: bool = True, 
             health.append({"after": len(records), "status": client.health()})
     bar.close()
     return {"records": records, "health": health, "wall_s": time.perf_counter() - t0}
+
 
 def summarize(result: dict, n: int, seed: int) -> dict:
     recs = result["records"]
@@ -867,6 +908,7 @@ def summarize(result: dict, n: int, seed: int) -> dict:
         "latency_ms": _percentiles([r["ms"] for r in recs]),
     }
 
+
 def _percentiles(xs):
     xs = sorted(xs)
     if not xs:
@@ -875,11 +917,13 @@ def _percentiles(xs):
 
 # --- the server -------------------------------------------------------------------------------------
 
+
 def _free_port() -> int:
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
 
 def _wait_healthy(base: str, alive, seconds: float = 300) -> None:
 
@@ -894,6 +938,7 @@ def _wait_healthy(base: str, alive, seconds: float = 300) -> None:
             pass
         time.sleep(0.3)
     raise RuntimeError(f"the server did not answer /health within {seconds:.0f} s")
+
 
 def serve_subprocess(model: str, log_path: Path, extra: list[str] = ()):
     """``kevlike serve --model MODEL`` on a free loopback port; returns ``(base_url, stop, errors)``:
@@ -924,6 +969,7 @@ def serve_subprocess(model: str, log_path: Path, extra: list[str] = ()):
         stop()
         raise
     return base, stop, errors
+
 
 def serve_in_process(model: str):
     """The same app under uvicorn in a daemon thread of this process; returns ``(base_url, stop, errors)``;
@@ -956,6 +1002,7 @@ def serve_in_process(model: str):
 
 # --- run --------------------------------------------------------------------------------------------
 
+
 def _meta() -> dict:
 
     meta = {"python": platform.python_version(), "platform": platform.platform()}
@@ -971,11 +1018,13 @@ def _meta() -> dict:
         meta["git_commit"] = None
     return meta
 
+
 def _show(case: Case) -> str:
     body = case.body if case.body is not None else b""
     shown = repr(body[:2000]) + (f" ... ({len(body):,} bytes)" if len(body) > 2000 else "")
     return (f"request {case.i}: category {case.category} ({case.note}); expect {case.expect}\n"
             f"{case.method} {case.path} headers={case.headers!r}{' chunked' if case.chunks else ''}\nbody: {shown}")
+
 
 def run(args) -> int:
     """``kevlike fuzz``: ``args.n`` hostile requests against a server of ``args.model`` (default a tiny random

@@ -62,6 +62,7 @@ def seen_sources() -> list[str]:
 
     return [n for n in SOURCES if n not in HELDOUT_SOURCES]
 
+
 def contrast_examples(path: Path = CONTRAST_FILE) -> tuple[list[Example], list[dict]]:
     """One request per state of each contrast pair, asking every question three ways: noul ``Q``
     (``qN``), noul negation ``not Q`` (``nN``) and a two-option choice ``{yes, no}`` with Q's words (``cN``).
@@ -91,6 +92,7 @@ def contrast_examples(path: Path = CONTRAST_FILE) -> tuple[list[Example], list[d
             out.append(Example({"state": state, "questions": qs}, targets, f"contrast/{pair['id']}/{s}", gold))
     return out, data["pairs"]
 
+
 def contrast_metrics(records: list[dict], pairs: list[dict]) -> dict:
     """``both_right`` (share of pair questions right on both states, noul form), ``noul_accuracy`` and the
     two coherence shares of the module docstring, from the records of :func:`contrast_examples`.
@@ -118,9 +120,11 @@ def contrast_metrics(records: list[dict], pairs: list[dict]) -> dict:
             "coherence": {"n": n_state_q, "negation": neg_ok / max(n_state_q, 1),
                           "noul_vs_choice": choice_ok / max(n_state_q, 1)}}
 
+
 def bigbench_dir() -> Path:
 
     return kevlike_home() / "bigbench"
+
 
 def bigbench_tasks(archive: str | Path | None = None) -> dict[str, dict]:
     """The task.json of each of :data:`BIGBENCH_TASKS`, extracted once from BIG-bench's source archive
@@ -142,6 +146,7 @@ def bigbench_tasks(archive: str | Path | None = None) -> dict[str, dict]:
                     (cache / f"{wanted[m.name]}.json").write_bytes(tar.extractfile(m).read())
     return {t: json.loads((cache / f"{t}.json").read_text()) for t in BIGBENCH_TASKS if (cache / f"{t}.json").is_file()}
 
+
 def bigbench_examples(tasks: dict[str, dict], n: int, seed: int = 0) -> list[Example]:
     """``n`` seeded examples per BIG-bench task: state = the example's input, one choice question over its
     ``target_scores`` keys (gold: the highest score) with :data:`BIGBENCH_TASKS`' instructions."""
@@ -156,6 +161,7 @@ def bigbench_examples(tasks: dict[str, dict], n: int, seed: int = 0) -> list[Exa
             out.append(Example({"state": e["input"].strip(), "questions": {"q": q}},
                                {"q": [1.0 if k == gi else 0.0 for k in range(len(keys))]}, f"{name}", {"q": keys[gi]}))
     return out
+
 
 def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str | Path | None = None) -> dict:
     """``{split: [Example]}`` of the module docstring (``n`` overrides every per-source size)."""
@@ -181,6 +187,7 @@ def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str
     sets["contrast"] = contrast_examples()[0]
     return sets
 
+
 def generalization_summary(records: list[dict], pairs: list[dict]) -> dict:
     """Per split (and per source within a split) metrics, the wording gap and the contrast figures."""
 
@@ -204,8 +211,6 @@ def generalization_summary(records: list[dict], pairs: list[dict]) -> dict:
     if any(r["split"] == "contrast" for r in records):
         out["contrast"] = contrast_metrics([r for r in records if r["split"] == "contrast"], pairs)
     return out
-
-SPLIT_COLUMNS = ("n", "accuracy", "nll", "ece", "confident_error")
 
 
 def report_tables(summ: dict) -> str:

@@ -62,6 +62,7 @@ def table(summary: dict) -> str:
     lines.append(row("**overall**", summary["overall"]))
     return "\n".join(lines)
 
+
 def reliability_plots(records: list[dict], out: Path) -> list[str]:
     """One reliability diagram per question type (accuracy vs mean confidence per bin, bin counts)."""
     try:
@@ -97,6 +98,7 @@ def reliability_plots(records: list[dict], out: Path) -> list[str]:
         written.append(name)
     return written
 
+
 def comparison_protocol(records: list[dict]) -> dict:
     """DESIGN §12's temperature comparison protocol (for figures comparable with kev's, not for the
     shipped temperatures): fit per (type, K-bucket) on the even-indexed test records' logits, report
@@ -116,6 +118,7 @@ def comparison_protocol(records: list[dict]) -> dict:
                       "nll_fitted": sa["nll"]}
     return out
 
+
 def rescore(records: list[dict], table) -> list[dict]:
     """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table
     (logits do not depend on temperatures, so no forward pass is needed)."""
@@ -126,6 +129,7 @@ def rescore(records: list[dict], table) -> list[dict]:
         t = table.lookup(r["type"], len(r["logits"]))
         out.append({**r, "probs": torch.softmax(z / t, -1).tolist()})
     return out
+
 
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
               batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
@@ -196,6 +200,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
              f"{meta['machine']}; seconds per dataset {timing}.")
     return _write_run(run_dir, meta, summary, records, f"# kevlike eval: suite `{suite}`, model `{engine.name}`", intro, quiet)
 
+
 def probe_table(probes: dict) -> str:
     """Markdown lines, one per probe result."""
     lines = ["| probe | result |", "|---|---|"]
@@ -205,6 +210,7 @@ def probe_table(probes: dict) -> str:
         cells = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in res.items())
         lines.append(f"| {name} | {cells} |")
     return "\n".join(lines)
+
 
 def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], title: str, intro: str,
                quiet: bool) -> Path:
@@ -229,6 +235,7 @@ def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], ti
         print(md)
         print(f"run directory: {run_dir}")
     return run_dir
+
 
 def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path:
 
@@ -262,6 +269,7 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
     return _write_run(run_dir, meta, summary, records,
                       f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`",
                       f"Logits of {reuse} with temperatures {temps.source}.", quiet)
+
 
 def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size: int, quiet: bool,
                         url: str | None, bigbench) -> Path:

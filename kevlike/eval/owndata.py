@@ -79,6 +79,7 @@ def read_costs(path: str | Path | None) -> dict:
     return {"default": default, "questions": {q: entry({**default, **(v or {})}, f"questions.{q}")
                                               for q, v in questions.items()}}
 
+
 def answer_records(engine, items, batch_size: int = 4, progress: bool = False, calibrated: bool = True) -> list[dict]:
     """One record per labelled question (:mod:`kevlike.metrics` format, plus ``question`` and
     ``line``); set-mode choice questions get type ``choice:set``
@@ -100,6 +101,7 @@ def answer_records(engine, items, batch_size: int = 4, progress: bool = False, c
             out.append(r)
     return out
 
+
 def threshold_table(records: list[dict], costs: dict) -> dict:
     """Per noul question id: :func:`kevlike.eval.probes.threshold_economics` with its costs, plus
     ``saving_vs_best_trivial`` (cost of the cheaper of always/never minus the cost at the Bayes threshold).
@@ -117,6 +119,7 @@ def threshold_table(records: list[dict], costs: dict) -> dict:
         t.update(costs=c, saving_vs_best_trivial=min(t["cost_always"], t["cost_never"]) - t["cost_at_threshold"])
         out[q] = t
     return out
+
 
 def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs", costs: str | Path | None = None,
                   url: str | None = None, batch_size: int = 4, quiet: bool = False, option_mode: str | None = None,
@@ -162,6 +165,7 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
         print(f"run directory: {run_dir}", file=sys.stderr)
     return run_dir
 
+
 def report(summary: dict, thresholds: dict) -> str:
     """Markdown tables: per type, per question id, and the noul threshold table."""
     def row(name, s):
@@ -180,6 +184,7 @@ def report(summary: dict, thresholds: dict) -> str:
                         f"{t['cost_always']:.3f} | {t['cost_never']:.3f} | {t['saving_vs_best_trivial']:.3f} | "
                         f"{t['best_threshold']:.3f} ({t['cost_at_best']:.3f}) |" for q, t in thresholds.items())
     return md
+
 
 def fit_profile(model: str | None, data: str | Path, profile: str, min_count: int = 50, batch_size: int = 4,
                 quiet: bool = False, option_mode: str | None = None, records: list[dict] | None = None,

@@ -13,6 +13,8 @@ import json
 import time
 from pathlib import Path
 
+from kevlike.model.engine import Engine
+
 
 def answer_probabilities(response: dict) -> dict:
     """``{(question id, option key): p}``; a noul answer contributes P(true) and P(false)."""
@@ -48,7 +50,6 @@ def packed_vs_separate(engine, requests: list) -> dict:
 
 def run(args) -> int:
     """``kevlike parity``: :func:`packed_vs_separate` on ``args.paths``, printed as a table."""
-    from kevlike.model.engine import Engine   # here: the probe functions above need no torch
 
     engine = Engine.from_pretrained(args.model, dtype=args.dtype)
     requests = [json.loads(Path(x).read_text()) for x in args.paths]
@@ -61,4 +62,3 @@ def run(args) -> int:
     print(f"overall: max |dp| = {res['max_abs_dp']:.1e}, mean |dp| = {res['mean_abs_dp']:.1e} "
           f"over {res['n_probabilities']} probabilities")
     return 0
-

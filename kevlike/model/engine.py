@@ -65,6 +65,7 @@ class Prepared:
     def n_tokens(self) -> int:
         return self.encoded.n_tokens
 
+
 @dataclass
 class ShortlistPlan:
     """Shortlist-then-decide for a request with a choice question of more than :data:`JEV_MAX_OPTIONS`
@@ -98,6 +99,7 @@ class ShortlistPlan:
     def n_tokens(self) -> int:
         return sum(e.n_tokens for e in self.passes)
 
+
 MAX_OPTION_ORDERS = 24
 """The most option orders (``option_orders``) a choice question may be read in. Each order is one
 more branch per choice question in the same forward pass (M orders cost M× the choice branches'
@@ -122,6 +124,7 @@ def check_option_orders(option_orders: int, name: str = "option_orders") -> int:
                          f"question in the forward pass), got {option_orders}")
     return option_orders
 
+
 def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
     """Accept a validated :class:`Request`, a decoded JSON object, or raw JSON text/bytes.
 
@@ -134,6 +137,7 @@ def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
         return parse_request(request, limits)
     return validate_request(request, limits)
 
+
 def backbone_hidden(model, backend: str, input_ids: torch.Tensor, segment_ids: torch.Tensor,
                     position_ids: torch.Tensor, option_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The stock decoder body (no LM head) under the packed mask: ``[B, L]`` ids -> hidden ``[B, L, d]``.
@@ -142,6 +146,7 @@ def backbone_hidden(model, backend: str, input_ids: torch.Tensor, segment_ids: t
     extra = attention_inputs(backend, model.config, segment_ids, position_ids, option_ids)
     out = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **extra)
     return out.last_hidden_state
+
 
 def softmax_order_free(question: Question, z: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``softmax(z / temperature)`` ``[K]`` of one question's logits ``z`` ``[K]`` (request option order),
@@ -153,6 +158,7 @@ def softmax_order_free(question: Question, z: torch.Tensor, temperature: float =
         return torch.softmax(z / temperature, dim=-1)
     order = torch.tensor(option_orders(question, 1)[0])
     return torch.empty_like(z).index_copy_(0, order, torch.softmax(z[order] / temperature, dim=-1))
+
 
 def quantize_int8(model) -> int:
     """Replace every ``nn.Linear`` of the decoder body (not ``lm_head``) by torch's dynamically
@@ -166,6 +172,7 @@ def quantize_int8(model) -> int:
         warnings.simplefilter("ignore")
         quantize_dynamic(model, {n: per_channel_dynamic_qconfig for n in names}, dtype=torch.qint8, inplace=True)
     return len(names)
+
 
 class Engine:
     """Answers typed questions about a state.

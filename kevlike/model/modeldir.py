@@ -70,12 +70,6 @@ class ModelDir:
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / self.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
-    def update_manifest(self, **fields) -> dict:
-        """Set top-level manifest fields, keep the others; returns the new manifest."""
-        manifest = {**self.manifest(), **fields}
-        self.write_manifest(manifest)
-        return manifest
-
     def head_weights(self) -> dict:
         """``{"w_q", "w_k"}`` tensors of the pointer head."""
         return load_file(str(self.path / self.HEAD))

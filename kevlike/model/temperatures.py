@@ -27,10 +27,12 @@ def bucket_of(k: int) -> str:
         return f"{BUCKETS[-1][1] + 1}+"
     raise ValueError(f"option count {k} is below 2")
 
+
 def calibration_type(qtype: str, option_mode: str = "list") -> str:
     """The key a question's temperature is stored under: its type, or ``"choice:set"`` for a choice
     question read in set mode (its logits come from another template, so they get their own fit)."""
     return f"{qtype}:set" if option_mode == "set" and qtype == "choice" else qtype
+
 
 @dataclass(frozen=True)
 class TemperatureTable:
@@ -53,6 +55,7 @@ class TemperatureTable:
 
 # --- fitting (DESIGN.md §9) -------------------------------------------------------------------
 
+
 T_MIN, T_MAX = 0.05, 20.0
 MIN_BUCKET = 200
 
@@ -64,6 +67,7 @@ def nll_at(logits: list, golds: list[int], t: float) -> float:
     for z, g in zip(logits, golds):
         total -= float(torch.log_softmax(torch.as_tensor(z, dtype=torch.float64) / t, -1)[g])
     return total / max(len(logits), 1)
+
 
 def fit_temperature(logits: list, golds: list[int], lo: float = T_MIN, hi: float = T_MAX, iters: int = 60) -> float:
     """The T in [lo, hi] minimising mean NLL of ``softmax(z / T)``: golden-section search over log T
@@ -84,6 +88,7 @@ def fit_temperature(logits: list, golds: list[int], lo: float = T_MIN, hi: float
             d = a + g * (b - a)
             fd = nll_at(logits, golds, math.exp(d))
     return math.exp((a + b) / 2)
+
 
 def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "fitted") -> tuple[TemperatureTable, dict]:
     """Temperatures per (type, K-bucket) from held-out records (``{"type", "logits", "gold"}``).

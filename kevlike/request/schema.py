@@ -52,8 +52,6 @@ Text = Union[str, dict, list]
 QUESTION_TYPES = ("noul", "choice", "score")
 
 
-
-
 @dataclass(frozen=True)
 class Option:
     """One allowed answer: ``key`` is what the response reports (``"true"``/``"false"`` for noul,

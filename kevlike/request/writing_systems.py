@@ -50,6 +50,7 @@ def _script_of(ch: str) -> str | None:
             return name
     return "Other"
 
+
 @dataclass(frozen=True)
 class ScriptReport:
     """``script``: the script of most of the state's letters (``None`` when it has no letter);
@@ -64,12 +65,14 @@ class ScriptReport:
     def as_dict(self, trained: bool | None) -> dict:
         return {"script": self.script, "script_share": round(self.share, 4), "script_trained": trained}
 
+
 def _sample(text: str) -> str:
     if len(text) <= SAMPLE_CHARS:
         return text
     n = 10
     step, width = len(text) // n, SAMPLE_CHARS // n
     return "".join(text[i * step:i * step + width] for i in range(n))
+
 
 def detect_script(text: str) -> ScriptReport:
     """The dominant script of ``text``'s letters (see the module docstring for the method)."""
@@ -89,6 +92,7 @@ def detect_script(text: str) -> ScriptReport:
     script, top = counts.most_common(1)[0]
     return ScriptReport(script, top / total, total, dict(counts))
 
+
 _ASCII_DROP_LETTERS = {c: None for c in range(128) if chr(c).isalpha()}
 
 
@@ -101,6 +105,7 @@ def check_policy(policy: str) -> str:
     if policy not in POLICIES:
         raise ValueError(f"script policy must be one of {POLICIES}, got {policy!r}")
     return policy
+
 
 def main() -> int:
     """``python -m kevlike.request.writing_systems``: detection time on one-page states in several scripts (µs)."""
@@ -119,6 +124,7 @@ def main() -> int:
         us = (time.perf_counter() - t0) / reps * 1e6
         print(f"{name:18} {len(text):5d} chars  {r.script:9} share {r.share:.2f}  {us:8.1f} µs")
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

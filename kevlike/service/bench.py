@@ -71,6 +71,7 @@ class PeakRSS:
         self._t.join()
         self.peak_mib = self.peak / 2**20
 
+
 def synthetic_request(engine, S: int, Q: int, K: int, texts: list[str]) -> EncodedRequest:
     """Pointer-template request with exactly S state tokens (``<state>`` + S − 1 text tokens)."""
     questions = {f"q{q}": {"type": "choice", "instructions": f"Which category fits this text best? (aspect {q})",
@@ -82,6 +83,7 @@ def synthetic_request(engine, S: int, Q: int, K: int, texts: list[str]) -> Encod
         ids = ids + ids
     return replace(enc, state_ids=(enc.state_ids[0], *ids[:S - 1]))
 
+
 def _time(fn, reps: int) -> list[float]:
     fn()  # warm-up
     out = []
@@ -90,6 +92,7 @@ def _time(fn, reps: int) -> list[float]:
         fn()
         out.append(1000 * (time.perf_counter() - t0))
     return out
+
 
 @torch.inference_mode()
 def prefix_cache_logits(engine, enc: EncodedRequest) -> list[torch.Tensor]:
@@ -111,10 +114,12 @@ def prefix_cache_logits(engine, enc: EncodedRequest) -> list[torch.Tensor]:
         logits.append(engine.head(h_dec, h_opt, mask)[0, 0].cpu())
     return logits
 
+
 def compiled_frames() -> int:
     """torch.compile frames compiled so far in this process (dynamo's counter)."""
 
     return int(counters["frames"]["ok"])
+
 
 @torch.inference_mode()
 def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 2048, reps: int = 5) -> float:
@@ -135,6 +140,7 @@ def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 2048, reps: int = 5)
         best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best / 1e9
 
+
 def packed_flops(model, enc: EncodedRequest) -> float:
     """FLOP of one packed forward pass over ``enc`` (pointer template) up to the last hidden states: ``2 · P · T`` for the
     P weights of the decoder layers' Linear projections over T tokens, plus attention ``4 · layers ·
@@ -154,6 +160,7 @@ def packed_flops(model, enc: EncodedRequest) -> float:
         tokens += b.n_tokens
     d_attn = cfg.num_attention_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
     return 2.0 * weights * tokens + 4.0 * len(layers) * d_attn * pairs
+
 
 @torch.inference_mode()  # every mode without autograd (a grad-enabled forward keeps all activations)
 def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict | None = None,
@@ -211,6 +218,7 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
     row["packed_gflops"] = row["packed_gflop"] / (row["modes"]["packed"]["p50_ms"] / 1000)
     return row
 
+
 def markdown_table(results: list[dict]) -> str:
     """The README table: p50 ms per request per mode, the measured speed-ups and the FLOP model."""
     modes = [m for m in ("packed", "packed-sdpa", "separate", "prefix") if any(m in r["modes"] for r in results)]
@@ -229,6 +237,7 @@ def markdown_table(results: list[dict]) -> str:
             cells.append(f"{r['modes']['packed-sdpa']['p50_ms'] / r['modes']['packed']['p50_ms']:.2f}×")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
 
 def plot(results: list[dict], path: str) -> bool:
     try:
@@ -259,6 +268,7 @@ def plot(results: list[dict], path: str) -> bool:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return True
+
 
 def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_path: str | None,
         plot_path: str | None, S: list[int] | None = None, Q: list[int] | None = None, K: list[int] | None = None,

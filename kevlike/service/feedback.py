@@ -55,8 +55,10 @@ outcomes_table = Table(
     Column("target", Text, nullable=False),
     Column("created_at", Float, nullable=False))
 
+
 class UnknownRequest(LookupError):
     """No recorded request has this id (HTTP 404)."""
+
 
 class FeedbackStore:
     """The recording database. Thread-safe: writes are serialised in-process, and each is one
@@ -145,6 +147,7 @@ class FeedbackStore:
                             "probs": p, "target": t, "gold": max(range(len(t)), key=t.__getitem__),
                             "logits": [r.temperature * math.log(max(x, 1e-30)) for x in p]})
         return out
+
 
 def report(store: FeedbackStore, model: str | None = None) -> dict:
     """``GET /v1/feedback/report``: per type (and overall), the outcomes counted, accuracy, ECE and the

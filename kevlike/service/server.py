@@ -60,9 +60,11 @@ def api_keys_from_env(path: str | None = None) -> frozenset:
             keys |= {line.strip() for line in f if line.strip() and not line.startswith("#")}
     return frozenset(keys)
 
+
 def _error(status: int, error_type: str, message: str, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"detail": {"error_type": error_type, "message": message}}, status_code=status,
                         headers=headers)
+
 
 def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
     """The ``x-kevlike-ignored-fields`` value: each ignored field name as a JSON string (ASCII, escaped, so
@@ -77,6 +79,7 @@ def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
         parts.append(text)
         used += len(text) + 2
     return ", ".join(parts)
+
 
 def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None,
                store=None, record_state: bool = False):
@@ -326,10 +329,12 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     app.add_api_route("/v1/models", models, methods=["HEAD"], include_in_schema=False)
     return app
 
+
 class ListenError(OSError):
     """:func:`serve` cannot listen on its host and port (address in use, no permission, unknown
     host); raised before any model is loaded. ``str()`` is one line,
     ``cannot listen on HOST:PORT: REASON`` (``kevlike serve`` exits with code 3)."""
+
 
 def listen_socket(host: str, port: int, backlog: int = 2048):
     """A TCP socket bound to ``(host, port)`` and listening, made as uvicorn makes its own
@@ -351,6 +356,7 @@ def listen_socket(host: str, port: int, backlog: int = 2048):
         reason = getattr(e, "strerror", None) or str(e)
         raise ListenError(f"cannot listen on {f'[{host}]' if ipv6 else host}:{port}: {reason}") from None
     return sock
+
 
 def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: str = "auto", log_level: str = "info",
           script_policy: str = "annotate", option_orders: int | None = None, threads: int | str | None = None,

@@ -69,8 +69,10 @@ def _numbers(value):
         return [_numbers(v) for v in value]
     return value
 
+
 class ConfigError(ValueError):
     """A config file or override that names an unknown key or has a bad value."""
+
 
 def _merge(base: dict, over: dict, where: str, open_keys: tuple = ("tasks",)) -> dict:
     out = copy.deepcopy(base)
@@ -86,6 +88,7 @@ def _merge(base: dict, over: dict, where: str, open_keys: tuple = ("tasks",)) ->
             out[k] = v
     return out
 
+
 def parse_override(item: str) -> tuple[list[str], object]:
     """``"optim.lr=1e-4"`` -> ``(["optim", "lr"], 0.0001)``.
 
@@ -99,6 +102,7 @@ def parse_override(item: str) -> tuple[list[str], object]:
     if not all(parts):
         raise ConfigError(f"override {item!r} has an empty key")
     return parts, _numbers(yaml.safe_load(value)) if value.strip() else None
+
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> dict:
     """Resolved config: :data:`DEFAULTS` <- YAML file <- overrides.
@@ -175,6 +179,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             raise ConfigError(f"optim.{k} must be a non-negative number, got {v!r}")
     return cfg
+
 
 def resolve_precision(setting: str, cuda: bool, cpuinfo: str | None = None) -> tuple[str, str]:
     """``(precision, reason)`` for a ``mixed_precision`` setting: ``auto`` picks ``bf16`` on CUDA and on CPUs

@@ -79,6 +79,7 @@ class DecisionModel(nn.Module):
                                  batch.option_ids)
         return pointer_logits(self.head, hidden, batch)
 
+
 def build_model(cfg: dict, device: str | None = None):
     """Backbone + tokenizer with delimiters, LoRA and head. Returns ``(DecisionModel, tokenizer, resolved)``."""
 
@@ -123,6 +124,7 @@ def build_model(cfg: dict, device: str | None = None):
         head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"]})
     return DecisionModel(lm, head), tok, resolved
 
+
 def _init_artifact(cfg: dict, resolved) -> Path | None:
     """The decision-model directory named by ``init_from`` (None when unset).
 
@@ -144,6 +146,7 @@ def _init_artifact(cfg: dict, resolved) -> Path | None:
     return init.artifact_dir
 
 # --- batches ---------------------------------------------------------------------------------
+
 
 def make_batch(examples: list[Example], encoder, device, modes: list[str] | None = None) -> tuple[PackedBatch, dict]:
     """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]`` and the twin pairs
@@ -182,6 +185,7 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
            "perm": torch.tensor(perms, dtype=torch.long, device=device) if perms else None}
     return batch, aux
 
+
 def loss_terms(logits: torch.Tensor, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
     """``{"loss", "ce", "perm", "ord"}``: mean CE over questions + λ_perm · mean symmetric KL over twin
     pairs + λ_ord · mean RPS over score questions (0 where a batch has none)."""
@@ -204,6 +208,7 @@ def loss_terms(logits: torch.Tensor, batch: PackedBatch, aux: dict, cfg: dict) -
 
 # --- validation ------------------------------------------------------------------------------
 
+
 def validation_set(cfg: dict) -> list[Example]:
     tasks = cfg["validation"]["tasks"] or list(cfg["tasks"])
     out = []
@@ -214,6 +219,7 @@ def validation_set(cfg: dict) -> list[Example]:
         path = cfg["validation"]["data"]
         out.extend(to_examples(read_labelled(path), f"data:{path}"))
     return out
+
 
 def validate(engine: Engine, examples: list[Example], batch_size: int = 4, set_engine: Engine | None = None) -> dict:
     """Mean NLL (nats) and accuracy per source and overall, through the serving engine. With
@@ -227,8 +233,10 @@ def validate(engine: Engine, examples: list[Example], batch_size: int = 4, set_e
 
 # --- run directory ---------------------------------------------------------------------------
 
+
 def trainable_state(model: DecisionModel) -> dict:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
 
 def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, metrics: dict) -> Path:
 
@@ -249,6 +257,7 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
             "training": ModelDir(parent).manifest().get("training")}
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
                                extra=extra, adapter=model.lm)
+
 
 def plot_metrics(run_dir: Path) -> None:
     try:
@@ -274,6 +283,7 @@ def plot_metrics(run_dir: Path) -> None:
     plt.close(fig)
 
 # --- the loop --------------------------------------------------------------------------------
+
 
 def train(config_path: str | None = None, overrides: list[str] = (), resume: str | None = None,
           quiet: bool = False) -> Path:

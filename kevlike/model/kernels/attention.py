@@ -31,6 +31,7 @@ def default_backend(device: torch.device | str) -> str:
     faster than dense ``sdpa`` at every measured size on the CPU, see README)."""
     return "flex_attention" if torch.device(device).type == "cuda" else "kevlike_packed"
 
+
 def check_backend(backend: str) -> str:
     """Return ``backend`` if it is one of :data:`BACKENDS`.
 
@@ -43,6 +44,7 @@ def check_backend(backend: str) -> str:
 
         register()
     return backend
+
 
 def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor,
                        option_ids: torch.Tensor | None = None):
@@ -69,6 +71,7 @@ def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position
         return full
     return {"full_attention": full,
             "sliding_attention": build(segment_ids, position_ids, window, option_ids=option_ids)}
+
 
 def attention_inputs(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor,
                      option_ids: torch.Tensor | None = None) -> dict:
