@@ -90,21 +90,44 @@ def test_dtype_auto_follows_the_cpu_units():
 
 
 def test_int8_quantization_replaces_the_decoder_linears_and_stays_close():
-    """Dynamic int8 (per-channel weights) on a tiny Llama: every Linear but lm_head replaced, answers
-    near fp32 (a random tiny model; the shipped model's accuracy cost is measured in the README)."""
+    """SmoothQuant smoothing + dynamic int8 (per-channel weights) on a tiny Llama: every Linear but down_proj
+    and lm_head replaced, answers near fp32 (a random tiny model; the shipped model's accuracy cost is
+    measured in the README)."""
     from tiny import REQUEST, make_engine
 
-    from kevlike.model.engine import quantize_int8
+    from kevlike.model.quantize import quantize_int8
 
     eng = make_engine("llama", "pointer")
     ref = eng.decide(REQUEST)["answers"]
-    n_linear = sum(isinstance(m, torch.nn.Linear) for n, m in eng.model.named_modules() if not n.endswith("lm_head"))
-    assert quantize_int8(eng.model) == n_linear == 3 * 7            # q, k, v, o, gate, up, down per layer
-    assert not any(isinstance(m, torch.nn.Linear) for n, m in eng.model.named_modules() if not n.endswith("lm_head"))
+    assert quantize_int8(eng) == 3 * 6                               # q, k, v, o, gate, up per layer
+    still_float = {n.rsplit(".", 1)[-1] for n, m in eng.model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert still_float == {"down_proj", "lm_head"}
     got = eng.decide(REQUEST)["answers"]
     assert abs(got["urgent"]["noul"] - ref["urgent"]["noul"]) < 0.05
     for k, p in ref["team"]["probabilities"].items():
         assert abs(got["team"]["probabilities"][k] - p) < 0.05
+
+
+def test_smoothing_leaves_the_float_model_unchanged():
+    """SmoothQuant's rescaling (norm weight / s, Linear input columns · s) is exact up to float rounding: the
+    answers of a tiny Llama and Qwen2 before and after smoothing every layer with large, uneven s agree to
+    1e-5."""
+    from tiny import REQUEST, make_engine, max_dp
+
+    from kevlike.model.quantize import smooth
+
+    for arch in ("llama", "qwen2"):
+        eng = make_engine(arch, "pointer")
+        ref = eng.decide(REQUEST)
+        g = torch.Generator().manual_seed(0)
+        for layer in eng.model.get_decoder().layers:
+            d = layer.input_layernorm.weight.shape[0]
+            s = smooth(layer.input_layernorm, [layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj],
+                       torch.rand(d, generator=g) * 50)
+            assert s.max() / s.min() > 5
+            smooth(layer.post_attention_layernorm, [layer.mlp.gate_proj, layer.mlp.up_proj],
+                   torch.rand(d, generator=g) * 50)
+        assert max_dp(eng.decide(REQUEST), ref) <= 1e-5
 
 
 def test_int8_needs_the_cpu_and_float32():

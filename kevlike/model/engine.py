@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import copy
 import os
-import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
-from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from kevlike.model.backbones import DEFAULT_MODEL, load_backbone, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_orders, readout_for
@@ -24,6 +22,7 @@ from kevlike.model.modeldir import (
     ModelDir, check_profile_name, ensure_embedding_rows, list_profiles, load_decision_model, load_temperatures,
     profile_path
 )
+from kevlike.model.quantize import quantize_int8
 from kevlike.model.state_cache import StateCache, cached_branch_logits
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.model.threads import ThreadPolicy
@@ -160,20 +159,6 @@ def softmax_order_free(question: Question, z: torch.Tensor, temperature: float =
     return torch.empty_like(z).index_copy_(0, order, torch.softmax(z[order] / temperature, dim=-1))
 
 
-def quantize_int8(model) -> int:
-    """Replace every ``nn.Linear`` of the decoder body (not ``lm_head``) by torch's dynamically
-    quantized int8 Linear (``torch.ao.quantization.quantize_dynamic``, per-output-channel weight scales,
-    activations quantized per tensor at run time; fbgemm/x86 kernels), in place; returns the number of
-    layers replaced. Use it after any LoRA merge. Opt-in, not a default: on the shipped model it runs
-    ~1.4-1.5× faster on an AVX2 CPU but moves answers visibly (README, "int8")."""
-
-    names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head")}
-    with warnings.catch_warnings():  # torch 2.13 marks the quantized tensor types deprecated (still supported)
-        warnings.simplefilter("ignore")
-        quantize_dynamic(model, {n: per_channel_dynamic_qconfig for n in names}, dtype=torch.qint8, inplace=True)
-    return len(names)
-
-
 class Engine:
     """Answers typed questions about a state.
 
@@ -273,7 +258,7 @@ class Engine:
         ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
         setting its temperatures were fitted with; 1 when the manifest has none). ``threads``: see
         :class:`Engine`; with ``auto`` the model load is the first window in which the CPU use of
-        other processes is measured. ``quantize="int8"``: see :func:`quantize_int8` (CPU, float32 only;
+        other processes is measured. ``quantize="int8"``: see :func:`kevlike.model.quantize.quantize_int8` (CPU, float32 only;
         applied after the LoRA adapter is merged). ``option_mode``: see :class:`Engine`; None takes the
         manifest's ``option_mode`` (``"list"`` when it has none); a decision model answers only in the
         modes its manifest lists in ``option_modes`` (``["list"]`` when absent: it was never trained on
@@ -343,8 +328,9 @@ class Engine:
         if profile is not None:
             engine = engine.with_profile(profile)
         if quantize == "int8":
-            quantize_int8(engine.model)
-            engine.dtype, engine.dtype_reason = "int8", f"dynamic int8 quantization of the decoder's Linear layers ({dtype_reason})"
+            n = quantize_int8(engine)
+            engine.dtype, engine.dtype_reason = "int8", (f"dynamic int8 in {n} Linear layers after SmoothQuant smoothing, "
+                                                         f"down_proj float32 ({dtype_reason})")
         return engine
 
     def with_profile(self, profile: str) -> "Engine":
