@@ -244,7 +244,7 @@ def _model_error_code(e: BaseException) -> int | None:
 
 def _cmd_bench(args) -> int:
     from kevlike.model.backbones import ModelNotFoundError, SetupError
-    from kevlike.service.bench import run
+    from kevlike.eval.bench import run
 
     def ints(v):
         return [int(x) for x in v.split(",")] if v else None
@@ -703,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--max-seconds", type=float, default=300.0, help="time bound per cell, in seconds")
     lt.add_argument("--files", nargs="*", default=None, help="request JSON files (default: examples/*.json)")
     lt.add_argument("--json", default=None, help="write the results here (default: not written)")
-    lt.set_defaults(func=_tool("service.loadtest"))
+    lt.set_defaults(func=_tool("eval.loadtest"))
 
     fz = command("fuzz", "send hostile requests to a server and check: no 5xx, no dropped connection, every error "
                          "in its documented shape (writes a run directory)")

@@ -8,7 +8,7 @@ import sys
 import torch
 
 
-from kevlike.service.bench import bench_cell, markdown_table, synthetic_request
+from kevlike.eval.bench import bench_cell, markdown_table, synthetic_request
 
 from tiny import make_engine, save_tiny_model
 
@@ -56,7 +56,7 @@ def test_packed_flops_hand_computed():
     """Tiny Llama: per layer q 64·64, k and v 64·32, o 64·64, gate/up/down 64·128 → 36,864 weights, 3 layers
     → 110,592. State of 3 tokens, one branch of 2: T = 5 tokens, pairs 3·4/2 + (2·3 + 2·3/2) = 15,
     d_attn = 4 heads · 16. FLOP = 2·110,592·5 + 4·3·64·15 = 1,117,440."""
-    from kevlike.service.bench import matmul_peak_gflops, packed_flops
+    from kevlike.eval.bench import matmul_peak_gflops, packed_flops
     from kevlike.request.encode import EncodedBranch, EncodedRequest
 
     eng = make_engine("llama")

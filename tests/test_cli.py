@@ -147,7 +147,7 @@ def test_cli_defaults_are_the_library_defaults():
     from kevlike.eval.probes import run_probes
     from kevlike.model.engine import Engine
     from kevlike.request.limits import Limits
-    from kevlike.service.bench import run as bench_run
+    from kevlike.eval.bench import run as bench_run
     from kevlike.service.config import ServerConfig
     from kevlike.service.server import serve
 

@@ -80,7 +80,7 @@ def _post(port, body, timeout=120.0):
 
 
 def start_server(model_dir) -> tuple[subprocess.Popen, int]:
-    from kevlike.service.loadtest import free_port
+    from kevlike.eval.loadtest import free_port
 
     port = free_port()
     proc = subprocess.Popen(serve_cmd(port, "--model", model_dir), env=ENV, stdout=subprocess.PIPE,

@@ -102,7 +102,7 @@ def test_engine_defaults_to_the_kernel_on_cpu_also_for_sub_branches():
 def test_long_request_allocates_no_square_mask():
     """A 32k-token row (a 32k-token state would be too slow here: 64 branches after a 30k state)
     goes through the kernel with a peak far below one L² bool mask (1 GiB)."""
-    from kevlike.service.bench import PeakRSS
+    from kevlike.eval.bench import PeakRSS
 
     L = 32768
     seg = segments([(0, L - 64 * 32, [32] * 64)], L)

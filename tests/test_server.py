@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kevlike.service.loadtest import free_port
+from kevlike.eval.loadtest import free_port
 
 from tiny import REQUEST, save_tiny_model
 
