@@ -278,14 +278,16 @@ def _noul_criteria(v: Any) -> Any:
     return v
 
 
+def _count(v: Any, qtype: str, what: str, lo: int, hi: int) -> Any:
+    if not lo <= len(v) <= hi:
+        _fail("too_short" if len(v) < lo else "too_long", f"{qtype} has {plural(len(v), what)}; it needs {lo} to {hi}")
+    return v
+
+
 def _choice_criteria(v: Any, info: ValidationInfo) -> Any:
-    lim = _limits(info)
     if not isinstance(v, dict):
         _fail("dict_type", f"choice criteria must be an object mapping option keys to descriptions, got {_type_name(v)}")
-    if not lim.min_options <= len(v) <= lim.max_options:
-        _fail("too_short" if len(v) < lim.min_options else "too_long",
-              f"choice has {plural(len(v), 'option')}; it needs {lim.min_options} to {lim.max_options}")
-    return v
+    return _count(v, "choice", "option", _limits(info).min_options, _limits(info).max_options)
 
 
 def _score_criteria(v: Any, info: ValidationInfo) -> Any:
@@ -295,10 +297,7 @@ def _score_criteria(v: Any, info: ValidationInfo) -> Any:
                                    "supported; send an array of level descriptions, lowest first")
     if not isinstance(v, list):
         _fail("list_type", f"score criteria must be an array of level descriptions, got {_type_name(v)}")
-    if not lim.min_levels <= len(v) <= lim.max_levels:
-        _fail("too_short" if len(v) < lim.min_levels else "too_long",
-              f"score has {plural(len(v), 'level')}; it needs {lim.min_levels} to {lim.max_levels}")
-    return v
+    return _count(v, "score", "level", lim.min_levels, lim.max_levels)
 
 
 def _describes(criteria: Any) -> bool:
