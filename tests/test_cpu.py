@@ -97,9 +97,11 @@ def test_int8_quantization_replaces_the_decoder_linears_and_stays_close():
 
     from kevlike.model.quantize import quantize_int8
 
-    eng = make_engine("llama", "pointer")
+    eng = make_engine("llama", "pointer", state_cache_mb=64)
     ref = eng.decide(REQUEST)["answers"]
+    eng.state_cache.discard(next(iter(eng.state_cache._entries)))
     assert quantize_int8(eng) == 3 * 6                               # q, k, v, o, gate, up per layer
+    assert len(eng.state_cache) == 0          # the calibration pass left no float32 state behind
     still_float = {n.rsplit(".", 1)[-1] for n, m in eng.model.named_modules() if isinstance(m, torch.nn.Linear)}
     assert still_float == {"down_proj", "lm_head"}
     got = eng.decide(REQUEST)["answers"]

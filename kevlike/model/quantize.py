@@ -53,7 +53,8 @@ CALIBRATION_REQUESTS = [
 
 def _input_maxima(engine, linears: dict) -> dict:
     """``{name: max|X_j| [d_in]}`` of each Linear's input over :data:`CALIBRATION_REQUESTS`."""
-    out, hooks = {}, []
+    out, hooks, cache = {}, [], engine.state_cache
+    engine.state_cache = None               # the float32 keys/values of these requests must not be served later
     for name, mod in linears.items():
         def hook(m, args, result, name=name):
             x = args[0].detach().abs().reshape(-1, args[0].shape[-1]).amax(0).float()
@@ -63,6 +64,7 @@ def _input_maxima(engine, linears: dict) -> dict:
         for request in CALIBRATION_REQUESTS:
             engine.decide(request)
     finally:
+        engine.state_cache = cache
         for h in hooks:
             h.remove()
     return out
