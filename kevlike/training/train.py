@@ -238,8 +238,10 @@ def trainable_state(model: DecisionModel) -> dict:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, metrics: dict) -> Path:
-
+def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, metrics: dict,
+                   commit: str | None = None) -> Path:
+    """Write the decision-model directory of ``model`` at ``path``; ``commit``: the git commit the run
+    started from (its ``meta.json``; default: the current one)."""
     backbone = cfg["backbone"]
     tasks = [t for t, spec in cfg["tasks"].items() if float((spec or {}).get("weight", 1.0)) > 0]
     try:
@@ -249,7 +251,7 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
     modes = ["list", "set"] if cfg.get("set_share", 0) > 0 else ["list"]
     extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
              "scripts": scripts, "option_modes": modes, "option_mode": "list",
-             "training": {"config": cfg, "metrics": metrics, "git_commit": git_commit()}}
+             "training": {"config": cfg, "metrics": metrics, "git_commit": commit or git_commit()}}
     parent = _init_artifact(cfg, resolved)
     if parent is not None:  # provenance: the training record of the model this run fine-tuned
         extra["training"]["init_from"] = {
@@ -437,7 +439,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             if summary["overall"]["nll"] < best:
                 best, bad_rounds = summary["overall"]["nll"], 0
                 if accelerator.is_main_process:
-                    write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row)
+                    write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row,
+                                   json.loads((run_dir / "meta.json").read_text()).get("git_commit"))
             else:
                 bad_rounds += 1
             bar.write(f"step {step}: validation nll {summary['overall']['nll']:.4f} "
