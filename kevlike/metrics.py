@@ -135,7 +135,6 @@ def records_from_logits(engine, examples: list, batch_size: int = 4, progress: b
     out = []
     it = range(0, len(examples), batch_size)
     if progress:
-
         it = tqdm(it, desc="evaluate", unit="batch", dynamic_ncols=True)
     for i in it:
         chunk = examples[i:i + batch_size]

@@ -60,7 +60,6 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if records_path is not None:
         records = [json.loads(x) for x in Path(records_path).read_text().splitlines() if x.strip()]
     else:
-
         engine = Engine.from_pretrained(artifact, option_orders=option_orders, option_mode="list")
         option_orders = engine.option_orders
         set_engine = Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,
@@ -91,7 +90,6 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     table, report = fit_table(records, min_count if min_count is not None else MIN_BUCKET,
                               f"fitted on validation splits ({counts})")
     if not table.by_type and not table.by_bucket:
-
         table = TemperatureTable(source=f"T = 1 everywhere: no type had enough validation questions with errors "
                                         f"to fit ({counts})")
     fitted = {r["type"] for r in records}

@@ -1007,12 +1007,10 @@ def _meta() -> dict:
 
     meta = {"python": platform.python_version(), "platform": platform.platform()}
     try:
-
         meta["machine"] = machine()
     except Exception as e:  # noqa: BLE001
         meta["machine"] = {"error": repr(e)}
     try:
-
         meta["git_commit"] = git_commit()
     except Exception:  # noqa: BLE001
         meta["git_commit"] = None

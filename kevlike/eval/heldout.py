@@ -157,7 +157,6 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     if reuse is not None:
         return _rescore_run(model, Path(reuse), Path(out), quiet)
     if engine is None and url is not None:
-
         engine = RemoteEngine(url, model)
     if engine is None:
         engine = Engine.from_pretrained(model, option_orders=option_orders, quantize=quantize,
@@ -183,7 +182,6 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         summary["uncalibrated"] = summarize(rescore(records, TemperatureTable()))  # the same logits at T = 1
         summary["comparison_protocol"] = comparison_protocol(records)
     if probes:
-
         t0 = time.perf_counter()
         summary["probes"] = run_probes(engine, probes, progress=not quiet)
         timing["probes"] = round(time.perf_counter() - t0, 1)
@@ -249,7 +247,6 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
     run_dir.mkdir(parents=True, exist_ok=False)
     summary = summarize(records)
     if old["meta"]["suite"] in GENERALIZATION_SUITES:
-
         summary["generalization"] = generalization_summary(records, contrast_examples()[1])
         meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
                 "temperatures": temps.source}
@@ -289,7 +286,6 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     gen = generalization_summary(records, pairs)
     summary = {**summarize(records), "generalization": gen}
     if url is None:
-
         summary["generalization_uncalibrated"] = generalization_summary(rescore(records, TemperatureTable()), pairs)
     meta = {"model": engine.name, "suite": suite, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,
             "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],

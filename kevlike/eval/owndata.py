@@ -135,10 +135,8 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
     cost_table = read_costs(costs)                  # before any model loads
     items = read_labelled(data)
     if engine is None and url is not None:
-
         engine = RemoteEngine(url, model)
     if engine is None:
-
         engine = Engine.from_pretrained(model, option_mode=option_mode, profile=profile)
     records = answer_records(engine, items, batch_size, progress=not quiet)
     summary = summarize(records)
@@ -202,12 +200,10 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
 
     check_profile_name(profile)
     if engine is None:
-
         engine = Engine.from_pretrained(model, option_mode=option_mode)
     if engine.artifact_dir is None:
         raise ValueError(f"model {engine.name!r} is not a decision-model directory; profiles calibrate decision models")
     if records is None:
-
         records = answer_records(engine, read_labelled(data), batch_size, progress=not quiet, calibrated=False)
     if not records:
         raise ValueError(f"{data}: no labelled question to fit on")

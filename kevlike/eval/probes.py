@@ -327,14 +327,12 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False, only:
         if only is not None and name not in only:
             return
         if progress:
-
             print(f"probe: {name}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         out[name] = fn()
         seconds[name] = round(time.perf_counter() - t0, 1)
 
     if local:
-
         reqs = example_requests() + [e.request for e in eval_examples("banking77", "test", max(1, n // 4), seed=seed,
                                                                       noul_twins=2)]
         timed("packed_vs_separate", lambda: {k: v for k, v in packed_vs_separate(engine, reqs).items() if k != "requests"}

@@ -216,7 +216,6 @@ class Engine:
         self.thread_policy = threads if isinstance(threads, ThreadPolicy) else ThreadPolicy.from_env(threads)
         self.model = model
         self.name = name
-
         self.temperatures = temperatures or TemperatureTable()
         self.device = next(model.parameters()).device
         self.backend = check_backend(backend or default_backend(self.device))  # never eager (DESIGN §6)
@@ -239,9 +238,8 @@ class Engine:
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
         self.limits = limits
-        from kevlike.request.writing_systems import (  # imported here so `python -m kevlike.request.writing_systems` runs cleanly
-            check_policy
-        )
+        # imported here so that `python -m kevlike.request.writing_systems` runs without a runpy warning
+        from kevlike.request.writing_systems import check_policy
 
         self.scripts = None if scripts is None else frozenset(scripts)
         self.script_policy = check_policy(script_policy)
@@ -278,7 +276,6 @@ class Engine:
         if option_mode is not None:
             check_option_mode(option_mode)
         if profile is not None:
-
             check_profile_name(profile)
         if option_orders is not None:
             check_option_orders(option_orders)
@@ -303,7 +300,6 @@ class Engine:
                                  f"profiles: {', '.join(have) or 'none'})")
         model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
         if resolved.artifact_dir is not None:
-
             model, head, temperatures = load_decision_model(resolved.artifact_dir, model, tok)
             manifest = ModelDir(resolved.artifact_dir).manifest()
             if option_orders is None:

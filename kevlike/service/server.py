@@ -385,7 +385,6 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
     sock = listen_socket(host, config.port)
     port = sock.getsockname()[1]  # the port given, or the one the system chose for port 0
     try:
-
         engines = {}
         info = {}
         for m in models:
@@ -408,7 +407,6 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         store = None
         if record is not None:
-
             store = FeedbackStore(record)
         app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=record_state)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,

@@ -111,7 +111,6 @@ def build_model(cfg: dict, device: str | None = None):
     torch.manual_seed(cfg["seed"])
     head = PointerHead(d, cfg["head"]["d_head"] or d)
     if init is not None:
-
         adapter = ModelDir(init).adapter_weights()
         result = set_peft_model_state_dict(lm, adapter)
         missing_lora = [k for k in result.missing_keys if "lora_" in k]
@@ -215,7 +214,6 @@ def validation_set(cfg: dict) -> list[Example]:
     for t in tasks:
         out.extend(eval_examples(t, "validation", cfg["validation"]["n"], seed=cfg["seed"]))
     if cfg["validation"].get("data"):
-
         path = cfg["validation"]["data"]
         out.extend(to_examples(read_labelled(path), f"data:{path}"))
     return out

@@ -41,7 +41,6 @@ def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"attention backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "kevlike_packed":
-
         register()
     return backend
 
@@ -82,7 +81,6 @@ def attention_inputs(backend: str, config, segment_ids: torch.Tensor, position_i
     other backends get ``{"attention_mask": attention_mask_for(...)}``.
     """
     if check_backend(backend) == "kevlike_packed":
-
         if supports(config, option_ids):
             try:
                 layout = PackedLayout.from_segments(segment_ids, option_ids)
