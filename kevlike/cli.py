@@ -43,6 +43,10 @@ EXIT_OK, EXIT_SETUP, EXIT_USAGE, EXIT_LISTEN = 0, 1, 2, 3
 MAX_OPTIONS_CAP = 100_000
 """The largest ``--max-options`` accepted (an extension of Jev's 255; DESIGN §5 "Set mode")."""
 
+PROBE_NAMES = ("packed_vs_separate", "permutation", "option_addition", "none_of_the_above", "isolation", "forgery",
+               "threshold_economics")
+"""``kevlike.eval.probes.PROBES``, repeated for ``kevlike probes --help`` (a test keeps the two equal)."""
+
 MAX_OPTION_ORDERS = 24
 """``kevlike.model.engine.MAX_OPTION_ORDERS``, repeated here so that ``--help`` needs no torch (a test
 keeps the two equal); the values themselves are checked by :func:`kevlike.model.engine.check_option_orders`."""
@@ -678,14 +682,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no fit summary on stderr")
     r.set_defaults(func=_cmd_recalibrate)
 
-    pr = command("probes", "structural probes of a model, printed as JSON: permutation, option addition, "
-                           "negation and the others listed under --only")
+    pr = command("probes", "structural probes of a model (packed vs separate, option order, option addition, "
+                           "none of the above, branch isolation, delimiter forgery, threshold economics), printed "
+                           "as JSON")
     pr.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     pr.add_argument("--url", default=None, help="a Jev-compatible server instead of a local model (default: local)")
     pr.add_argument("--n", type=int, default=40, help="held-out questions per probe")
     option_reading(pr, note="; local models only")
-    pr.add_argument("--only", default=None, help="comma-separated subset of the probes (default: all; an unknown "
-                                                 "name is refused with the list)")
+    pr.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBE_NAMES)} (default: all)")
     pr.set_defaults(func=_tool("eval.probes"))
 
     pa = command("parity", "answer request files packed and separately and print the largest probability difference")

@@ -244,6 +244,9 @@ def test_option_orders_limit_in_cli_and_engine(tmp_path, capsys):
     from kevlike.model.engine import MAX_OPTION_ORDERS
 
     assert MAX_OPTION_ORDERS == cli.MAX_OPTION_ORDERS == 24
+    from kevlike.eval.probes import PROBES
+
+    assert cli.PROBE_NAMES == PROBES            # `kevlike probes --help` lists them without importing torch
     req = tmp_path / "r.json"
     req.write_text(json.dumps({"state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}))
     t0 = time.perf_counter()
