@@ -203,7 +203,8 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_serve(args) -> int:
-    from kevlike.service.server import ListenError, api_keys_from_env, serve
+    from kevlike.service.config import api_keys_from_env
+    from kevlike.service.listen import ListenError, listen_socket
 
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
@@ -218,9 +219,12 @@ def _cmd_serve(args) -> int:
                               queue_size=args.queue_size, timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
                               state_cache_mb=args.state_cache_mb, api_keys=api_keys_from_env(args.api_keys_file),
                               limits=_limits(args, max_request_tokens=args.max_request_tokens))
+        sock = listen_socket(config.host, config.port)   # before torch is imported: a busy port fails in ~0.1 s
+        from kevlike.service.server import serve
+
         serve(args.model or [None], config, dtype=args.dtype, script_policy=args.script_policy,
               option_orders=args.option_orders, option_mode=args.option_mode, log_level=args.log_level,
-              threads=args.threads, record=args.record, record_state=args.record_state)
+              threads=args.threads, record=args.record, record_state=args.record_state, sock=sock)
     except ListenError as e:
         return _fail(str(e), EXIT_LISTEN)
     except Exception as e:

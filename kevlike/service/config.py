@@ -4,6 +4,7 @@ take theirs from it), with no heavy import so that ``kevlike --help`` can show t
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 from kevlike.request.limits import DEFAULT_LIMITS, Limits
@@ -52,3 +53,12 @@ class ServerConfig:
                              f"{self.timeout_s} and {self.max_wait_ms}")
         if not 0 <= self.state_cache_mb < math.inf:
             raise ValueError(f"state_cache_mb must be a finite number >= 0, got {self.state_cache_mb}")
+
+
+def api_keys_from_env(path: str | None = None) -> frozenset:
+    """Keys from ``KEVLIKE_API_KEYS`` (comma-separated) and/or a file (one key per line)."""
+    keys = {k.strip() for k in os.environ.get("KEVLIKE_API_KEYS", "").split(",") if k.strip()}
+    if path:
+        with open(path, encoding="utf-8") as f:
+            keys |= {line.strip() for line in f if line.strip() and not line.startswith("#")}
+    return frozenset(keys)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import signal
 import socket
 import threading
@@ -45,20 +44,12 @@ from kevlike.request.render import render_text
 from kevlike.request.schema import RequestError, parse_request, request_json_schema
 from kevlike.service.batcher import Batcher, QueueFullError
 from kevlike.service.config import ServerConfig
+from kevlike.service.listen import listen_socket
 from kevlike.service.feedback import FeedbackStore, UnknownRequest, report
 
 log = logging.getLogger("kevlike.service.server")
 
 JEV_ALIASES = ("jev-latest", "jev-preview")
-
-
-def api_keys_from_env(path: str | None = None) -> frozenset:
-    """Keys from ``KEVLIKE_API_KEYS`` (comma-separated) and/or a file (one key per line)."""
-    keys = {k.strip() for k in os.environ.get("KEVLIKE_API_KEYS", "").split(",") if k.strip()}
-    if path:
-        with open(path, encoding="utf-8") as f:
-            keys |= {line.strip() for line in f if line.strip() and not line.startswith("#")}
-    return frozenset(keys)
 
 
 def _error(status: int, error_type: str, message: str, headers: dict | None = None) -> JSONResponse:
@@ -330,38 +321,11 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     return app
 
 
-class ListenError(OSError):
-    """:func:`serve` cannot listen on its host and port (address in use, no permission, unknown
-    host); raised before any model is loaded. ``str()`` is one line,
-    ``cannot listen on HOST:PORT: REASON`` (``kevlike serve`` exits with code 3)."""
-
-
-def listen_socket(host: str, port: int, backlog: int = 2048):
-    """A TCP socket bound to ``(host, port)`` and listening, made as uvicorn makes its own
-    (``SO_REUSEADDR``; IPv6 when ``host`` contains ``:``), to hand to :meth:`uvicorn.Server.run`.
-    Connections that arrive before the server runs wait in the backlog (2048, uvicorn's default).
-
-    Raises:
-        ListenError: the address cannot be resolved, bound or listened on.
-    """
-
-    ipv6 = ":" in host
-    sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except (OSError, OverflowError) as e:  # OverflowError: a port outside 0-65535
-        sock.close()
-        reason = getattr(e, "strerror", None) or str(e)
-        raise ListenError(f"cannot listen on {f'[{host}]' if ipv6 else host}:{port}: {reason}") from None
-    return sock
-
-
 def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: str = "auto", log_level: str = "info",
           script_policy: str = "annotate", option_orders: int | None = None, threads: int | str | None = None,
-          option_mode: str | None = None, record: str | None = None, record_state: bool = False) -> None:
-    """Listen on ``config.host:config.port``, load the models, and answer requests until SIGTERM or SIGINT; then
+          option_mode: str | None = None, record: str | None = None, record_state: bool = False,
+          sock: socket.socket | None = None) -> None:
+    """Listen on ``config.host:config.port`` (or on ``sock``, already listening), load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
     normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.model.engine.Engine`
     (None: each model's own setting). ``record``: a SQLAlchemy URL to record answered requests in and to
@@ -374,7 +338,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
     fails at once, not after the load, and no other process can take the port in between.
 
     Raises:
-        ListenError: cannot listen on ``host:port`` (nothing is loaded then).
+        kevlike.service.listen.ListenError: cannot listen on ``host:port`` (nothing is loaded then).
         ValueError: a bad dtype, script policy or ``option_orders``.
         kevlike.model.backbones.ModelNotFoundError: a model cannot be found.
         kevlike.model.backbones.SetupError: a model cannot be set up, or the server's startup failed
@@ -382,7 +346,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
     """
 
     host = config.host
-    sock = listen_socket(host, config.port)
+    sock = sock or listen_socket(host, config.port)
     port = sock.getsockname()[1]  # the port given, or the one the system chose for port 0
     try:
         engines = {}
