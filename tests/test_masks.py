@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from kevlike.model.kernels import (block_mask, dense_mask, packed_mask_mod, reference_block_reduce, reference_mask)
+from kevlike.model.kernels.masks import branch_rows_mask
 
 LENGTHS = [1, 127, 129, 137, 2046]
 
@@ -67,14 +68,15 @@ def test_dense_mask_with_option_sub_branches_equals_reference(L):
     assert np.array_equal(bm.to_dense()[:, 0].bool().numpy(), ref)
 
 
-@pytest.mark.parametrize("first_row,chunk", [(0, 1 << 24), (37, 1 << 24), (37, 500), (129, 64)])
-def test_dense_mask_from_a_row_is_the_tail_of_the_full_mask(first_row, chunk):
-    """``first_row`` (the state cache's branch rows) gives exactly the full mask's rows from there, chunked
-    or not."""
-    seg, pos = random_layout(200, seed=5, pad=10)
-    opt = option_layout(seg, seed=5)
+@pytest.mark.parametrize("L", [40, 200])
+def test_branch_rows_mask_is_the_packed_masks_branch_rows(L):
+    """The state cache's broadcast form equals the mask_mod's rows for the branch tokens (state first,
+    no padding), option sub-branches included."""
+    seg, pos = random_layout(L, seed=L + 7)
+    opt = option_layout(seg, seed=L + 1)
+    S = int((seg[0] == 0).sum())
     full = dense_mask(seg, pos, None, opt)
-    assert torch.equal(dense_mask(seg, pos, None, opt, chunk_elements=chunk, first_row=first_row), full[:, :, first_row:])
+    assert torch.equal(branch_rows_mask(S, seg[0, S:], opt[0, S:]), full[:, :, S:])
 
 
 def test_option_sub_branches_by_hand():

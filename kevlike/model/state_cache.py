@@ -28,11 +28,12 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
+from types import SimpleNamespace
 
 import torch
 
-from kevlike.model.heads import gather_positions, pool_orders
-from kevlike.model.kernels.masks import dense_mask
+from kevlike.model.heads import pool_orders
+from kevlike.model.kernels.masks import branch_rows_mask
 
 
 def cache_nbytes(cache) -> int:
@@ -124,8 +125,8 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
         kv = copy.deepcopy(kv) if kv is not None else None
         kv = body(input_ids=rest, position_ids=pos, cache=kv, use_cache=True).cache
         state_cache.put(state, kv)
-    # all branches in one row after the cached state, each as [prompt][sub-branch 1]…: the packed mask
-    # (kernels/masks.py) over [state][branches], its branch rows only ([T, S + T]), lets each token see the
+    # all branches in one row after the cached state, each as [prompt][sub-branch 1]…: the packed mask's
+    # branch rows (kernels/masks.branch_rows_mask, [T, S + T]) let each token see the
     # state, its own branch causally and no sibling sub-branch; positions restart at S per branch and after
     # the prompt per sub-branch. The shared cache is extended in place and cropped back to the state
     # afterwards (no copies)
@@ -149,9 +150,7 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
             reads.append(row)
         else:
             reads.append([start + o for o in b.options])
-    seg_t = torch.tensor([[0] * S + seg], device=dev)                                 # (1, S + T)
-    opt_t = torch.tensor([[0] * S + opt], device=dev)
-    mask = dense_mask(seg_t, option_ids=opt_t, first_row=S)                           # (1, 1, T, S + T)
+    mask = branch_rows_mask(S, torch.tensor(seg, device=dev), torch.tensor(opt, device=dev))   # (1, 1, T, S + T)
     try:
         h = body(input_ids=torch.tensor([ids], device=dev), attention_mask=mask,
                  position_ids=torch.tensor([pos], device=dev), cache=kv, use_cache=True).last_hidden_state[0]
@@ -159,13 +158,15 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
         state_cache.discard(state)                # its layers may be extended unevenly: never reuse it
         raise
     kv.crop(-(kv.get_seq_length() - S))           # transformers 5: a negative count removes that many tokens
-    # the pointer readout of the packed path (heads.gather_positions + one head call), on this one row
+    # the engine's readout on this one row, given the positions a PackedBatch would hold: <decide> per branch,
+    # option k's last token (option_end - 1) per branch and option
     NB, K = len(reads), max(len(r) for r in reads)
-    option_index = torch.zeros((1, NB, K), dtype=torch.long, device=dev)
+    option_end = torch.ones((1, NB, K), dtype=torch.long, device=dev)
     option_mask = torch.zeros((1, NB, K), dtype=torch.bool, device=dev)
     for j, row in enumerate(reads):
-        option_index[0, j, :len(row)] = torch.tensor(row, device=dev)
+        option_end[0, j, :len(row)] = torch.tensor(row, device=dev) + 1
         option_mask[0, j, :len(row)] = True
-    z = engine.head(gather_positions(h[None], torch.tensor([decide], device=dev)),
-                    gather_positions(h[None], option_index), option_mask)[0]
+    rows = SimpleNamespace(decide_index=torch.tensor([decide], device=dev), option_end=option_end,
+                           option_mask=option_mask)
+    z = engine.readout.logits(engine.model, h[None], rows)[0]
     return pool_orders(enc, z.float().cpu()), n_cached

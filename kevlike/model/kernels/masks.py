@@ -105,28 +105,42 @@ def packed_mask_mod(segment_ids: torch.Tensor, position_ids: torch.Tensor | None
 
 def dense_mask(segment_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
                window: int | None = None, option_ids: torch.Tensor | None = None,
-               chunk_elements: int = 1 << 24, first_row: int = 0) -> torch.Tensor:
-    """The mask_mod materialised element by element: bool ``[B, 1, L - first_row, L]``, True = attend
-    (what sdpa takes), for the query rows from ``first_row`` on (the state cache asks for the branch rows
-    only: its state's keys and values are already computed). Built with torch's ``create_mask`` from the
-    same mask_mod as the BlockMask, in blocks of query rows holding at most ``chunk_elements`` entries:
-    ``create_mask`` evaluates the mask_mod with int64 intermediates (8 bytes per entry), which at 64k
-    tokens would need tens of GB at once; chunked, the peak is the bool result (L² bytes) plus a few
-    hundred MB."""
+               chunk_elements: int = 1 << 24) -> torch.Tensor:
+    """The mask_mod materialised element by element: bool ``[B, 1, L, L]``, True = attend
+    (what sdpa takes). Built with torch's ``create_mask`` from the same mask_mod as the BlockMask,
+    in blocks of query rows holding at most ``chunk_elements`` entries: ``create_mask`` evaluates the
+    mask_mod with int64 intermediates (8 bytes per entry), which at 64k tokens would need tens of GB
+    at once; chunked, the peak is the bool result (L² bytes) plus a few hundred MB."""
     B, L = segment_ids.shape
     mod = packed_mask_mod(segment_ids, position_ids, window, option_ids)
     rows = max(1, chunk_elements // max(1, L))
-    if rows >= L and first_row == 0:
+    if rows >= L:
         return create_mask(mod, B, None, L, L, device=segment_ids.device)
-    out = torch.empty((B, 1, L - first_row, L), dtype=torch.bool, device=segment_ids.device)
-    for q0 in range(first_row, L, rows):
+    out = torch.empty((B, 1, L, L), dtype=torch.bool, device=segment_ids.device)
+    for q0 in range(0, L, rows):
         n = min(rows, L - q0)
 
         def shifted(b, h, q_idx, kv_idx, q0=q0):
             return mod(b, h, q_idx + q0, kv_idx)
 
-        out[:, :, q0 - first_row:q0 - first_row + n] = create_mask(shifted, B, None, n, L, device=segment_ids.device)
+        out[:, :, q0:q0 + n] = create_mask(shifted, B, None, n, L, device=segment_ids.device)
     return out
+
+
+def branch_rows_mask(n_state: int, segment_ids: torch.Tensor, option_ids: torch.Tensor) -> torch.Tensor:
+    """The rows of the packed mask for branch tokens that follow ``n_state`` state tokens: bool
+    ``[1, 1, T, n_state + T]`` (the state cache's query rows; its state keys/values are already computed).
+    ``segment_ids``/``option_ids``: ``[T]`` long of the branch tokens (segments ≥ 1, options as in
+    :func:`branch_causal_mod`). The same rule as the mask_mod — every state column visible; inside the
+    branches causal, same segment, no sibling option — written as broadcasts: ~1 ms where ``create_mask``
+    takes ~30 ms for a 300-token tail, on a path whose point is speed (a test keeps the two equal)."""
+    T = segment_ids.shape[0]
+    order = torch.arange(T, device=segment_ids.device)
+    oq, ok = option_ids[:, None], option_ids[None, :]
+    visible = ((segment_ids[:, None] == segment_ids[None, :]) & (order[None, :] <= order[:, None])
+               & ((oq == 0) | (ok == 0) | (oq == ok)))
+    state = torch.ones((T, n_state), dtype=torch.bool, device=segment_ids.device)
+    return torch.cat([state, visible], 1)[None, None]
 
 
 def block_mask(segment_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
