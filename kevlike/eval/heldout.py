@@ -134,7 +134,7 @@ def rescore(records: list[dict], table) -> list[dict]:
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
               batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
               url: str | None = None, probes: int = 0, option_orders: int | None = None,
-              bigbench: str | Path | None = None, quantize: str | None = None, dtype: str = "auto",
+              bigbench: str | Path | None = None, quantize: str | None = "none", dtype: str = "auto",
               option_mode: str | None = None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
@@ -160,7 +160,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         engine = RemoteEngine(url, model)
     if engine is None:
         engine = Engine.from_pretrained(model, option_orders=option_orders, quantize=quantize,
-                                        dtype="float32" if quantize else dtype, option_mode=option_mode)
+                                        dtype="float32" if quantize == "int8" else dtype, option_mode=option_mode)
     if engine.readout.name == "lm":
         raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
     if suite in GENERALIZATION_SUITES:

@@ -22,7 +22,7 @@ from kevlike.model.modeldir import (
     ModelDir, check_profile_name, ensure_embedding_rows, list_profiles, load_decision_model, load_temperatures,
     profile_path
 )
-from kevlike.model.quantize import quantize_int8
+from kevlike.model.quantize import quantize_int8, resolve_quantize
 from kevlike.model.state_cache import StateCache, cached_branch_logits
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.model.threads import ThreadPolicy
@@ -249,15 +249,16 @@ class Engine:
                         device: str | torch.device | None = None, backend: str | None = None,
                         limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
                         option_orders: int | None = None, threads: int | str | None = None,
-                        quantize: str | None = None, state_cache_mb: float = 0,
+                        quantize: str | None = "none", state_cache_mb: float = 0,
                         option_mode: str | None = None, profile: str | None = None) -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
         ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
         setting its temperatures were fitted with; 1 when the manifest has none). ``threads``: see
         :class:`Engine`; with ``auto`` the model load is the first window in which the CPU use of
-        other processes is measured. ``quantize="int8"``: see :func:`kevlike.model.quantize.quantize_int8` (CPU, float32 only;
-        applied after the LoRA adapter is merged). ``option_mode``: see :class:`Engine`; None takes the
+        other processes is measured. ``quantize``: ``None``/``"none"``, ``"int8"`` (:func:`kevlike.model.quantize.quantize_int8`; CPU, float32 only;
+        applied after the LoRA adapter is merged) or ``"auto"`` (int8 where the weights are float32 on the CPU:
+        :func:`kevlike.model.quantize.resolve_quantize`). ``option_mode``: see :class:`Engine`; None takes the
         manifest's ``option_mode`` (``"list"`` when it has none); a decision model answers only in the
         modes its manifest lists in ``option_modes`` (``["list"]`` when absent: it was never trained on
         the set template). ``profile``: serve the temperatures of this calibration profile (``kevlike
@@ -266,7 +267,8 @@ class Engine:
 
         Raises:
             kevlike.model.backbones.ModelNotFoundError: unknown name or path.
-            ValueError: unknown dtype, backend, script policy or option mode, an option mode the model
+            ValueError: unknown dtype, backend, quantize setting, script policy or option mode, int8 off the
+                CPU or on non-float32 weights, an option mode the model
                 was not trained for, an unknown profile (or one given for a model without a pointer head), or ``option_orders`` (given, or the artifact's) outside
                 ``[0, MAX_OPTION_ORDERS]`` (a given one before any weights load).
         """
@@ -282,11 +284,7 @@ class Engine:
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
         dtype, dtype_reason = resolve_dtype(dtype, device)
-        if quantize not in (None, "int8"):
-            raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
-        if quantize == "int8" and (device.type != "cpu" or dtype != "float32"):
-            raise ValueError(f"quantize='int8' runs on the CPU from float32 weights; got device {device.type}, "
-                             f"dtype {dtype} (pass dtype='float32')")
+        quantize, quantize_reason = resolve_quantize(quantize, device, dtype)
         policy = ThreadPolicy.from_env(threads)
         resolved = resolve_model(name_or_path)
         if profile is not None:
@@ -325,8 +323,8 @@ class Engine:
             engine = engine.with_profile(profile)
         if quantize == "int8":
             n = quantize_int8(engine)
-            engine.dtype, engine.dtype_reason = "int8", (f"dynamic int8 in {n} Linear layers after SmoothQuant smoothing, "
-                                                         f"down_proj float32 ({dtype_reason})")
+            engine.dtype, engine.dtype_reason = "int8", (f"{quantize_reason}: dynamic int8 in {n} Linear layers after "
+                                                         f"SmoothQuant smoothing, down_proj float32 ({dtype_reason})")
         return engine
 
     def with_profile(self, profile: str) -> "Engine":

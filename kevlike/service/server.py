@@ -321,14 +321,16 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     return app
 
 
-def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: str = "auto", log_level: str = "info",
+def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: str = "auto", quantize: str = "none",
+          log_level: str = "info",
           script_policy: str = "annotate", option_orders: int | None = None, threads: int | str | None = None,
           option_mode: str | None = None, record: str | None = None, record_state: bool = False,
           sock: socket.socket | None = None) -> None:
     """Listen on ``config.host:config.port`` (or on ``sock``, already listening), load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
     normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.model.engine.Engine`
-    (None: each model's own setting). ``record``: a SQLAlchemy URL to record answered requests in and to
+    (None: each model's own setting). ``dtype``, ``quantize``: see :meth:`kevlike.model.engine.Engine.from_pretrained`.
+    ``record``: a SQLAlchemy URL to record answered requests in and to
     take outcome feedback for (:mod:`kevlike.service.feedback`); ``record_state`` also keeps the state texts. ``threads``: torch's CPU threads, ``"auto"``, N or None
     (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.model.threads`). ``config.state_cache_mb``: per model, see
     :mod:`kevlike.model.state_cache` (0 = off; models without a pointer head or with sliding-window layers
@@ -339,7 +341,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
 
     Raises:
         kevlike.service.listen.ListenError: cannot listen on ``host:port`` (nothing is loaded then).
-        ValueError: a bad dtype, script policy or ``option_orders``.
+        ValueError: a bad dtype, quantize setting, script policy or ``option_orders``.
         kevlike.model.backbones.ModelNotFoundError: a model cannot be found.
         kevlike.model.backbones.SetupError: a model cannot be set up, or the server's startup failed
             (details in the log).
@@ -352,7 +354,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
         engines = {}
         info = {}
         for m in models:
-            eng = Engine.from_pretrained(m, dtype=dtype, limits=config.limits, script_policy=script_policy,
+            eng = Engine.from_pretrained(m, dtype=dtype, quantize=quantize, limits=config.limits, script_policy=script_policy,
                                          option_orders=option_orders, threads=threads, option_mode=option_mode)
             if config.state_cache_mb and eng.readout.state_cache and not eng.sliding_window:
                 eng.state_cache = StateCache(config.state_cache_mb)
