@@ -354,3 +354,53 @@ def test_negation_frames_swap_the_answer(fake_labels):
     a = fam.family_example("banking77", row, random.Random(7))
     b = fam.family_example("banking77", row, random.Random(7), wrap_negation=0.0)
     assert a.request == b.request and a.targets == b.targets
+
+
+def test_negate_template_puts_not_after_the_subject():
+    assert fam.negate_template("Is this {n} about {x}?") == "Is this {n} not about {x}?"
+    assert fam.negate_template("Would you route this {n} to {x}?") == "Would you not route this {n} to {x}?"
+    assert fam.negate_template("Is the topic of the {n} {x}?") == "Is the topic of the {n} not {x}?"
+    assert fam.negate_template("Is this an example of {x}?") == "Is this not an example of {x}?"
+    assert fam.negate_template("Is the opinion here positive?") == "Is the opinion here not positive?"
+    assert fam.negate_template("Is '{x}' the right label for this {n}?") == "Is '{x}' not the right label for this {n}?"
+    assert fam.negate_template("Is this {n} not spam?") is None                 # already negated
+    assert fam.negate_template("Is this unsolicited advertising or a scam?") is None   # no subject end found
+    assert fam.negate_template("Which category fits?") is None                  # not a yes/no question
+    # a negation that has the words of a held-out template is not trained ("Is this not about {x}?" is held out)
+    assert fam.trainable_negation("Is this {n} about {x}?") is None
+    assert fam.trainable_negation("Does this {n} concern {x}?") == "Does this {n} not concern {x}?"
+    # every training template of the families that use it gets a place, but for a few
+    pools = [fam.NOUL_TEMPLATES, fam.POLARITY["sentiment"]["pos"], *fam.POLARITY["spam"].values()]
+    train = [t for pool in pools for t in fam.template_pool(pool, "train")]
+    assert sum(fam.negate_template(t) is not None for t in train) >= len(train) - 3
+
+
+@pytest.mark.parametrize("source,row", [("spam", ("WIN a FREE prize now, text CLAIM to 80082", 1)),
+                                        ("spam", ("see you at lunch tomorrow?", 0))])
+def test_insert_not_swaps_the_answer_and_keeps_twins_consistent(source, row):
+    """With ``insert_not`` a yes/no question may carry ``not`` after its subject; its gold is then the other
+    answer, twin maps follow (equal answers: no flip), and ``insert_not=0`` draws nothing."""
+    is_spam = bool(row[1])
+    phrasings = {}
+    for side, pool in fam.POLARITY["spam"].items():
+        for t in pool:
+            truth = is_spam == (side == "pos")
+            phrasings[t.format(n="text message")] = truth
+            if fam.negate_template(t):
+                phrasings[fam.negate_template(t).format(n="text message")] = not truth
+    negated = 0
+    for i in range(300):
+        ex = fam.family_example(source, row, random.Random(i), coherence=0.5, insert_not=0.5)
+        for qid, q in ex.request["questions"].items():
+            if q["type"] != "noul":
+                continue
+            assert ex.gold[qid] == ("true" if phrasings[q["instructions"]] else "false"), q["instructions"]
+            negated += " not " in q["instructions"] and q["instructions"] not in fam.POLARITY["spam"]["neg"]
+        for tw in ex.twins:
+            qa, qb = tw[:2]
+            mapping = tw[2] if len(tw) > 2 else {"true": "true", "false": "false"}
+            assert mapping[ex.gold[qa]] == ex.gold[qb]
+    assert negated > 30
+    a = fam.family_example(source, row, random.Random(3))
+    b = fam.family_example(source, row, random.Random(3), insert_not=0.0)
+    assert a.request == b.request and a.targets == b.targets

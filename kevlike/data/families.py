@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bz2
 import csv
+import functools
 import math
 import random
 import re
@@ -331,6 +332,43 @@ NEGATED_TEMPLATES = [
     "Is {x} not what this {n} is about?", "Does this {n} avoid the subject of {x}?",
     "Is the {n} misfiled if it is put under {x}?", "Is it incorrect to say the {n} is about {x}?",
 ]
+_AUXILIARIES = {"Is", "Are", "Was", "Does", "Do", "Did", "Would", "Should", "Can", "Could", "Will", "Has", "Must"}
+_SUBJECT_ENDS = {"{n}", "'{x}'", "{x}", "it", "you", "here", "annotator", "author", "writer", "tone", "feeling",
+                 "opinion", "sender", "filter", "people", "this"}
+
+
+def negate_template(template: str) -> str | None:
+    """A yes/no template with ``not`` put after its subject ("Is this {n} about {x}?" → "Is this {n} not about
+    {x}?", "Would you route …" → "Would you not route …"), or ``None`` where the simple rule finds no place
+    (no leading auxiliary, no recognised end of the subject, or the template already says "not"). Its
+    answer is the opposite of the template's: with ``insert_not`` training sees ``not`` composed with any
+    training template instead of only the negated templates it could learn by heart (held-out negated
+    templates: 0.48 against 0.73 for trained ones, stage 6)."""
+    words = template.split(" ")
+    if words[0] not in _AUXILIARIES or " not " in f" {template} " or "n't" in template:
+        return None
+    for i in range(1, len(words) - 1):
+        tok, nxt = words[i], words[i + 1]
+        if tok not in _SUBJECT_ENDS or nxt in ("of", "here", "text", "message") or nxt.startswith("{n}"):
+            continue
+        if tok == "this" and nxt not in ("a", "an", "the", "about"):
+            continue
+        return " ".join(words[:i + 1] + ["not"] + words[i + 1:])
+    return None
+
+
+def _shape(template: str) -> frozenset:
+    return frozenset(template.replace("{n} ", "").lower().split())
+
+
+def trainable_negation(template: str) -> str | None:
+    """:func:`negate_template` of a training template, or ``None`` when there is none or it has the words of
+    a held-out template (``{n}`` aside; "Is this {n} not about {x}?" is held-out "Is this not about {x}?"):
+    the held-out wordings stay unseen."""
+    neg = negate_template(template)
+    return None if neg is None or _shape(neg) in _heldout_shapes() else neg
+
+
 # binary aspects: (positive phrasing, negative phrasing) of the same aspect, per kind of source
 POLARITY = {
     "sentiment": {
@@ -397,6 +435,12 @@ LEVELS_DOWN = {
 }
 NOUL_CRITERIA = [({"true": "the {n} is about {x}", "false": "it is about something else"}),
                  ({"true": "'{x}' applies", "false": None}), ({"true": None, "false": "'{x}' does not apply"})]
+
+
+@functools.cache
+def _heldout_shapes() -> frozenset:
+    pools = [NOUL_TEMPLATES, NEGATED_TEMPLATES, *(p for aspect in POLARITY.values() for p in aspect.values())]
+    return frozenset(_shape(t) for pool in pools for t in template_pool(pool, "heldout"))
 
 
 def template_pool(pool: list[str], wordings: str) -> list[str]:
@@ -474,7 +518,7 @@ def _choice(src: Source, gold: str, rng, wordings, k=None, full=False, distracto
 
 
 def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=None, hard=None, wrng=None, criteria=None,
-                x=None):
+                x=None, insert_not=0.0):
     labels = source_labels(src.name)
     positive = rng.random() < 0.5 if positive is None else positive
     negated = rng.random() < 0.4 if negated is None else negated
@@ -482,7 +526,10 @@ def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=No
     if x is None:
         x = gold if positive else (_nearest(gold, labels, rng) if hard else rng.choice([y for y in labels if y != gold]))
     pool = NEGATED_TEMPLATES if negated else NOUL_TEMPLATES
-    instr = (wrng or rng).choice(template_pool(pool, wordings)).format(n=src.noun, x=x)
+    template = (wrng or rng).choice(template_pool(pool, wordings))
+    if not negated and insert_not and rng.random() < insert_not and trainable_negation(template):
+        template, negated = trainable_negation(template), True
+    instr = template.format(n=src.noun, x=x)
     crit = None
     if not negated and (rng.random() < 0.3 if criteria is None else criteria):
         crit = {k: (v.format(n=src.noun, x=x) if v else None) for k, v in rng.choice(NOUL_CRITERIA).items()}
@@ -540,10 +587,20 @@ def _coherence_twin(qa: str, src: Source, gold: str, x: str, rng, wordings, pos:
     return qa, qb, ({"true": y, "false": x} if neg else {"true": x, "false": y})
 
 
-def _polarity(src: Source, aspect: str, is_pos: bool, rng, wordings, ask_pos=None, wrng=None):
+def _polarity_twin(qa: str, qb: str, golds: dict) -> tuple:
+    """The twin entry of two polarity questions on the same row: answers swapped (the usual case, one asks
+    the positive and one the negative phrasing) or equal (the first was asked with ``not``)."""
+    return (qa, qb, FLIP) if golds[qa] != golds[qb] else (qa, qb)
+
+
+def _polarity(src: Source, aspect: str, is_pos: bool, rng, wordings, ask_pos=None, wrng=None, insert_not=0.0):
     ask_pos = rng.random() < 0.5 if ask_pos is None else ask_pos
-    instr = (wrng or rng).choice(template_pool(POLARITY[aspect]["pos" if ask_pos else "neg"], wordings)).format(n=src.noun)
+    template = (wrng or rng).choice(template_pool(POLARITY[aspect]["pos" if ask_pos else "neg"], wordings))
     truth = is_pos == ask_pos
+    # "not" on a negative sentiment phrasing is a litotes ("not unhappy"), not the opposite: left out
+    if insert_not and (ask_pos or aspect == "spam") and rng.random() < insert_not and trainable_negation(template):
+        template, truth = trainable_negation(template), not truth
+    instr = template.format(n=src.noun)
     return {"type": "noul", "instructions": instr, "criteria": None}, [1.0, 0.0] if truth else [0.0, 1.0], \
         "true" if truth else "false"
 
@@ -580,7 +637,8 @@ def polar(src: Source, rating: float) -> bool | None:
 
 def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: int = 4, wordings: str = "train",
                    distractor: float = 0.15, perm_twin: float = 0.1, negation: bool = True,
-                   augment: bool = True, coherence: float = 0.0, wrap_negation: float = 0.0) -> Example:
+                   augment: bool = True, coherence: float = 0.0, wrap_negation: float = 0.0,
+                   insert_not: float = 0.0) -> Example:
     """One training request on a row of source ``name``: 1–``max_questions`` questions of mixed families.
 
     ``negation=False`` drops negated phrasings (ablation); ``augment=False`` keeps one wording per family,
@@ -591,6 +649,9 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
     and choice forms agree are trained, not only hoped for.
     ``wrap_negation``: probability that a yes/no question is wrapped in a :data:`NEGATION_FRAMES` frame
     (answer swapped; :func:`wrap_negations`).
+    ``insert_not``: probability that a plain yes/no question (topic outside a twin pair, spam, positive
+    sentiment) is asked with ``not`` after its subject (:func:`negate_template`; answer swapped).
+    Neither draws from ``rng`` when 0, so evaluation items are unchanged.
     """
     src = SOURCES[name]
     if src.kind == "typed":
@@ -643,15 +704,17 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
                     qid = add("noul", _noul_topic(src, gold, rng, wordings, positive=pos, negated=neg, x=x))
                     twins.append(_coherence_twin(qid, src, gold, x, rng, wordings, pos, neg, negation, add))
                 else:
-                    add("noul", _noul_topic(src, gold, rng, wordings, positive=pos, negated=neg, hard=hard))
+                    add("noul", _noul_topic(src, gold, rng, wordings, positive=pos, negated=neg, hard=hard,
+                                            insert_not=insert_not if negation else 0.0))
         elif src.kind == "binary":
             is_pos = bool(row[1])
             if r < 0.75:
                 ask_pos = (rng.random() < 0.5) if negation else True
-                qid = add("noul", _polarity(src, "spam", is_pos, rng, wordings, ask_pos=ask_pos))
+                qid = add("noul", _polarity(src, "spam", is_pos, rng, wordings, ask_pos=ask_pos,
+                                            insert_not=insert_not if negation else 0.0))
                 if negation and coherence and rng.random() < coherence:
                     tw = add("noul", _polarity(src, "spam", is_pos, rng, wordings, ask_pos=not ask_pos))
-                    twins.append((qid, tw, FLIP))
+                    twins.append(_polarity_twin(qid, tw, golds))
             else:
                 labels = ["spam", "legitimate message"]
                 gold = labels[0] if is_pos else labels[1]
@@ -667,10 +730,11 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
                 add("score", _score(src, row[1], rng, wordings, described=None if augment else True))
             else:
                 ask_pos = (rng.random() < 0.5) if negation else True
-                qid = add("noul", _polarity(src, "sentiment", pol, rng, wordings, ask_pos=ask_pos))
+                qid = add("noul", _polarity(src, "sentiment", pol, rng, wordings, ask_pos=ask_pos,
+                                            insert_not=insert_not if negation else 0.0))
                 if negation and coherence and rng.random() < coherence:
                     tw = add("noul", _polarity(src, "sentiment", pol, rng, wordings, ask_pos=not ask_pos))
-                    twins.append((qid, tw, FLIP))
+                    twins.append(_polarity_twin(qid, tw, golds))
     wrap_negations(questions, targets, golds, twins, rng, wrap_negation if negation else 0.0)
     return Example({"state": text, "questions": questions}, targets, name, golds, twins)
 
