@@ -269,11 +269,14 @@ def _cmd_bench(args) -> int:
 
     try:
         compare = None if args.compare is None else [b for b in args.compare.split(",") if b]
+        if args.quantize == "int8" and args.dtype == "bfloat16":
+            return _fail("--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)")
         reps = args.reps if args.reps is not None else (2 if args.quick else 5)
         if reps < 1:
             return _fail(f"--reps must be >= 1, got {reps}")
         run(args.model, args.quick, reps, args.batch, args.dtype, args.json, args.plot,
-            ints(args.S), ints(args.Q), ints(args.K), compare, args.max_separate_tokens, args.option_mode)
+            ints(args.S), ints(args.Q), ints(args.K), compare, args.max_separate_tokens, args.option_mode,
+            args.quantize)
     except (ModelNotFoundError, ValueError) as e:
         return _fail(str(e))
     except SetupError as e:
@@ -603,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed repetitions per mode after one warm-up (default 5; 2 with --quick)")
     b.add_argument("--batch", type=int, default=4, help="requests per forward pass in the batched mode")
     b.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
+    b.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     b.add_argument("--json", default=None, help="write the results to this JSON file (default: not written)")
     b.add_argument("--plot", default=None,
                    help="write a PNG of speed-up vs the FLOP model (needs matplotlib; default: no plot)")

@@ -52,6 +52,18 @@ def test_bench_cli_writes_json(tmp_path):
     assert "separate/packed" in p.stdout
 
 
+def test_bench_int8_row_uses_the_int8_roof(tmp_path):
+    model = save_tiny_model(tmp_path / "m")
+    out = tmp_path / "b.json"
+    p = subprocess.run([sys.executable, "-m", "kevlike", "bench", "--model", model, "--S", "64", "--Q", "2", "--K", "3",
+                        "--reps", "1", "--quantize", "int8", "--json", str(out)], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert data["dtype"] == "int8" and "dynamic int8" in data["dtype_reason"]
+    assert "int8 Linear 2048" in p.stdout and data["results"][0]["share_of_peak"] > 0
+
+
 def test_packed_flops_hand_computed():
     """Tiny Llama: per layer q 64·64, k and v 64·32, o 64·64, gate/up/down 64·128 → 36,864 weights, 3 layers
     → 110,592. State of 3 tokens, one branch of 2: T = 5 tokens, pairs 3·4/2 + (2·3 + 2·3/2) = 15,
@@ -63,6 +75,7 @@ def test_packed_flops_hand_computed():
     enc = EncodedRequest((1, 2, 3), (EncodedBranch((4, 5), 1, (0,), question=0),), 1)
     assert packed_flops(eng.model, enc) == 1_117_440
     assert matmul_peak_gflops(torch.float32, "cpu", n=128, reps=2) > 0.1
+    assert matmul_peak_gflops(torch.float32, "cpu", n=128, reps=2, int8=True) > 0.1
 
 
 def test_bench_cell_in_set_mode():

@@ -122,19 +122,30 @@ def compiled_frames() -> int:
 
 
 @torch.inference_mode()
-def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 2048, reps: int = 5) -> float:
+def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 2048, reps: int = 5, int8: bool = False) -> float:
     """The machine's matmul rate in GFLOP/s for ``dtype``: ``torch.mm`` of two ``[n, n]`` matrices,
     ``2 n³`` FLOP, best of ``reps`` after a warm-up, at the current thread count — the roof the packed
-    pass is compared with (its projections and MLPs are matmuls of this kind)."""
+    pass is compared with (its projections and MLPs are matmuls of this kind). ``int8``: the same product
+    through torch's dynamically quantized int8 Linear (``quantize_dynamic``, what ``--quantize int8`` runs;
+    activation quantization included), counted as ``2 n³`` operations."""
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    torch.mm(a, b)
+    if int8:
+        lin = torch.nn.Linear(n, n, bias=False)
+        lin.weight.data.copy_(b)
+        q = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
+
+        def mm(x, _):
+            return q(x)
+    else:
+        mm = torch.mm
+    mm(a, b)
     best = float("inf")
     for _ in range(reps):
         if a.is_cuda:
             torch.cuda.synchronize()
         t = time.perf_counter()
-        torch.mm(a, b)
+        mm(a, b)
         if a.is_cuda:
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t)
@@ -273,20 +284,21 @@ def plot(results: list[dict], path: str) -> bool:
 def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_path: str | None,
         plot_path: str | None, S: list[int] | None = None, Q: list[int] | None = None, K: list[int] | None = None,
         compare: list[str] | None = None, max_separate_tokens: int | None = None,
-        option_mode: str | None = None) -> list[dict]:
+        option_mode: str | None = None, quantize: str = "none") -> list[dict]:
     """The benchmark grid; ``compare``: extra attention backends timed as ``packed-NAME`` (default
     ``["sdpa"]`` when the engine's backend is ``kevlike_packed``); ``option_mode``: how choice options are
-    read (``list``/``set``, default list; see :class:`kevlike.model.engine.Engine`)."""
+    read (``list``/``set``, default list; see :class:`kevlike.model.engine.Engine`); ``quantize``: as
+    :meth:`kevlike.model.engine.Engine.from_pretrained` (with int8 the roof is the int8 Linear's rate)."""
 
     grid = dict(QUICK if quick else FULL)
     grid.update({k: v for k, v in (("S", S), ("Q", Q), ("K", K)) if v})
-    eng = Engine.from_pretrained(model, dtype=dtype)
+    eng = Engine.from_pretrained(model, dtype="float32" if quantize == "int8" else dtype, quantize=quantize)
     torch.manual_seed(0)
     head = PointerHead(eng.model.config.hidden_size).to(eng.device).eval()
-    reason = eng.dtype_reason
+    label, reason = eng.dtype, eng.dtype_reason          # "int8" is a label of the loaded engine, not of its weights
     mode = option_mode or "list"
     eng = type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=eng.backend, option_mode=mode)
-    eng.dtype_reason = reason
+    eng.dtype, eng.dtype_reason = label, reason
     if compare is None:
         compare = ["sdpa"] if eng.backend == "kevlike_packed" else []
     others = {b.replace("flex_attention", "flex"): type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head,
@@ -296,10 +308,11 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
              if not p.name.endswith(".meta.json")] or ["The quick brown fox jumps over the lazy dog."]
     results = []
     threads = eng.thread_policy.apply(force=True) if eng.device.type == "cpu" else torch.get_num_threads()
-    peak = matmul_peak_gflops(next(eng.model.parameters()).dtype, eng.device)
+    int8 = eng.dtype == "int8"
+    peak = matmul_peak_gflops(torch.float32 if int8 else next(eng.model.parameters()).dtype, eng.device, int8=int8)
     print(f"model={eng.name} dtype={eng.dtype} ({eng.dtype_reason}) backend={eng.backend} option_mode={mode} "
           f"threads={threads} reps={reps}")
-    print(f"matmul peak ({eng.dtype}, torch.mm 2048³, {threads} threads): {peak:.0f} GFLOP/s")
+    print(f"matmul peak ({eng.dtype}, {'int8 Linear' if int8 else 'torch.mm'} 2048³, {threads} threads): {peak:.0f} GFLOP/s")
     print(f"{'S':>5} {'Q':>3} {'K':>3} {'mode':>12} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>7} {'tokens':>7} "
           f"{'peak MiB':>8} {'compiles':>8}")
     for s in grid["S"]:
