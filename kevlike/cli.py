@@ -202,8 +202,11 @@ def _cmd_models(args) -> int:
 
     from kevlike.model.quantize import resolve_quantize
 
-    dtype, reason = resolve_dtype("auto")
-    quantize = resolve_quantize("auto", "cpu", dtype)[0] or "none"
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"      # what Engine.from_pretrained picks
+    dtype, reason = resolve_dtype("auto", device)
+    quantize = resolve_quantize("auto", device, dtype)[0] or "none"
     print(f"# on this machine: --dtype auto = {dtype} ({reason}); --quantize auto = {quantize}; {usable_cores()} "
           f"usable CPU cores, --threads auto uses those other processes leave free")
     return 0
@@ -322,6 +325,8 @@ def _cmd_eval(args) -> int:
         return _fail("--option-orders applies to local models only (not --url)")
     if args.option_mode is not None and args.url is not None:
         return _fail("--option-mode applies to local models only (not --url; the server has its own)")
+    if args.quantize != "none" and (args.url is not None or args.reuse is not None or args.data is not None):
+        return _fail("--quantize applies when eval runs a local model on a suite (not with --url, --reuse or --data)")
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
     if args.data is not None:

@@ -76,6 +76,12 @@ def test_packed_flops_hand_computed():
     assert packed_flops(eng.model, enc) == 1_117_440
     assert matmul_peak_gflops(torch.float32, "cpu", n=128, reps=2) > 0.1
     assert matmul_peak_gflops(torch.float32, "cpu", n=128, reps=2, int8=True) > 0.1
+    from kevlike.model.quantize import quantize_int8
+
+    q = make_engine("llama", "pointer")
+    assert packed_flops(q.model, enc) == 1_117_440
+    quantize_int8(q)                                   # int8 Linear layers count as the float ones they replace
+    assert packed_flops(q.model, enc) == 1_117_440
 
 
 def test_bench_cell_in_set_mode():

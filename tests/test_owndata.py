@@ -142,3 +142,5 @@ def test_eval_and_calibrate_on_a_labelled_file(tmp_path, capsys):
     bad = _write(tmp_path / "bad.jsonl", [lines[0], {"request": REQ, "gold": {"urgent": "maybe"}}])
     assert cli.main(["eval", "--model", str(art), "--data", str(bad)]) == 2
     assert f"{bad}:2: gold.urgent: a noul answer is true or false" in capsys.readouterr().err
+    assert cli.main(["eval", "--model", str(art), "--data", str(data), "--quantize", "int8"]) == 2
+    assert "--quantize applies when eval runs a local model on a suite" in capsys.readouterr().err

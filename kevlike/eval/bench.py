@@ -128,6 +128,8 @@ def matmul_peak_gflops(dtype: torch.dtype, device, n: int = 2048, reps: int = 5,
     pass is compared with (its projections and MLPs are matmuls of this kind). ``int8``: the same product
     through torch's dynamically quantized int8 Linear (``quantize_dynamic``, what ``--quantize int8`` runs;
     activation quantization included), counted as ``2 n³`` operations."""
+    if int8 and torch.device(device).type != "cpu":
+        raise ValueError("the int8 roof is measured on the CPU (torch's dynamic int8 Linear has no CUDA kernel)")
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     if int8:
@@ -161,7 +163,8 @@ def packed_flops(model, enc: EncodedRequest) -> float:
     the readout are left out (≪ 1 %)."""
     cfg = model.config
     layers = model.get_decoder().layers if hasattr(model, "get_decoder") else model.model.layers
-    weights = sum(m.weight.numel() for layer in layers for m in layer.modules() if isinstance(m, torch.nn.Linear))
+    linear = (torch.nn.Linear, torch.ao.nn.quantized.dynamic.Linear)      # int8 (``--quantize``) counts the same
+    weights = sum(m.in_features * m.out_features for layer in layers for m in layer.modules() if isinstance(m, linear))
     S = len(enc.state_ids)
     pairs, tokens = S * (S + 1) // 2, S
     for b in enc.branches:

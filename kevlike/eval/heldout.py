@@ -190,7 +190,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
             "seed": 0, "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing, "temperatures": engine.temperatures.source,
             "option_orders": getattr(engine, "option_orders", None),
-            "option_mode": getattr(engine, "option_mode", None)}
+            "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
+            "dtype_reason": getattr(engine, "dtype_reason", None)}
     sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
     intro = (f"Test splits, seeded samples ({sample_sizes}); "
              f"probabilities with the model's temperatures ({engine.temperatures.source}); option orders per choice "
@@ -291,7 +292,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
             "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing,
             "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None),
-            "option_mode": getattr(engine, "option_mode", None)}
+            "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
+            "dtype_reason": getattr(engine, "dtype_reason", None)}
     (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
     with open(run_dir / "records.jsonl", "w") as f:
         for r in records:

@@ -317,7 +317,7 @@ class Engine:
             engine = cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
                          option_orders=1 if option_orders is None else option_orders, threads=policy,
                          option_mode=option_mode or "list")
-        engine.dtype_reason = dtype_reason
+        engine.dtype_reason = dtype_reason if quantize_reason == "quantize none" else f"{dtype_reason}; {quantize_reason}"
         engine.artifact_dir = resolved.artifact_dir
         if profile is not None:
             engine = engine.with_profile(profile)

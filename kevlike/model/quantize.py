@@ -67,9 +67,11 @@ def resolve_quantize(quantize: str | None, device: str | torch.device, dtype: st
     if quantize not in (None, *QUANTIZE_CHOICES):
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
     device = torch.device(device)
-    if quantize == "int8" and (device.type != "cpu" or dtype != "float32"):
-        raise ValueError(f"quantize='int8' runs on the CPU from float32 weights; got device {device.type}, "
-                         f"dtype {dtype} (pass dtype='float32')")
+    if quantize == "int8" and device.type != "cpu":
+        raise ValueError(f"quantize='int8' runs on the CPU only (torch's dynamic int8 Linear), got device {device.type} "
+                         f"(hide the GPU with CUDA_VISIBLE_DEVICES= to use it)")
+    if quantize == "int8" and dtype != "float32":
+        raise ValueError(f"quantize='int8' runs on the CPU from float32 weights, got dtype {dtype} (pass dtype='float32')")
     if quantize == "auto":
         if device.type == "cpu" and dtype == "float32":
             return "int8", "quantize auto: int8 on a CPU with float32 weights"
