@@ -17,6 +17,7 @@ removing an ingredient from a model already trained with it measures mostly noth
                 twins, no negation frames
 ``no_augment``  ``augment=false`` on every family source: one wording per family, word keys, no
                 descriptions, no distractor options
+``start``       (``--variants start``) no training: the starting model itself, the table's baseline
 ==============  =====================================================================================
 
 Stage 2's weights are in git history: ``python scripts/ablations.py --extract-stage2`` writes them to
@@ -68,6 +69,8 @@ def overrides(variant: str, steps: int, out: Path, tasks: dict, start: str = "ru
     change = {"full": [], "no_perm": ["loss.perm=0"], "no_ord": ["loss.ord=0"],
               "no_negation": [f"tasks.{t}.negation=false" for t in family],
               "no_augment": [f"tasks.{t}.augment=false" for t in family]}
+    if variant == "start":
+        return []                       # the starting model itself, evaluated untrained (the table's baseline)
     if variant not in change:
         raise ValueError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
     return common + change[variant]
@@ -96,7 +99,7 @@ def latest(pattern: str) -> Path | None:
 def run_variant(variant: str, args, tasks: dict) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), KEVLIKE_THREADS=str(args.threads))
     out = Path(args.out)
-    art = latest(str(out / "train" / f"{variant}-*" / "artifact"))
+    art = Path(args.start) if variant == "start" else latest(str(out / "train" / f"{variant}-*" / "artifact"))
     if art is None or not (art / "kevlike.json").exists():
         started = latest(str(out / "train" / f"{variant}-*" / "checkpoint" / "state.pt"))
         cmd = (["kevlike", "train", "--resume", str(started.parent.parent), "--quiet"] if started is not None else
@@ -112,10 +115,18 @@ def run_variant(variant: str, args, tasks: dict) -> dict:
         with open(out / f"{variant}.eval.log", "w") as log:
             subprocess.run(cmd, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
         metrics = latest(str(ev_dir / "eval-*" / "metrics.json"))
-    return summarize(variant, json.loads(Path(metrics).read_text()), art)
+    records = [json.loads(x) for x in (Path(metrics).parent / "records.jsonl").read_text().splitlines() if x.strip()]
+    return summarize(variant, json.loads(Path(metrics).read_text()), art, records)
 
 
-def summarize(variant: str, m: dict, art: Path) -> dict:
+def negated_accuracy(records: list[dict], split: str) -> float:
+    """Accuracy on the negated yes/no family (``SOURCE/noul_negated``) of one split."""
+    recs = [r for r in records if r["split"] == split and r["source"].endswith("/noul_negated")]
+    right = sum(max(range(len(r["probs"])), key=r["probs"].__getitem__) == r["gold"] for r in recs)
+    return right / len(recs) if recs else float("nan")
+
+
+def summarize(variant: str, m: dict, art: Path, records: list[dict] = ()) -> dict:
     g = m["generalization_uncalibrated"]
     s = g["splits"]
     row = {"variant": variant, "artifact": str(art), "n": m["overall"]["n"]}
@@ -128,12 +139,14 @@ def summarize(variant: str, m: dict, art: Path) -> dict:
     row["sentiment5"] = s["target/sentiment5"]["accuracy"]
     row["contrast_both_right"] = g["contrast"]["both_right"]
     row["coherence_negation"] = g["contrast"]["coherence"]["negation"]
+    row["negated_seen"] = negated_accuracy(records, "seen_wording")
+    row["negated_heldout"] = negated_accuracy(records, "heldout_wording")
     return row
 
 
 COLUMNS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "heldout_source_nll",
-           "heldout_source_ece", "wording_gap", "spam_balanced", "sentiment5", "contrast_both_right",
-           "coherence_negation")
+           "heldout_source_ece", "wording_gap", "negated_seen", "negated_heldout", "spam_balanced", "sentiment5",
+           "contrast_both_right", "coherence_negation")
 
 
 def table(rows: list[dict]) -> str:
