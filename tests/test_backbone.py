@@ -9,8 +9,7 @@ import torch
 from kevlike.model.heads import PointerHead
 from kevlike.request.schema import validate_request
 
-from test_parity import all_probs, max_abs_diff
-from tiny import REQUEST
+from test_parity import max_abs_diff
 
 pytestmark = pytest.mark.backbone
 GOLDEN = Path(__file__).parent / "golden" / "smollm2_request.json"

@@ -1,7 +1,6 @@
 """Render → encode → pack: delimiters as ids, forgery, token budgets, layout (PITFALLS #5, #6, #13)."""
 
 import pytest
-import torch
 
 from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import pack

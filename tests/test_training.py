@@ -15,7 +15,7 @@ from kevlike.request.encode import Encoder
 from kevlike.training.config import DEFAULTS, ConfigError, load_config
 from kevlike.data.sources import Example
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
-from kevlike.training.train import build_model, loss_terms, make_batch, trainable_state, write_artifact
+from kevlike.training.train import build_model, loss_terms, make_batch, write_artifact
 
 from tiny import make_tokenizer, save_tiny_model
 
