@@ -498,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
     dtype_help = ("weight precision: auto picks bfloat16 on CUDA and on CPUs with bf16 matrix units (AMX, "
                   "AVX512-BF16), float32 elsewhere; float32 is the tested reference")
     quantize_help = ("int8: SmoothQuant smoothing, then dynamic int8 in the decoder's Linear layers but down_proj (CPU, "
-                     "from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.006 on 650 questions: see the "
+                     "from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.011 on 650 questions: see the "
                      "README's int8 section); auto: int8 where the weights are float32 on the CPU (not on CUDA nor "
                      "where --dtype auto picks bfloat16); none: no quantization")
     threads_help = ("torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at "

@@ -58,7 +58,7 @@ def resolve_quantize(quantize: str | None, device: str | torch.device, dtype: st
     """``(quantize, reason)`` for a requested setting, given the resolved ``device`` and weight ``dtype``
     (:func:`kevlike.model.backbones.resolve_dtype`): ``None``/``"none"`` → ``None``; ``"int8"`` → ``"int8"``;
     ``"auto"`` → ``"int8"`` on the CPU when the weights are float32 (no bf16 matrix units, or float32 asked
-    for: dynamic int8 was 1.3–1.5× faster than float32 on a 2-core AVX2 AMD EPYC, accuracy −0.006 on 650
+    for: dynamic int8 was 1.3–1.5× faster than float32 on a 2-core AVX2 AMD EPYC, accuracy −0.011 on 650
     questions, README "int8"), else ``None`` (CUDA, or bfloat16 weights: bf16 units beat int8).
 
     Raises:
