@@ -131,14 +131,14 @@ def _cmd_decide(args) -> int:
         return _fail(err)
     if (err := _threads_env_error(args)) is not None:
         return _fail(err)
-    if args.quantize == "int8" and args.dtype == "bfloat16":
-        return _fail("--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)")
+    if (err := _quantize_error(args)) is not None:
+        return _fail(err)
     from kevlike.model.backbones import ModelNotFoundError, SetupError  # torch: only once the request is valid
     from kevlike.model.engine import Engine
 
     t0 = time.perf_counter()
     try:
-        engine = Engine.from_pretrained(args.model, dtype="float32" if args.quantize == "int8" else args.dtype,
+        engine = Engine.from_pretrained(args.model, dtype=args.dtype,
                                         script_policy=args.script_policy, option_orders=args.option_orders,
                                         threads=args.threads, quantize=args.quantize, option_mode=args.option_mode,
                                         limits=_limits(args), profile=args.profile)
@@ -212,6 +212,13 @@ def _cmd_models(args) -> int:
     return 0
 
 
+def _quantize_error(args) -> str | None:
+    """``--quantize int8`` with ``--dtype bfloat16`` (decide, serve, bench): refused before any model loads."""
+    if args.quantize == "int8" and args.dtype == "bfloat16":
+        return "--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)"
+    return None
+
+
 def _cmd_serve(args) -> int:
     from kevlike.service.config import api_keys_from_env
     from kevlike.service.listen import ListenError, listen_socket
@@ -224,8 +231,8 @@ def _cmd_serve(args) -> int:
         return _fail(err)
     if not 0 <= args.port <= 65535:
         return _fail(f"--port must be from 0 to 65535, got {args.port}")
-    if args.quantize == "int8" and args.dtype == "bfloat16":
-        return _fail("--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)")
+    if (err := _quantize_error(args)) is not None:
+        return _fail(err)
     try:
         config = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                               queue_size=args.queue_size, timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
@@ -234,7 +241,7 @@ def _cmd_serve(args) -> int:
         sock = listen_socket(config.host, config.port)   # before torch is imported: a busy port fails in ~0.1 s
         from kevlike.service.server import serve
 
-        serve(args.model or [None], config, dtype="float32" if args.quantize == "int8" else args.dtype,
+        serve(args.model or [None], config, dtype=args.dtype,
               quantize=args.quantize, script_policy=args.script_policy,
               option_orders=args.option_orders, option_mode=args.option_mode, log_level=args.log_level,
               threads=args.threads, record=args.record, record_state=args.record_state, sock=sock)
@@ -272,8 +279,8 @@ def _cmd_bench(args) -> int:
 
     try:
         compare = None if args.compare is None else [b for b in args.compare.split(",") if b]
-        if args.quantize == "int8" and args.dtype == "bfloat16":
-            return _fail("--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)")
+        if (err := _quantize_error(args)) is not None:
+            return _fail(err)
         reps = args.reps if args.reps is not None else (2 if args.quick else 5)
         if reps < 1:
             return _fail(f"--reps must be >= 1, got {reps}")

@@ -295,7 +295,7 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
 
     grid = dict(QUICK if quick else FULL)
     grid.update({k: v for k, v in (("S", S), ("Q", Q), ("K", K)) if v})
-    eng = Engine.from_pretrained(model, dtype="float32" if quantize == "int8" else dtype, quantize=quantize)
+    eng = Engine.from_pretrained(model, dtype=dtype, quantize=quantize)
     torch.manual_seed(0)
     head = PointerHead(eng.model.config.hidden_size).to(eng.device).eval()
     label, reason = eng.dtype, eng.dtype_reason          # "int8" is a label of the loaded engine, not of its weights

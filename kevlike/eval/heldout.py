@@ -160,7 +160,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         engine = RemoteEngine(url, model)
     if engine is None:
         engine = Engine.from_pretrained(model, option_orders=option_orders, quantize=quantize,
-                                        dtype="float32" if quantize == "int8" else dtype, option_mode=option_mode)
+                                        dtype=dtype, option_mode=option_mode)
     if engine.readout.name == "lm":
         raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
     if suite in GENERALIZATION_SUITES:

@@ -256,8 +256,8 @@ class Engine:
         ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
         setting its temperatures were fitted with; 1 when the manifest has none). ``threads``: see
         :class:`Engine`; with ``auto`` the model load is the first window in which the CPU use of
-        other processes is measured. ``quantize``: ``None``/``"none"``, ``"int8"`` (:func:`kevlike.model.quantize.quantize_int8`; CPU, float32 only;
-        applied after the LoRA adapter is merged) or ``"auto"`` (int8 where the weights are float32 on the CPU:
+        other processes is measured. ``quantize``: ``None``/``"none"``, ``"int8"`` (:func:`kevlike.model.quantize.quantize_int8`; CPU, float32 only — ``dtype="auto"`` then means
+        float32; applied after the LoRA adapter is merged) or ``"auto"`` (int8 where the weights are float32 on the CPU:
         :func:`kevlike.model.quantize.resolve_quantize`). ``option_mode``: see :class:`Engine`; None takes the
         manifest's ``option_mode`` (``"list"`` when it has none); a decision model answers only in the
         modes its manifest lists in ``option_modes`` (``["list"]`` when absent: it was never trained on
@@ -283,6 +283,8 @@ class Engine:
             check_option_orders(option_orders)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
+        if quantize == "int8" and dtype == "auto":
+            dtype = "float32"                 # int8 quantizes float32 weights, whatever auto would pick
         dtype, dtype_reason = resolve_dtype(dtype, device)
         quantize, quantize_reason = resolve_quantize(quantize, device, dtype)
         policy = ThreadPolicy.from_env(threads)
