@@ -131,6 +131,28 @@ def test_one_batch_overfit(tiny_dir):
     assert terms["ce"].item() < 0.05, terms
 
 
+def test_a_fresh_head_is_scaled_by_the_final_norm_so_its_logits_do_not_depend_on_it():
+    from tiny import make_model
+
+    from kevlike.model.heads import PointerHead
+    from kevlike.training.train import scale_fresh_head
+
+    model = make_model("qwen2")
+    d = model.config.hidden_size
+    torch.manual_seed(0)
+    plain = PointerHead(d)
+    torch.manual_seed(0)
+    scaled = PointerHead(d)
+    with torch.no_grad():
+        model.get_decoder().norm.weight.fill_(4.0)
+    assert scale_fresh_head(scaled, model) == pytest.approx(4.0)
+    torch.testing.assert_close(scaled.w_q.weight, plain.w_q.weight / 4.0)
+    torch.testing.assert_close(scaled.w_k.weight, plain.w_k.weight / 4.0)
+    # hidden states 4x larger (what a norm weight of 4 gives) meet the same logits as unit ones did
+    h_dec, h_opt, mask = torch.randn(1, 2, d), torch.randn(1, 2, 3, d), torch.ones(1, 2, 3, dtype=torch.bool)
+    torch.testing.assert_close(scaled(4 * h_dec, 4 * h_opt, mask), plain(h_dec, h_opt, mask))
+
+
 def test_trainable_parameters_are_lora_delimiters_and_head(tiny_dir):
     model, tok, _ = build_model(_cfg(tiny_dir))
     names = [n for n, p in model.named_parameters() if p.requires_grad]
