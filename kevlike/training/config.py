@@ -26,7 +26,8 @@ DEFAULTS: dict = {
     "mixed_precision": "auto",             # "auto" | "no" | "bf16": auto = bf16 autocast on CUDA and on CPUs with
                                            # bf16 matrix units (AMX, AVX512-BF16), fp32 elsewhere (resolve_precision)
     "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": LORA_TARGETS},
-    "head": {"d_head": None},              # None: the backbone's hidden size
+    "head": {"d_head": None,               # None: the backbone's hidden size
+             "scale_init": True},          # a fresh head (no init_from) divided by RMS of the final norm weight
     "train_delimiters": True,              # the five delimiter embedding rows are trainable
     # task -> sampling weight and augmentation (kevlike.data.sources.make_example)
     "tasks": {

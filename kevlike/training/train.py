@@ -121,7 +121,7 @@ def build_model(cfg: dict, device: str | None = None):
         if w["w_q"].shape != head.w_q.weight.shape:
             raise ValueError(f"init_from {init}: head {tuple(w['w_q'].shape)} does not match d_head {head.d_head}")
         head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"]})
-    else:
+    elif cfg["head"]["scale_init"]:
         scale_fresh_head(head, model)
     return DecisionModel(lm, head), tok, resolved
 
@@ -129,7 +129,8 @@ def build_model(cfg: dict, device: str | None = None):
 @torch.no_grad()
 def scale_fresh_head(head: PointerHead, model: nn.Module) -> float:
     """Divide a freshly initialised head's projections by ``g = RMS(γ)``, γ the weight of the decoder's
-    final RMSNorm; returns ``g`` (1.0 where the decoder has no such norm, head unchanged).
+    final RMSNorm; returns ``g`` (1.0, head unchanged, where the decoder has no such norm or ``g`` is not a
+    finite number ≥ 0.05, as with a norm that stores its weight as an offset from 1).
 
     The head reads hidden states that leave that norm with an RMS of about ``g`` — 7.2 for
     Qwen2.5-Coder-0.5B, 1.9 for SmolLM2-135M — and its logits grow with ``g²``: unscaled, a Qwen2.5 run from
@@ -140,6 +141,8 @@ def scale_fresh_head(head: PointerHead, model: nn.Module) -> float:
     if gamma is None:
         return 1.0
     g = gamma.detach().float().pow(2).mean().sqrt().item()
+    if not math.isfinite(g) or g < 0.05:
+        return 1.0
     head.w_q.weight.div_(g)
     head.w_k.weight.div_(g)
     return g
