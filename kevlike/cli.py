@@ -197,7 +197,9 @@ def _cmd_models(args) -> int:
     for b in EMBEDDED.values():
         if b.name in MODELS:
             continue
-        print(f"{b.name}\tembedded backbone ({'ready' if is_fetched(b.name) else 'not fetched'})\t{b.description}")
+        kind = "embedded backbone" if b.default else "optional embedded backbone"
+        state = "ready" if is_fetched(b.name) else f"not set up: kevlike fetch {b.name}"
+        print(f"{b.name}\t{kind} ({state}), LM readout\t{b.description}")
     from kevlike.model.backbones import resolve_dtype
     from kevlike.model.threads import usable_cores
 
