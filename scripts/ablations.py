@@ -33,6 +33,15 @@ only a checkpoint resumes from it (``kevlike train --resume``), one with an eval
     python scripts/ablations.py --steps 50 --eval-n 8 --jobs 1      # the model card's run
     python scripts/ablations.py --steps 200 --jobs 2                # a larger budget, full suite
 
+The same script compares backbones (the model card's "Backbone comparison"): the full recipe from each
+bare backbone (``--start ''``), same data, seed, steps and learning rate, the fresh pointer head scaled
+to the backbone's final norm (``head.scale_init``); each backbone needs its own ``--out``:
+
+    python scripts/ablations.py --start '' --backbone qwen2.5-coder-0.5b-instruct --variants full --steps 100 \
+        --lr 3e-4 --eval-n 8 --jobs 1 --out runs/compare/qwen
+    python scripts/ablations.py --start '' --backbone smollm2-135m-instruct --variants full --steps 100 \
+        --lr 3e-4 --eval-n 8 --jobs 1 --out runs/compare/smollm2
+
 Wall time on a 2-core AMD EPYC (AVX2), 1 thread per job beside another 1-thread job: ~12 s per optimizer
 step (4 requests); an evaluation ~5 min with ``--eval-n 8``, ~20 min for the full suite.
 """
@@ -73,6 +82,9 @@ def overrides(variant: str, steps: int, out: Path, tasks: dict, start: str = "ru
               "no_negation": [f"tasks.{t}.negation=false" for t in family],
               "no_augment": [f"tasks.{t}.augment=false" for t in family]}
     if variant == "start":
+        if not start:
+            raise ValueError("the start variant needs a --start model: the suite scores pointer heads, and a bare "
+                             "backbone has none")
         return []                       # the starting model itself, evaluated untrained (the table's baseline)
     if variant not in change:
         raise ValueError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
@@ -102,8 +114,8 @@ def latest(pattern: str) -> Path | None:
 def run_variant(variant: str, args, tasks: dict) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), KEVLIKE_THREADS=str(args.threads))
     out = Path(args.out)
-    if variant == "start":     # the start model, or the bare backbone with the LM readout (`--start ''`)
-        art = Path(args.start) if args.start else Path(args.backbone or "smollm2-135m-instruct")
+    if variant == "start":
+        art = Path(args.start)
     else:
         art = latest(str(out / "train" / f"{variant}-*" / "artifact"))
         trained_on = json.loads((art / "kevlike.json").read_text())["backbone"] if art else None
@@ -177,7 +189,7 @@ def main(argv=None) -> int:
     p.add_argument("--start", default="runs/stage2", help="model every variant starts from ('' : the bare backbone)")
     p.add_argument("--backbone", default=None,
                    help="train from this bare backbone (with --start ''), e.g. qwen2.5-coder-0.5b-instruct for the "
-                        "backbone comparison; the start variant then scores its LM readout")
+                        "backbone comparison")
     p.add_argument("--lr", type=float, default=2e-4, help="LoRA learning rate (the head's is 2.5x)")
     p.add_argument("--eval-n", type=int, default=None, help="kevlike eval --n: items per source (default: the suite's)")
     p.add_argument("--extract-stage2", action="store_true", help="write stage 2's weights to runs/stage2 and stop")
