@@ -113,3 +113,17 @@ def test_default_model_answers_held_out_banking77(default_engine):
     # for float rounding (the previous default: 10 of 12, NLL 0.709)
     assert s["accuracy"] * 12 >= 8, s
     assert s["nll"] < 1.4, s
+
+
+def test_optional_qwen_backbone_packed_equals_separate():
+    """The optional Qwen2.5-Coder-0.5B (Qwen2 with q/k/v biases, vocabulary padded past the tokenizer) under
+    the packed mask: each question's answer equals the one from its own pass. Skipped unless set up
+    (`kevlike fetch qwen2.5-coder-0.5b-instruct`)."""
+    from kevlike import Engine
+    from kevlike.model.backbones import is_fetched
+
+    if not is_fetched("qwen2.5-coder-0.5b-instruct"):
+        pytest.skip("optional backbone not set up: kevlike fetch qwen2.5-coder-0.5b-instruct")
+    eng = Engine.from_pretrained("qwen2.5-coder-0.5b-instruct")
+    req = json.loads(EXAMPLES[0].read_text())
+    assert max_abs_diff(eng.decide(req), eng.decide(req, mode="separate")) <= 1e-5
