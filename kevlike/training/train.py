@@ -132,8 +132,8 @@ def scale_fresh_head(head: PointerHead, model: nn.Module) -> float:
     final RMSNorm; returns ``g`` (1.0, head unchanged, where the decoder has no such norm or ``g`` is not a
     finite number ≥ 0.05, as with a norm that stores its weight as an offset from 1).
 
-    The head reads hidden states that leave that norm with an RMS of about ``g`` — 7.2 for
-    Qwen2.5-Coder-0.5B, 1.9 for SmolLM2-135M — and its logits grow with ``g²``: unscaled, a Qwen2.5 run from
+    The head reads hidden states that leave that norm with an RMS of about ``g`` — 7.3 for
+    Qwen2.5-Coder-0.5B, 1.8 for SmolLM2-135M — and its logits grow with ``g²``: unscaled, a Qwen2.5 run from
     the bare backbone started at a cross-entropy of 8.3 (SmolLM2: 1.4), spending its first steps shrinking
     the head. Scaled, every backbone starts with logits of the same size."""
     norm = getattr(model.get_decoder(), "norm", None)
