@@ -111,25 +111,25 @@ def latest(pattern: str) -> Path | None:
     return Path(hits[-1]) if hits else None
 
 
-def run_variant(variant: str, args, tasks: dict) -> dict:
+def run_variant(variant: str, args, tasks: dict, backbone: str) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), KEVLIKE_THREADS=str(args.threads))
     out = Path(args.out)
     if variant == "start":
         art = Path(args.start)
     else:
         art = latest(str(out / "train" / f"{variant}-*" / "artifact"))
-        trained_on = json.loads((art / "kevlike.json").read_text())["backbone"] if art else None
-        if trained_on and trained_on != (args.backbone or "smollm2-135m-instruct"):
-            raise SystemExit(f"{art} was trained on {trained_on}, not {args.backbone or 'smollm2-135m-instruct'}: "
-                             f"give each backbone its own --out")
-    if variant != "start" and (art is None or not (art / "kevlike.json").exists()):
-        started = latest(str(out / "train" / f"{variant}-*" / "checkpoint" / "state.pt"))
-        fresh = overrides(variant, args.steps, out, tasks, args.start, args.lr, args.backbone)
-        cmd = (["kevlike", "train", "--resume", str(started.parent.parent), "--quiet"] if started is not None else
-               ["kevlike", "train", CONFIG, *fresh, "--quiet"])
-        with open(out / f"{variant}.train.log", "w") as log:
-            subprocess.run(cmd, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
-        art = latest(str(out / "train" / f"{variant}-*" / "artifact"))
+        if art is not None and (art / "kevlike.json").exists():
+            trained_on = json.loads((art / "kevlike.json").read_text())["backbone"]
+            if trained_on != backbone:
+                raise SystemExit(f"{art} was trained on {trained_on}, not {backbone}: give each backbone its own --out")
+        else:
+            started = latest(str(out / "train" / f"{variant}-*" / "checkpoint" / "state.pt"))
+            fresh = overrides(variant, args.steps, out, tasks, args.start, args.lr, args.backbone)
+            cmd = (["kevlike", "train", "--resume", str(started.parent.parent), "--quiet"] if started is not None else
+                   ["kevlike", "train", CONFIG, *fresh, "--quiet"])
+            with open(out / f"{variant}.train.log", "w") as log:
+                subprocess.run(cmd, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
+            art = latest(str(out / "train" / f"{variant}-*" / "artifact"))
     ev_dir = out / "eval" / variant
     metrics = latest(str(ev_dir / "eval-*" / "metrics.json"))
     if metrics is None:
@@ -198,7 +198,8 @@ def main(argv=None) -> int:
         extract_stage2(ROOT / "runs" / "stage2")
         return 0
     variants = args.variants.split(",")
-    tasks = yaml.safe_load(Path(CONFIG).read_text())["tasks"]
+    config = yaml.safe_load(Path(CONFIG).read_text())
+    tasks, backbone = config["tasks"], args.backbone or config["backbone"]
     for v in variants:
         try:                                                                       # fail before any work
             overrides(v, args.steps, Path(args.out), tasks, args.start, args.lr, args.backbone)
@@ -210,7 +211,7 @@ def main(argv=None) -> int:
         fetch_backbone(args.backbone)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda v: run_variant(v, args, tasks), variants))
+        rows = list(pool.map(lambda v: run_variant(v, args, tasks, backbone), variants))
     Path(args.out, "ablations.json").write_text(json.dumps({"steps": args.steps, "rows": rows}, indent=1))
     Path(args.out, "ablations.md").write_text(table(rows))
     print(table(rows))

