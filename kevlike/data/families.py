@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from kevlike.data import facts
 from kevlike.data.sources import (
     DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam, read_vader
 )
@@ -93,6 +94,11 @@ SYS1_GENERATORS = ("support_tickets", "log_triage", "guardrail_intent", "policy_
                    "multilingual_tickets", "phishing_email")
 for _g in SYS1_GENERATORS:
     SOURCES[f"sys1_{_g}"] = Source(f"sys1_{_g}", "typed", "", "sys1bench")
+# written by kevlike (kevlike/data/facts.py), not read from a package: states that state facts, questions
+# whose answer is in them. Left out of the generalization suite's seen splits (its items stay comparable
+# across models); the contrast pairs measure what it teaches.
+SOURCES["facts"] = Source("facts", "typed", "", "kevlike")
+SYNTHETIC_SOURCES = ("facts",)
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -270,6 +276,8 @@ def source_rows(name: str, split: str) -> tuple:
         return _hash_rows(_rotten(), split)
     if name == "bbcnews":
         return _hash_rows(_bbc(), split)
+    if name == "facts":
+        return facts.rows(split)
     return _sys1(name[len("sys1_"):], split)
 
 
