@@ -78,3 +78,47 @@ def test_domains_and_wordings_stay_apart_from_the_contrast_pairs():
                 assert t.format(s=s).lower() not in contrast_qs
             for t in f.a_text + f.b_text:
                 assert all(t.format(s=s).lower().rstrip(".") not in st for st in contrast_states)
+
+
+def test_coherence_twins_carry_the_gold_and_the_other_side():
+    """A twin's key map takes one question's gold to the other's; an other-side twin asks the same fact
+    from the other side (answer swapped); a choice twin has the same words and yes/no keys; without
+    ``coherence`` a facts example is the row as generated."""
+    from kevlike.data.families import family_example
+    from kevlike.request.schema import validate_request
+
+    kinds = set()
+    for i, row in enumerate(facts.rows("validation")):
+        ex = family_example("facts", row, random.Random(i), coherence=0.8)
+        validate_request(ex.request)
+        assert len(ex.request["questions"]) <= 8
+        for qa, qb, m in ex.twins:
+            qs = ex.request["questions"]
+            assert m[ex.gold[qa]] == ex.gold[qb] and qs[qa]["type"] == "noul"
+            kinds.add(qs[qb]["type"])
+            if qs[qb]["type"] == "choice":
+                assert qs[qb]["instructions"] == qs[qa]["instructions"] and set(qs[qb]["criteria"]) == set(m.values())
+            else:
+                fa, sa, side_a = facts._asked()[qs[qa]["instructions"]]
+                fb, sb, side_b = facts._asked()[qs[qb]["instructions"]]
+                assert (fa, sa) == (fb, sb) and side_a != side_b and ex.gold[qa] != ex.gold[qb]
+            assert ex.targets[qb][list(qs[qb]["criteria"] or ["true", "false"]).index(ex.gold[qb])] == 1.0
+    assert kinds == {"noul", "choice"}
+    plain = family_example("facts", facts.rows("validation")[0], random.Random(0))
+    assert plain.request == facts.rows("validation")[0][0] and plain.twins == []
+
+
+def test_facts_twins_pack_into_the_twin_term():
+    """Through ``make_batch``: each twin pair's permutation sends question a's gold option to b's."""
+    from tiny import make_tokenizer
+
+    from kevlike.data.families import family_example
+    from kevlike.request.encode import Encoder
+    from kevlike.training.train import make_batch
+
+    exs = [family_example("facts", row, random.Random(i), coherence=1.0) for i, row in enumerate(facts.rows("test")[:6])]
+    batch, aux = make_batch(exs, Encoder(make_tokenizer()), "cpu", modes=["list", "set"] * 3)
+    assert len(aux["a"]) == sum(len(e.twins) for e in exs) > 0
+    for (b, ja), (_, jb), perm in zip(aux["a"], aux["b"], aux["perm"].tolist()):
+        ta, tb = aux["targets"][b, ja].tolist(), aux["targets"][b, jb].tolist()
+        assert tb[perm[ta.index(1.0)]] == 1.0

@@ -331,3 +331,50 @@ def rows(split: str) -> tuple:
     """The seeded rows of a split (train 4,000, validation 60, test 200), ``(request, gold)`` each."""
     rng = random.Random(f"facts:{SPLIT_SEEDS[split]}")
     return tuple(request(rng) for _ in range(SPLIT_SIZES[split]))
+
+
+@lru_cache(maxsize=1)
+def _asked() -> dict:
+    """Every yes/no question the generator can ask -> ``(fact, subject, asks side A)``."""
+    out = {}
+    for f in FACTS:
+        for s in f.subjects:
+            for side, pool in ((True, f.a_q), (False, f.b_q)):
+                for t in pool:
+                    out[_sentence(t.format(s=s))] = (f, s, side)
+    return out
+
+
+YES_NO_KEYS = (("yes", "no"), ("yes", "no"), ("Yes", "No"), ("true", "false"))
+
+
+def with_twins(req: dict, gold: dict, rng: random.Random, p: float, max_questions: int = 8) -> tuple:
+    """``(request, gold, twins)``: ``req`` with, for each yes/no question, probability ``p`` of a *coherence
+    twin* in the same request — a question on the other side of the same fact (answer swapped, key map
+    ``true → false``) or the same words as a two-option choice ``{yes, no}`` (``true → yes``) — tied to
+    it by the twin term of the loss (``loss.perm``), so that P(yes | Q) + P(yes | Q's opposite) = 1 and
+    the noul and choice forms agree. ``twins`` entries are ``(qa, qb, {key of qa: key of qb})``
+    (:class:`kevlike.data.sources.Example`). At most ``max_questions`` questions in all."""
+    questions, gold, twins = dict(req["questions"]), dict(gold), []
+    asked = {q["instructions"] for q in questions.values()}
+    for qid, q in list(req["questions"].items()):
+        if len(questions) >= max_questions:
+            break
+        if q["type"] != "noul" or q["instructions"] not in _asked() or rng.random() >= p:
+            continue
+        f, s, side = _asked()[q["instructions"]]
+        tid = f"{qid}_twin"
+        if rng.random() < 0.5:
+            options = [x for x in (_sentence(t.format(s=s)) for t in (f.b_q if side else f.a_q)) if x not in asked]
+            if not options:
+                continue
+            questions[tid] = {"type": "noul", "instructions": rng.choice(options), "criteria": None}
+            gold[tid] = "false" if gold[qid] == "true" else "true"
+            twins.append((qid, tid, {"true": "false", "false": "true"}))
+            asked.add(questions[tid]["instructions"])
+        else:
+            yes, no = rng.choice(YES_NO_KEYS)
+            questions[tid] = {"type": "choice", "instructions": q["instructions"], "criteria": {yes: None, no: None}}
+            gold[tid] = yes if gold[qid] == "true" else no
+            twins.append((qid, tid, {"true": yes, "false": no}))
+    return {"state": req["state"], "questions": questions}, gold, twins

@@ -655,6 +655,8 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
     negation (answers swapped) or, for topic sources, the same decision as a two-option choice — tied to it
     by the twin term of the loss (``loss.perm``), so that P(yes | Q) + P(yes | not Q) = 1 and the noul
     and choice forms agree are trained, not only hoped for.
+    On kevlike's own ``facts`` source the twin is the same fact asked from its other side, or the same
+    words as a ``{yes, no}`` choice (:func:`kevlike.data.facts.with_twins`).
     ``wrap_negation``: probability that a yes/no question is wrapped in a :data:`NEGATION_FRAMES` frame
     (answer swapped; :func:`wrap_negations`).
     ``insert_not``: probability that a plain yes/no question (topic outside a twin pair, spam, positive
@@ -664,6 +666,9 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
     src = SOURCES[name]
     if src.kind == "typed":
         req, gold = row
+        twins = []
+        if name in SYNTHETIC_SOURCES and coherence:
+            req, gold, twins = facts.with_twins(req, gold, rng, coherence)
         qs = dict(req["questions"])
         targets = {}
         for qid, q in qs.items():
@@ -673,7 +678,7 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
                 targets[qid] = [1.0 if str(i) == gold[qid] else 0.0 for i in range(len(q["criteria"]))]
             else:
                 targets[qid] = [1.0 if k == gold[qid] else 0.0 for k in q["criteria"]]
-        return Example({"state": req["state"], "questions": qs}, targets, name, dict(gold))
+        return Example({"state": req["state"], "questions": qs}, targets, name, dict(gold), twins)
     if not augment:
         wordings = "first"
     text = row[0]
