@@ -61,7 +61,7 @@ def main(argv=None) -> None:
         request = json.load(fh)
     out = {"machine": machine(), "threads": args.threads, "request": args.request}
     for q in ("none", "int8"):
-        eng = Engine.from_pretrained(args.model, dtype="float32", quantize=q)
+        eng = Engine.from_pretrained(args.model, dtype="float32", quantize=q, threads=args.threads)
         if q == "int8":   # the share of the Linear weights (= FLOP per token) that run in int8
             dyn = torch.ao.nn.quantized.dynamic.Linear
             n8 = sum(m.in_features * m.out_features for m in eng.model.modules() if isinstance(m, dyn))
@@ -71,7 +71,10 @@ def main(argv=None) -> None:
         enc = eng.prepare(request).encoded
         out["tokens"] = len(enc.state_ids) + sum(b.n_tokens for b in enc.branches)
         out["float32" if q == "none" else "int8"] = parts_ms(eng, enc, args.reps)
+    out["threads"] = torch.get_num_threads()      # what the passes ran at (the engine's thread policy applies it)
     fp, q8, w = out["float32"], out["int8"], out["int8_weight_share"]
+    if q8["linear_int8"] <= 0:
+        raise SystemExit("no quantized::linear_dynamic time in the int8 profile: the op was renamed?")
     f = fp["linear"] / fp["total"]
     s = w * fp["linear"] / q8["linear_int8"]       # the int8 layers' speed-up over the same layers in float32
     out.update({"linear_share_fp32": f, "int8_layer_speedup": s, "measured_speedup": fp["total"] / q8["total"],

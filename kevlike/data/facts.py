@@ -13,10 +13,11 @@ different subjects and 0–2 neutral sentences, in random order; its questions a
 states, either side, so that the same question is true on one state and false on another and
 topicality alone cannot answer it.
 
-The domains were chosen *not* to be those of ``kevlike/eval/data/contrast.json`` (deliveries, returns,
-votes, loans, flights, builds, exams, payments, …; tested), and no sentence or question is copied from
-it, so the contrast figures still measure transfer to new domains and wordings — but both were written
-by the same team, which a reader should weigh.
+The domains were meant not to be those of ``kevlike/eval/data/contrast.json`` and no sentence or question
+is copied from it (tested), but a review after stage 9 found that 16 of its 32 pairs share a domain or a
+predicate with a fact here (a trail / a road "blocked", a permit / a warranty "valid", a raffle / a match
+"won", …): the contrast figures of a model trained on this source overstate transfer to new domains, and
+the model card reports them split.
 
 Rows are ``(request, gold)`` like sys1bench's typed sources (:func:`rows`); seeds per split: train 1,
 validation 2, test 3.
@@ -292,7 +293,7 @@ def _sentence(text: str) -> str:
 
 def request(rng: random.Random) -> tuple[dict, dict]:
     """One ``(request, gold)`` row: a state of 1–3 facts (different topics) and 0–2 filler sentences;
-    2–6 questions about those facts (about a fifth two-option choices ``{side A, side B}``, the rest
+    up to 6 questions about those facts (1–6: a repeated question is dropped) (about a fifth two-option choices ``{side A, side B}``, the rest
     yes/no on either side). ``gold`` maps question ids to ``"true"``/``"false"`` or the choice's key."""
     facts = rng.sample(FACTS, rng.randint(1, 3))
     told = []
