@@ -59,7 +59,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     with open(args.request) as fh:
         request = json.load(fh)
-    out = {"machine": machine(), "threads": args.threads, "request": args.request}
+    out = {"machine": machine(), "request": args.request}
     for q in ("none", "int8"):
         eng = Engine.from_pretrained(args.model, dtype="float32", quantize=q, threads=args.threads)
         if q == "int8":   # the share of the Linear weights (= FLOP per token) that run in int8

@@ -29,6 +29,8 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
+from kevlike.data.sources import FLIP
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -293,8 +295,9 @@ def _sentence(text: str) -> str:
 
 def request(rng: random.Random) -> tuple[dict, dict]:
     """One ``(request, gold)`` row: a state of 1–3 facts (different topics) and 0–2 filler sentences;
-    up to 6 questions about those facts (1–6: a repeated question is dropped) (about a fifth two-option choices ``{side A, side B}``, the rest
-    yes/no on either side). ``gold`` maps question ids to ``"true"``/``"false"`` or the choice's key."""
+    1–6 questions about those facts (2–6 drawn, a repeat dropped): about a fifth two-option choices
+    ``{side A, side B}``, the rest yes/no on either side. ``gold`` maps question ids to ``"true"``/``"false"``
+    or the choice's key."""
     facts = rng.sample(FACTS, rng.randint(1, 3))
     told = []
     for f in facts:
@@ -370,8 +373,8 @@ def with_twins(req: dict, gold: dict, rng: random.Random, p: float, max_question
             if not options:
                 continue
             questions[tid] = {"type": "noul", "instructions": rng.choice(options), "criteria": None}
-            gold[tid] = "false" if gold[qid] == "true" else "true"
-            twins.append((qid, tid, {"true": "false", "false": "true"}))
+            gold[tid] = FLIP[gold[qid]]
+            twins.append((qid, tid, FLIP))
             asked.add(questions[tid]["instructions"])
         else:
             yes, no = rng.choice(YES_NO_KEYS)

@@ -49,7 +49,8 @@ from pathlib import Path
 
 from kevlike.data import facts
 from kevlike.data.sources import (
-    DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam, read_vader
+    FLIP, DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam,
+    read_vader
 )
 
 MAX_STATE_CHARS = 700
@@ -546,7 +547,6 @@ def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=No
         "true" if truth else "false"
 
 
-FLIP = {"true": "false", "false": "true"}   # a negation twin's option map: yes to Q is no to not-Q
 
 # Frames that negate *any* yes/no question (``{q}`` is the whole question): a wrapped question's gold is the
 # other answer. Trained with ``wrap_negation``, so that "no" is read from the words of a question rather than

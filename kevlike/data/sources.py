@@ -47,6 +47,9 @@ class DataUnavailableError(RuntimeError):
     """A data package is not installed; the message gives the install command."""
 
 
+FLIP = {"true": "false", "false": "true"}   # a negation twin's option map: yes to Q is no to not-Q
+
+
 @dataclass
 class Example:
     """One training/evaluation request.
