@@ -45,10 +45,11 @@ class Fact:
     a_q: tuple[str, ...]
     b_q: tuple[str, ...]
     labels: tuple[str, str]
+    paired: bool = False
 
 
-def _f(topic, subjects, a_text, b_text, a_q, b_q, labels) -> Fact:
-    return Fact(topic, tuple(subjects), tuple(a_text), tuple(b_text), tuple(a_q), tuple(b_q), tuple(labels))
+def _f(topic, subjects, a_text, b_text, a_q, b_q, labels, paired=False) -> Fact:
+    return Fact(topic, tuple(subjects), tuple(a_text), tuple(b_text), tuple(a_q), tuple(b_q), tuple(labels), paired)
 
 
 FACTS: tuple[Fact, ...] = (
@@ -276,6 +277,123 @@ FACTS: tuple[Fact, ...] = (
        ["Were {s} quiet?", "Were {s} considerate?", "Did {s} let people sleep?"],
        ["Were {s} noisy?", "Did {s} keep people awake?", "Were {s} not quiet?"],
        ["quiet", "noisy"]),
+    # Added for stage 11: facts that are not a thing working or broken — who, where, when, which, more or
+    # less, a colour, a majority — and subjects that can share one state (``paired``: the same fact about
+    # two subjects, opposite sides, so the question's subject decides the answer).
+    _f("author", ["the annual report", "the grant proposal", "the press release"],
+       ["Ana wrote {s}.", "{s} was written by Ana.", "Ana drafted {s} herself; Ben only read it."],
+       ["Ben wrote {s}.", "{s} was written by Ben.", "Ben drafted {s} himself; Ana only read it."],
+       ["Did Ana write {s}?", "Is Ana the author of {s}?", "Was {s} drafted by Ana?"],
+       ["Did Ben write {s}?", "Is Ben the author of {s}?", "Was {s} not written by Ana?"],
+       ["Ana", "Ben"], paired=True),
+    _f("whereabouts", ["the spare key", "my wallet", "the remote control"],
+       ["{s} is at home in the kitchen drawer.", "I found {s} on the hall table at home.",
+        "{s} never left the house."],
+       ["I left {s} at the office.", "{s} is still in my desk at work.", "{s} is at work, not at home."],
+       ["Is {s} at home?", "Is {s} in the house?", "Is {s} somewhere at home?"],
+       ["Is {s} at the office?", "Was {s} left at work?", "Is {s} not at home?"],
+       ["at home", "at the office"], paired=True),
+    _f("timeofday", ["the piano lesson", "the yoga class", "the choir rehearsal"],
+       ["{s} is at nine in the morning.", "{s} starts before lunch.", "{s} was moved to the morning."],
+       ["{s} is at seven in the evening.", "{s} starts after dinner.", "{s} was moved to the evening."],
+       ["Is {s} in the morning?", "Does {s} start before noon?", "Is {s} early in the day?"],
+       ["Is {s} in the evening?", "Does {s} start after noon?", "Is {s} late in the day?"],
+       ["morning", "evening"], paired=True),
+    _f("size", ["the blue tent", "the new sofa", "the oak table"],
+       ["{s} is bigger than the old one.", "{s} is larger than the one we had before.",
+        "{s} takes up more room than the old one."],
+       ["{s} is smaller than the old one.", "{s} is more compact than the one we had before.",
+        "{s} takes up less room than the old one."],
+       ["Is {s} bigger than the old one?", "Is {s} larger than before?", "Does {s} take up more room than the old one?"],
+       ["Is {s} smaller than the old one?", "Is {s} more compact than before?",
+        "Does {s} take up less room than the old one?"],
+       ["bigger", "smaller"], paired=True),
+    _f("weight", ["the suitcase", "the rucksack", "the parcel for Gran"],
+       ["{s} weighs 18 kg, under the 23 kg limit.", "{s} is well within the weight limit.",
+        "{s} weighs less than the limit allows."],
+       ["{s} weighs 27 kg, over the 23 kg limit.", "{s} is too heavy for the limit.", "{s} exceeds the weight limit."],
+       ["Is {s} within the weight limit?", "Is {s} light enough?", "Is {s} under the limit?"],
+       ["Is {s} overweight?", "Is {s} too heavy?", "Is {s} over the limit?"],
+       ["within the limit", "over the limit"], paired=True),
+    _f("paint", ["the paint on the fence", "the varnish on the shelf", "the glue on the model plane"],
+       ["{s} is completely dry now.", "{s} dried overnight.", "{s} has set hard."],
+       ["{s} is still wet.", "{s} has not dried yet.", "{s} is still tacky."],
+       ["Is {s} dry?", "Has {s} set?", "Can {s} be touched now?"],
+       ["Is {s} still wet?", "Is {s} not dry yet?", "Is {s} still tacky?"],
+       ["dry", "wet"], paired=True),
+    _f("sleep", ["the baby", "the toddler", "Grandad"],
+       ["{s} is fast asleep.", "{s} fell asleep an hour ago.", "{s} is having a nap."],
+       ["{s} is wide awake.", "{s} woke up from the nap.", "{s} will not go to sleep."],
+       ["Is {s} asleep?", "Is {s} sleeping?", "Is {s} having a nap?"],
+       ["Is {s} awake?", "Is {s} up?", "Is {s} not asleep?"],
+       ["asleep", "awake"], paired=True),
+    _f("switch", ["the porch light", "the oven", "the iron"],
+       ["{s} was switched off before we left.", "I turned off {s}.", "{s} is off."],
+       ["{s} was left on all night.", "Nobody turned off {s}.", "{s} is still on."],
+       ["Is {s} off?", "Was {s} turned off?", "Did someone switch off {s}?"],
+       ["Is {s} still on?", "Was {s} left on?", "Is {s} not switched off?"],
+       ["off", "on"], paired=True),
+    _f("ice", ["the ice on the lake", "the ice on the pond", "the frozen canal"],
+       ["{s} is thick enough to skate on.", "{s} is solid; ten skaters were on it today.",
+        "{s} will easily hold a person."],
+       ["{s} is too thin to walk on.", "{s} cracked under a small dog.", "{s} is thawing and will not hold anyone."],
+       ["Is {s} thick enough to skate on?", "Will {s} hold a person?", "Is {s} solid?"],
+       ["Is {s} too thin?", "Would {s} crack under a person?", "Is {s} thawing?"],
+       ["thick", "thin"], paired=True),
+    _f("seat", ["the table by the window", "the corner table", "the table for two"],
+       ["{s} is free.", "Nobody is sitting at {s}.", "{s} is empty, you can take it."],
+       ["{s} is taken.", "Someone is already sitting at {s}.", "{s} is occupied."],
+       ["Is {s} free?", "Can someone sit at {s}?", "Is {s} empty?"],
+       ["Is {s} taken?", "Is someone sitting at {s}?", "Is {s} occupied?"],
+       ["free", "taken"], paired=True),
+    _f("eggs", ["the duck eggs", "the hen's eggs", "the robin's eggs"],
+       ["{s} hatched this morning.", "{s} have all hatched.", "The chicks from {s} are out."],
+       ["{s} have not hatched yet.", "{s} are still unhatched.", "We are still waiting for {s} to hatch."],
+       ["Have {s} hatched?", "Are the chicks out of {s}?", "Did {s} hatch?"],
+       ["Are {s} still unhatched?", "Have {s} not hatched yet?", "Is everyone still waiting for {s} to hatch?"],
+       ["hatched", "not hatched"], paired=True),
+    _f("laundry", ["the towels", "the bed sheets", "the school shirts"],
+       ["{s} are dry and folded.", "{s} dried in the sun.", "{s} are bone dry."],
+       ["{s} are still damp.", "{s} got soaked in the rain.", "{s} are wet."],
+       ["Are {s} dry?", "Did {s} dry?", "Are {s} bone dry?"],
+       ["Are {s} still damp?", "Are {s} wet?", "Are {s} not dry?"],
+       ["dry", "damp"], paired=True),
+    _f("meal", ["the children", "the guests", "the builders"],
+       ["{s} have already eaten.", "{s} had lunch at noon.", "{s} finished their dinner."],
+       ["{s} have not eaten yet.", "{s} are still waiting for lunch.", "{s} skipped dinner."],
+       ["Have {s} eaten?", "Did {s} have a meal?", "Have {s} had food?"],
+       ["Are {s} still hungry?", "Have {s} not eaten yet?", "Did {s} skip the meal?"],
+       ["eaten", "not eaten"], paired=True),
+    _f("clock", ["the clock in the hall", "my watch", "the kitchen clock"],
+       ["{s} runs ten minutes fast.", "{s} is ahead of the real time.", "{s} shows a later time than it is."],
+       ["{s} runs ten minutes slow.", "{s} is behind the real time.", "{s} shows an earlier time than it is."],
+       ["Is {s} fast?", "Is {s} ahead?", "Does {s} show a later time than it is?"],
+       ["Is {s} slow?", "Is {s} behind?", "Does {s} show an earlier time than it is?"],
+       ["fast", "slow"], paired=True),
+    _f("sibling", ["Sara", "Lena", "Chloe"],
+       ["{s} is two years older than her brother.", "{s} was born before her brother.", "{s} is the elder of the two."],
+       ["{s} is two years younger than her brother.", "{s} was born after her brother.", "{s} is the younger of the two."],
+       ["Is {s} older than her brother?", "Was {s} born first?", "Is {s} the elder sibling?"],
+       ["Is {s} younger than her brother?", "Was {s} born after her brother?", "Is {s} not the elder sibling?"],
+       ["older", "younger"], paired=True),
+    _f("colour", ["the front door", "the garden bench", "the old bicycle"],
+       ["{s} is painted bright red.", "{s} is red.", "We painted {s} red last summer."],
+       ["{s} is painted dark green.", "{s} is green.", "We painted {s} green last summer."],
+       ["Is {s} red?", "Was {s} painted red?", "Is the colour of {s} red?"],
+       ["Is {s} green?", "Was {s} painted green?", "Is {s} not red?"],
+       ["red", "green"], paired=True),
+    _f("majority", ["the class", "the new starters", "the choir"],
+       ["Most of {s} chose Spanish.", "Spanish was the choice of most of {s}.", "Only a few of {s} picked French; the rest chose Spanish."],
+       ["Most of {s} chose French.", "French was the choice of most of {s}.", "Only a few of {s} picked Spanish; the rest chose French."],
+       ["Did most of {s} choose Spanish?", "Was Spanish the more popular choice among {s}?", "Did more of {s} pick Spanish than French?"],
+       ["Did most of {s} choose French?", "Was French the more popular choice among {s}?", "Did more of {s} pick French than Spanish?"],
+       ["Spanish", "French"], paired=True),
+    _f("route", ["our hike", "the school trip", "the cycling tour"],
+       ["{s} goes along the coast.", "{s} follows the shoreline all day.", "{s} stays by the sea."],
+       ["{s} goes through the mountains.", "{s} climbs over the high passes.", "{s} heads inland into the hills."],
+       ["Does {s} follow the coast?", "Does {s} stay by the sea?", "Is {s} a coastal route?"],
+       ["Does {s} go through the mountains?", "Does {s} head inland?", "Is {s} a mountain route?"],
+       ["coast", "mountains"], paired=True),
 )
 
 FILLER = (
@@ -285,6 +403,8 @@ FILLER = (
 )
 CHOICE_TEMPLATES = ("What is the state of {s}?", "Which describes {s}?", "How are things with {s}?",
                     "Which option fits {s}, according to the text?")
+NEUTRAL_CHOICE_TEMPLATES = ("Which option fits {s}, according to the text?", "According to the text, which is true of {s}?")
+PAIRED_SHARE = 0.4
 SPLIT_SEEDS = {"train": 1, "validation": 2, "test": 3}
 SPLIT_SIZES = {"train": 4000, "validation": 60, "test": 200}
 
@@ -294,7 +414,8 @@ def _sentence(text: str) -> str:
 
 
 def request(rng: random.Random) -> tuple[dict, dict]:
-    """One ``(request, gold)`` row: a state of 1–3 facts (different topics) and 0–2 filler sentences;
+    """One ``(request, gold)`` row: a state of 1–3 facts (different topics; a ``paired`` fact, with
+    probability ``PAIRED_SHARE``, told about a second subject on the opposite side) and 0–2 filler sentences;
     1–6 questions about those facts (2–6 drawn, a repeat dropped): about a fifth two-option choices
     ``{side A, side B}``, the rest yes/no on either side. ``gold`` maps question ids to ``"true"``/``"false"``
     or the choice's key."""
@@ -304,20 +425,24 @@ def request(rng: random.Random) -> tuple[dict, dict]:
         s = rng.choice(f.subjects)
         side_a = rng.random() < 0.5
         told.append((f, s, side_a))
+        if f.paired and rng.random() < PAIRED_SHARE:
+            told.append((f, rng.choice([x for x in f.subjects if x != s]), not side_a))
     parts = [_sentence(rng.choice(f.a_text if a else f.b_text).format(s=s)) for f, s, a in told]
     parts += rng.sample(FILLER, rng.randint(0, 2))
     rng.shuffle(parts)
-    questions, gold = {}, {}
+    questions, gold, chosen = {}, {}, set()
     nq = rng.randint(2, 6)
     for i in range(nq):
         f, s, side_a = rng.choice(told)
         qid = f"q{i}"
         if rng.random() < 0.2:
-            if any(x["type"] == "choice" and set(x["criteria"]) == set(f.labels) for x in questions.values()):
+            if (f.topic, s) in chosen:
                 continue
+            chosen.add((f.topic, s))
+            instructions = rng.choice(NEUTRAL_CHOICE_TEMPLATES if f.paired else CHOICE_TEMPLATES).format(s=s)
             keys = list(f.labels)
             rng.shuffle(keys)
-            questions[qid] = {"type": "choice", "instructions": rng.choice(CHOICE_TEMPLATES).format(s=s),
+            questions[qid] = {"type": "choice", "instructions": instructions,
                               "criteria": {k: None for k in keys}}
             gold[qid] = f.labels[0] if side_a else f.labels[1]
         else:
