@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevlike.eval.generalization import bigbench_examples, contrast_examples, contrast_metrics
+from kevlike.eval.generalization import CONTRAST_SPLITS, bigbench_examples, contrast_examples, contrast_metrics
 from kevlike.request.schema import validate_request
 from kevlike.data import families as fam
 from kevlike.training.config import ConfigError, cpu_bf16_units, load_config, resolve_precision
@@ -176,9 +176,12 @@ def test_class_balanced_spam_sampling():
 
 # --- the generalization suite ---------------------------------------------------------------------
 
-def test_contrast_file_has_25_pairs_with_opposite_answers():
-    examples, pairs = contrast_examples()
+@pytest.mark.parametrize("split", sorted(CONTRAST_SPLITS))
+def test_contrast_file_has_25_pairs_with_opposite_answers(split):
+    examples, pairs = contrast_examples(CONTRAST_SPLITS[split], split)
     assert len(pairs) >= 25 and len(examples) == 2 * len(pairs)
+    assert len({p["id"] for p in pairs}) == len(pairs)
+    assert {e.source for e in examples} == {f"{split}/{p['id']}/{s}" for p in pairs for s in (0, 1)}
     for a, b in zip(examples[0::2], examples[1::2]):
         for qid in a.targets:
             assert a.targets[qid] == b.targets[qid][::-1]             # opposite on the two states
@@ -205,6 +208,8 @@ def test_contrast_metrics_hand_computed():
     ]
     m = contrast_metrics(recs, pairs)
     assert m["questions"] == 2 and m["both_right"] == 0.5          # Q0 right twice, Q1 wrong on state 0
+    other = [{**r, "source": r["source"].replace("contrast/", "contrast_apart/")} for r in recs]
+    assert contrast_metrics(other, pairs, "contrast_apart") == m   # the same figures under another split
     assert m["noul_accuracy"] == 0.75
     # negation sums: 1.0, 0.9, 1.02, 1.01 -> 3 of 4 within 0.05; choice gaps 0.05, 0.3, 0.2, 0.05 -> 2 of 4
     assert m["coherence"] == {"n": 4, "negation": 0.75, "noul_vs_choice": 0.5}
@@ -295,9 +300,11 @@ def test_generalization_suite_through_the_cli(tmp_path):
     metrics = json.loads((ev_dir / "metrics.json").read_text())
     gen = metrics["generalization"]
     assert {"seen_wording", "heldout_wording", "heldout_source", "target/banking77_all77", "target/spam_balanced",
-            "target/sentiment5", "contrast"} <= set(gen["splits"])
-    assert gen["contrast"]["pairs"] >= 25 and 0.0 <= gen["contrast"]["both_right"] <= 1.0
-    assert gen["splits"]["contrast"]["n"] == 2 * gen["contrast"]["questions"]       # noul form, both states
+            "target/sentiment5", "contrast", "contrast_apart"} <= set(gen["splits"])
+    for split in ("contrast", "contrast_apart"):
+        assert gen[split]["pairs"] >= 25 and 0.0 <= gen[split]["both_right"] <= 1.0
+        assert gen["splits"][split]["n"] == 2 * gen[split]["questions"]       # noul form, both states
+    assert "Contrast pairs apart from training" in (ev_dir / "report.md").read_text()
     assert "Contrast pairs" in (ev_dir / "report.md").read_text() and "Wording gap" in ev.stdout.decode()
     again = run("eval", "--model", str(art), "--reuse", str(ev_dir), "--out", str(tmp_path / "ev"), "--quiet")
     assert again.returncode == 0, again.stderr.decode()[-3000:]

@@ -18,12 +18,17 @@ split                        what it asks
                              5-level movie-snippet sentiment, all under held-out wordings
 ``contrast``                 :file:`kevlike/eval/data/contrast.json`: pairs of short states written for this suite
                              where the same yes/no questions have opposite answers
+``contrast_apart``           :file:`kevlike/eval/data/contrast_apart.json`: more such pairs, written after stage 9
+                             and kept apart from the ``facts`` training source (no content word of a question
+                             in a ``facts`` question, label, subject or topic; tested), so that neither their
+                             domain nor their predicate was trained
 ============================ ===========================================================================
 
 Reported per split: accuracy, NLL, Brier, ECE, confident errors (:mod:`kevlike.metrics`), and
 
 * ``wording_gap`` — accuracy on ``seen_wording`` minus ``heldout_wording`` over the same items;
-* ``contrast.both_right`` — share of (pair, question) answered right on *both* states;
+* ``contrast.both_right`` (and ``contrast_apart.both_right``) — share of (pair, question) answered right on
+  *both* states;
 * ``coherence.negation`` — share of (state, question) where ``P(yes | Q) + P(yes | not Q)`` is within
   0.05 of 1; ``coherence.noul_vs_choice`` — share where the noul ``P(yes)`` and a two-option choice
   ``{yes, no}`` asked with the same words agree within 0.1.
@@ -42,6 +47,8 @@ from kevlike.metrics import summary
 from kevlike.runs import kevlike_home
 
 CONTRAST_FILE = Path(__file__).resolve().parent / "data" / "contrast.json"
+CONTRAST_APART_FILE = Path(__file__).resolve().parent / "data" / "contrast_apart.json"
+CONTRAST_SPLITS = {"contrast": CONTRAST_FILE, "contrast_apart": CONTRAST_APART_FILE}
 BIGBENCH_ARCHIVE = "bigbench-1.0.0.tar.gz"
 # task -> instructions (None: the task's own task_prefix) ; all are multiple choice over target_scores
 BIGBENCH_TASKS = {
@@ -65,11 +72,12 @@ def seen_sources() -> list[str]:
     return [n for n in SOURCES if n not in HELDOUT_SOURCES and n not in SYNTHETIC_SOURCES]
 
 
-def contrast_examples(path: Path = CONTRAST_FILE) -> tuple[list[Example], list[dict]]:
+def contrast_examples(path: Path = CONTRAST_FILE, split: str = "contrast") -> tuple[list[Example], list[dict]]:
     """One request per state of each contrast pair, asking every question three ways: noul ``Q``
     (``qN``), noul negation ``not Q`` (``nN``) and a two-option choice ``{yes, no}`` with Q's words (``cN``).
 
-    Returns ``(examples, pairs)``; targets are the true answers (for ``cN``: ``yes`` iff Q is true).
+    Returns ``(examples, pairs)``; targets are the true answers (for ``cN``: ``yes`` iff Q is true); each
+    example's source is ``SPLIT/ID/S`` (``split``, the pair's id, the state's index).
 
     Raises:
         ValueError: a malformed pair (fewer than 2 states, a question without ``q``/``neg``/``a``).
@@ -91,23 +99,28 @@ def contrast_examples(path: Path = CONTRAST_FILE) -> tuple[list[Example], list[d
                 qs[f"c{i}"] = {"type": "choice", "instructions": q["q"], "criteria": {"yes": None, "no": None}}
                 targets[f"c{i}"] = yes if truth else no
                 gold.update({f"q{i}": str(truth).lower(), f"n{i}": str(not truth).lower(), f"c{i}": "yes" if truth else "no"})
-            out.append(Example({"state": state, "questions": qs}, targets, f"contrast/{pair['id']}/{s}", gold))
+            out.append(Example({"state": state, "questions": qs}, targets, f"{split}/{pair['id']}/{s}", gold))
     return out, data["pairs"]
 
 
-def contrast_metrics(records: list[dict], pairs: list[dict]) -> dict:
+def contrast_pairs() -> dict[str, list[dict]]:
+    """``{split: pairs}`` of every contrast file (:data:`CONTRAST_SPLITS`)."""
+    return {split: json.loads(path.read_text())["pairs"] for split, path in CONTRAST_SPLITS.items()}
+
+
+def contrast_metrics(records: list[dict], pairs: list[dict], split: str = "contrast") -> dict:
     """``both_right`` (share of pair questions right on both states, noul form), ``noul_accuracy`` and the
     two coherence shares of the module docstring, from the records of :func:`contrast_examples`.
 
-    Records must carry ``source`` ``contrast/ID/S`` and ``question`` ids ``qN``/``nN``/``cN``.
+    Records must carry ``source`` ``SPLIT/ID/S`` (``split``) and ``question`` ids ``qN``/``nN``/``cN``.
     ``probs[0]`` is P(true) for noul and P(yes) for the choice (options in request order)."""
-    by = {(r["source"], r["question"]): r for r in records if r["source"].startswith("contrast/")}
+    by = {(r["source"], r["question"]): r for r in records if r["source"].startswith(f"{split}/")}
     both, n_q, neg_ok, choice_ok, n_state_q, right = 0, 0, 0, 0, 0, 0
     for pair in pairs:
         for i in range(len(pair["questions"])):
             oks = []
             for s in (0, 1):
-                src = f"contrast/{pair['id']}/{s}"
+                src = f"{split}/{pair['id']}/{s}"
                 q, n, c = by[(src, f"q{i}")], by[(src, f"n{i}")], by[(src, f"c{i}")]
                 ok = (q["probs"][0] > 0.5) == (q["gold"] == 0)
                 oks.append(ok)
@@ -186,17 +199,19 @@ def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str
     sets["target/spam_balanced"] = eval_items("spam", "test", 2 * size["target"], wordings="heldout")
     sets["target/sentiment5"] = eval_items("vader_movie", "test", 2 * size["target"], wordings="heldout",
                                            families=("score",))
-    sets["contrast"] = contrast_examples()[0]
+    for split, path in CONTRAST_SPLITS.items():
+        sets[split] = contrast_examples(path, split)[0]
     return sets
 
 
-def generalization_summary(records: list[dict], pairs: list[dict]) -> dict:
-    """Per split (and per source within a split) metrics, the wording gap and the contrast figures."""
+def generalization_summary(records: list[dict], pairs: dict[str, list[dict]]) -> dict:
+    """Per split (and per source within a split) metrics, the wording gap and the contrast figures of each
+    contrast split present (``pairs``: :func:`contrast_pairs`)."""
 
     out = {"splits": {}, "per_source": {}}
     for split in sorted({r["split"] for r in records}):
         recs = [r for r in records if r["split"] == split]
-        if split == "contrast":
+        if split in CONTRAST_SPLITS:
             recs = [r for r in recs if r["question"].startswith("q")]   # the noul form; others are coherence
         out["splits"][split] = summary(recs)
         by_type = {}
@@ -204,14 +219,15 @@ def generalization_summary(records: list[dict], pairs: list[dict]) -> dict:
             by_type[t] = summary([r for r in recs if r["type"] == t])
         out["splits"][split]["per_type"] = by_type
         for src in sorted({r["source"] for r in recs}):
-            if split != "contrast":
+            if split not in CONTRAST_SPLITS:
                 out["per_source"][f"{split}:{src}"] = summary([r for r in recs if r["source"] == src])
     s, h = out["splits"].get("seen_wording"), out["splits"].get("heldout_wording")
     if s and h:
         seen_same = [r for r in records if r["split"] == "seen_wording" and not r["source"].startswith("sys1_")]
         out["wording_gap"] = summary(seen_same)["accuracy"] - h["accuracy"]
-    if any(r["split"] == "contrast" for r in records):
-        out["contrast"] = contrast_metrics([r for r in records if r["split"] == "contrast"], pairs)
+    for split in CONTRAST_SPLITS:
+        if any(r["split"] == split for r in records):
+            out[split] = contrast_metrics([r for r in records if r["split"] == split], pairs[split], split)
     return out
 
 
@@ -227,9 +243,10 @@ def report_tables(summ: dict) -> str:
     md = "\n".join(lines)
     if "wording_gap" in summ:
         md += f"\n\nWording gap (seen − held-out wording, same items): {summ['wording_gap']:+.3f}"
-    if "contrast" in summ:
-        c = summ["contrast"]
-        md += (f"\n\nContrast pairs: {c['pairs']} pairs, {c['questions']} questions; right on both states "
+    for split in (x for x in CONTRAST_SPLITS if x in summ):
+        c = summ[split]
+        name = "Contrast pairs" if split == "contrast" else f"Contrast pairs apart from training ({split})"
+        md += (f"\n\n{name}: {c['pairs']} pairs, {c['questions']} questions; right on both states "
                f"{c['both_right']:.3f}; noul accuracy {c['noul_accuracy']:.3f}. Coherence over {c['coherence']['n']} "
                f"(state, question): P(yes|Q) + P(yes|not Q) within 0.05 of 1: {c['coherence']['negation']:.3f}; "
                f"noul vs two-option choice within 0.1: {c['coherence']['noul_vs_choice']:.3f}.")

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from kevlike.data.tasks import eval_examples
-from kevlike.eval.generalization import contrast_examples, generalization_sets, generalization_summary, report_tables
+from kevlike.eval.generalization import CONTRAST_SPLITS, contrast_pairs, generalization_sets, generalization_summary, report_tables
 from kevlike.eval.probes import run_probes
 from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import N_BINS, ece, records_from_logits, summarize, summary
@@ -248,7 +248,7 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
     run_dir.mkdir(parents=True, exist_ok=False)
     summary = summarize(records)
     if old["meta"]["suite"] in GENERALIZATION_SUITES:
-        summary["generalization"] = generalization_summary(records, contrast_examples()[1])
+        summary["generalization"] = generalization_summary(records, contrast_pairs())
         meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
                 "temperatures": temps.source}
         (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
@@ -283,7 +283,7 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
         for r in records_from_logits(engine, examples, batch_size, progress=not quiet):
             records.append({**r, "split": split})
         timing[split] = round(time.perf_counter() - t0, 1)
-    pairs = contrast_examples()[1]
+    pairs = contrast_pairs()
     gen = generalization_summary(records, pairs)
     summary = {**summarize(records), "generalization": gen}
     if url is None:
@@ -298,7 +298,7 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     with open(run_dir / "records.jsonl", "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
-    plots = reliability_plots([r for r in records if r["split"] != "contrast"], run_dir)
+    plots = reliability_plots([r for r in records if r["split"] not in CONTRAST_SPLITS], run_dir)
     md = report_tables(gen)
     if summary.get("generalization_uncalibrated"):
         md += "\n\nThe same logits at T = 1 (uncalibrated):\n\n" + report_tables(summary["generalization_uncalibrated"]).split("\n\n| split:source")[0]
