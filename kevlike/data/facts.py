@@ -17,7 +17,13 @@ The domains were meant not to be those of ``kevlike/eval/data/contrast.json`` an
 is copied from it (tested), but a review after stage 9 found that 16 of its 32 pairs share a domain or a
 predicate with a fact here (a trail / a road "blocked", a permit / a warranty "valid", a raffle / a match
 "won", …): the contrast figures of a model trained on this source overstate transfer to new domains, and
-the model card reports them split.
+the model card reports them split. The ``contrast_apart`` pairs (:file:`kevlike/eval/data/contrast_apart.json`)
+were written afterwards with no content word of a question in common with this module (tested).
+
+The first 36 facts are a thing's state (working / broken, open / closed, …); the 18 added for stage 11
+ask other things a text says — who did it, where it is, morning or evening, bigger or smaller, a colour,
+a majority — and are ``paired``: a state may tell the same fact about two subjects on opposite sides
+("Ana wrote the report. Ben wrote the press release."), so the question's subject decides the answer.
 
 Rows are ``(request, gold)`` like sys1bench's typed sources (:func:`rows`); seeds per split: train 1,
 validation 2, test 3.
