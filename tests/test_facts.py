@@ -58,6 +58,19 @@ def test_rows_are_seeded_balanced_and_sized():
         assert len(asked) == len(set(asked))
 
 
+def test_paired_facts_tell_two_subjects_opposite_sides():
+    """A ``paired`` fact may be told about two subjects in one state, on opposite sides, so that the same
+    question asked about each subject has opposite golds."""
+    n = 0
+    for req, gold in facts.rows("train")[:1500]:
+        for f in (f for f in facts.FACTS if f.paired):
+            told = [s for s in f.subjects if any(t.format(s=s).lower() in req["state"].lower() for t in f.a_text + f.b_text)]
+            if len(told) == 2:
+                assert _side(f, req["state"], told[0]) != _side(f, req["state"], told[1])
+                n += 1
+    assert n > 50
+
+
 def test_a_registered_typed_source_kept_out_of_the_seen_splits():
     assert SOURCES["facts"].kind == "typed" and "facts" in SYNTHETIC_SOURCES
     assert source_rows("facts", "test") == facts.rows("test")
