@@ -162,6 +162,7 @@ def summarize(variant: str, m: dict, art: Path, records: list[dict] = ()) -> dic
     row["sentiment5"] = s["target/sentiment5"]["accuracy"]
     row["contrast_both_right"] = g["contrast"]["both_right"]
     row["coherence_negation"] = g["contrast"]["coherence"]["negation"]
+    row["contrast_apart_both_right"] = g["contrast_apart"]["both_right"] if "contrast_apart" in g else float("nan")
     row["negated_seen"] = negated_accuracy(records, "seen_wording")
     row["negated_heldout"] = negated_accuracy(records, "heldout_wording")
     return row
@@ -169,12 +170,12 @@ def summarize(variant: str, m: dict, art: Path, records: list[dict] = ()) -> dic
 
 COLUMNS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "heldout_source_nll",
            "heldout_source_ece", "wording_gap", "negated_seen", "negated_heldout", "spam_balanced", "sentiment5",
-           "contrast_both_right", "coherence_negation")
+           "contrast_both_right", "coherence_negation", "contrast_apart_both_right")
 
 
 def table(rows: list[dict]) -> str:
     head = "| variant | " + " | ".join(COLUMNS) + " |\n|---|" + "---:|" * len(COLUMNS) + "\n"
-    return head + "".join("| " + r["variant"] + " | " + " | ".join(f"{r[c]:.3f}" for c in COLUMNS) + " |\n"
+    return head + "".join("| " + r["variant"] + " | " + " | ".join(f"{r.get(c, float('nan')):.3f}" for c in COLUMNS) + " |\n"
                           for r in rows)
 
 

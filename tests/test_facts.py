@@ -61,14 +61,23 @@ def test_rows_are_seeded_balanced_and_sized():
 def test_paired_facts_tell_two_subjects_opposite_sides():
     """A ``paired`` fact may be told about two subjects in one state, on opposite sides, so that the same
     question asked about each subject has opposite golds."""
-    n = 0
+    n, asked_both = 0, 0
     for req, gold in facts.rows("train")[:1500]:
         for f in (f for f in facts.FACTS if f.paired):
             told = [s for s in f.subjects if any(t.format(s=s).lower() in req["state"].lower() for t in f.a_text + f.b_text)]
             if len(told) == 2:
                 assert _side(f, req["state"], told[0]) != _side(f, req["state"], told[1])
                 n += 1
-    assert n > 50
+                answers = {}                    # subject -> {asks side A: gold}
+                for qid, q in req["questions"].items():
+                    hit = facts._asked().get(q["instructions"]) if q["type"] == "noul" else None
+                    if hit and hit[0] is f:
+                        answers.setdefault(hit[1], {})[hit[2]] = gold[qid]
+                shared = set(answers.get(told[0], {})) & set(answers.get(told[1], {}))
+                for side in shared:            # the same question about the other subject: the other answer
+                    assert answers[told[0]][side] != answers[told[1]][side]
+                    asked_both += 1
+    assert n > 50 and asked_both > 5
 
 
 def test_a_registered_typed_source_kept_out_of_the_seen_splits():
@@ -115,12 +124,15 @@ def _content(text: str) -> set[str]:
 def test_contrast_apart_pairs_share_no_domain_or_predicate_with_facts():
     """The ``contrast_apart`` split measures transfer to what ``facts`` never taught: no content word
     (stemmed) of a question, its negation or the pair's id occurs in any ``facts`` question, option label,
-    subject or topic. (The first contrast file fails this for most of its pairs: ``facts`` was written
-    after it.)"""
-    trained = set()
+    subject or topic, and no content word of its states is a ``facts`` option label (short function words,
+    :data:`GENERIC`, are not counted). The first contrast file fails this for most of its pairs: ``facts``
+    was written after it."""
+    trained, labels = set(), set()
     for f in facts.FACTS:
         for t in f.a_q + f.b_q + f.labels + f.subjects + (f.topic,):
             trained |= _content(t.replace("{s}", " "))
+        for t in f.labels:
+            labels |= _content(t)
     assert _content("working open broken valid won lost dry morning") <= trained      # the rule sees predicates
     pairs = json.loads(CONTRAST_APART_FILE.read_text())["pairs"]
     for p in pairs:
@@ -128,6 +140,9 @@ def test_contrast_apart_pairs_share_no_domain_or_predicate_with_facts():
         for q in p["questions"]:
             asked |= _content(q["q"] + " " + q["neg"])
         assert not asked & trained, (p["id"], sorted(asked & trained))
+        told = set().union(*(_content(st) for st in p["states"]))
+        assert not told & labels, (p["id"], sorted(told & labels))                  # nor a trained predicate
+        assert all(q["q"] != q["neg"] for q in p["questions"])
     first = json.loads(CONTRAST_FILE.read_text())["pairs"]
     near = [p["id"] for p in first if any(_content(q["q"] + " " + q["neg"]) & trained for q in p["questions"])]
     assert len(near) > len(first) / 2

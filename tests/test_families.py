@@ -215,6 +215,29 @@ def test_contrast_metrics_hand_computed():
     assert m["coherence"] == {"n": 4, "negation": 0.75, "noul_vs_choice": 0.5}
 
 
+def test_generalization_summary_reports_each_contrast_split():
+    """Both contrast splits get their own figures and report line, and stay out of the per-source table."""
+    from kevlike.eval.generalization import generalization_summary, report_tables
+
+    pairs = {"contrast": [{"id": "x", "states": ["a", "b"], "questions": [{"q": "Q", "neg": "N", "a": True}]}],
+             "contrast_apart": [{"id": "y", "states": ["c", "d"], "questions": [{"q": "Q", "neg": "N", "a": False}]}]}
+    recs = []
+    for split, pid, truth0, p_yes in (("contrast", "x", True, (0.9, 0.2)), ("contrast_apart", "y", False, (0.7, 0.4))):
+        for s in (0, 1):
+            truth = truth0 if s == 0 else not truth0
+            src = f"{split}/{pid}/{s}"
+            for qid, p, t in (("q0", p_yes[s], truth), ("n0", 1 - p_yes[s], not truth), ("c0", p_yes[s], truth)):
+                recs.append({**_rec(src, qid, p, t), "split": split, "type": "noul" if qid != "c0" else "choice",
+                             "target": [1.0, 0.0] if t else [0.0, 1.0]})
+    summ = generalization_summary(recs, pairs)
+    assert summ["contrast"]["both_right"] == 1.0 and summ["contrast"]["noul_accuracy"] == 1.0
+    # contrast_apart: state 0 false, P(yes) 0.7 (wrong); state 1 true, 0.4 (wrong)
+    assert summ["contrast_apart"]["both_right"] == 0.0 and summ["contrast_apart"]["noul_accuracy"] == 0.0
+    assert summ["splits"]["contrast_apart"]["n"] == 2 and summ["per_source"] == {}
+    md = report_tables(summ)
+    assert "Contrast pairs: 1 pairs" in md and "Contrast pairs apart from training (contrast_apart): 1 pairs" in md
+
+
 def test_bigbench_examples_take_the_highest_target_score():
     task = {"examples": [{"input": " Claim: x ", "target_scores": {"True": 0, "False": 1, "Neither": 0}},
                          {"input": "y", "target_scores": {"yes": 1.0}}]}   # a single option is skipped
