@@ -20,9 +20,10 @@ predicate with a fact here (a trail / a road "blocked", a permit / a warranty "v
 the model card reports them split. The ``contrast_apart`` pairs (:file:`kevlike/eval/data/contrast_apart.json`)
 were written afterwards with no content word of a question in common with this module (tested).
 
-The first 36 facts are a thing's state (working / broken, open / closed, …); the 18 added for stage 11
-ask other things a text says — who did it, where it is, morning or evening, bigger or smaller, a colour,
-a majority — and are ``paired``: a state may tell the same fact about two subjects on opposite sides
+The first 36 facts are a thing's state (working / broken, open / closed, …). Of the 18 added for stage 11,
+7 ask other things a text says — who wrote it, where it is, which route, morning or evening, bigger or
+smaller, a colour, a majority — and 11 are more states of things (paint dry / wet, asleep / awake, a
+light on / off, within / over a weight limit, …); all 18 are ``paired``: a state may tell the same fact about two subjects on opposite sides
 ("Ana wrote the report. Ben wrote the press release."), so the question's subject decides the answer.
 
 Rows are ``(request, gold)`` like sys1bench's typed sources (:func:`rows`); seeds per split: train 1,
@@ -283,9 +284,9 @@ FACTS: tuple[Fact, ...] = (
        ["Were {s} quiet?", "Were {s} considerate?", "Did {s} let people sleep?"],
        ["Were {s} noisy?", "Did {s} keep people awake?", "Were {s} not quiet?"],
        ["quiet", "noisy"]),
-    # Added for stage 11: facts that are not a thing working or broken — who, where, when, which, more or
-    # less, a colour, a majority — and subjects that can share one state (``paired``: the same fact about
-    # two subjects, opposite sides, so the question's subject decides the answer).
+    # Added for stage 11: 7 facts that ask who, where, which route, when, bigger or smaller, a colour, a
+    # majority, then 11 more states of things; all with subjects that can share one state (``paired``: the
+    # same fact about two subjects, opposite sides, so the question's subject decides the answer).
     _f("author", ["the annual report", "the grant proposal", "the press release"],
        ["Ana wrote {s}.", "{s} was written by Ana.", "Ana drafted {s} herself; Ben only read it."],
        ["Ben wrote {s}.", "{s} was written by Ben.", "Ben drafted {s} himself; Ana only read it."],

@@ -20,8 +20,8 @@ split                        what it asks
                              where the same yes/no questions have opposite answers
 ``contrast_apart``           :file:`kevlike/eval/data/contrast_apart.json`: more such pairs, written after stage 9
                              and kept apart from the ``facts`` training source (no content word of a question
-                             in a ``facts`` question, label, subject or topic; tested), so that neither their
-                             domain nor their predicate was trained
+                             in a ``facts`` question, label, subject or topic, no ``facts`` label in a state;
+                             tested: a word-level filter, not a semantic guarantee)
 ============================ ===========================================================================
 
 Reported per split: accuracy, NLL, Brier, ECE, confident errors (:mod:`kevlike.metrics`), and
