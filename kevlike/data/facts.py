@@ -23,8 +23,9 @@ were written afterwards with no content word of a question in common with this m
 The first 36 facts are a thing's state (working / broken, open / closed, …). Of the 18 added for stage 11,
 7 ask other things a text says — who wrote it, where it is, which route, morning or evening, bigger or
 smaller, a colour, a majority — and 11 are more states of things (paint dry / wet, asleep / awake, a
-light on / off, within / over a weight limit, …); all 18 are ``paired``: a state may tell the same fact about two subjects on opposite sides
-("Ana wrote the report. Ben wrote the press release."), so the question's subject decides the answer.
+light on / off, within / over a weight limit, …); all 18 are ``paired``: a state may tell the same fact
+about two subjects on opposite sides ("Ana wrote the report. Ben wrote the press release."), so the
+question's subject decides the answer.
 
 Rows are ``(request, gold)`` like sys1bench's typed sources (:func:`rows`); seeds per split: train 1,
 validation 2, test 3.

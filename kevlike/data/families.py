@@ -547,7 +547,6 @@ def _noul_topic(src: Source, gold: str, rng, wordings, positive=None, negated=No
         "true" if truth else "false"
 
 
-
 # Frames that negate *any* yes/no question (``{q}`` is the whole question): a wrapped question's gold is the
 # other answer. Trained with ``wrap_negation``, so that "no" is read from the words of a question rather than
 # from a list of negated templates learned by heart; the evaluation's templates never use these frames.
