@@ -335,6 +335,8 @@ def _cmd_eval(args) -> int:
         return _fail("--option-orders applies to local models only (not --url)")
     if args.option_mode is not None and args.url is not None:
         return _fail("--option-mode applies to local models only (not --url; the server has its own)")
+    if args.dtype != "auto" and (args.url is not None or args.reuse is not None):
+        return _fail("--dtype applies when eval runs a local model (not with --url or --reuse)")
     if args.quantize != "none" and (args.url is not None or args.reuse is not None or args.data is not None):
         return _fail("--quantize applies when eval runs a local model on a suite (not with --url, --reuse or --data)")
     if (err := _option_orders_error(args)) is not None:
@@ -347,7 +349,7 @@ def _cmd_eval(args) -> int:
 
         try:
             evaluate_data(args.model, args.data, args.out, costs=args.costs, url=args.url, batch_size=args.batch,
-                          quiet=args.quiet, option_mode=args.option_mode, profile=args.profile)
+                          quiet=args.quiet, option_mode=args.option_mode, profile=args.profile, dtype=args.dtype)
         except (ModelNotFoundError, LabelledDataError, ValueError, FileNotFoundError, RemoteError) as e:
             return _fail(str(e))
         except SetupError as e:
@@ -364,7 +366,7 @@ def _cmd_eval(args) -> int:
     try:
         run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
                   url=args.url, probes=args.probes, option_orders=args.option_orders, bigbench=args.bigbench,
-                  quantize=args.quantize, option_mode=args.option_mode)
+                  quantize=args.quantize, option_mode=args.option_mode, dtype=args.dtype)
     except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
         return _fail(str(e))
     except SetupError as e:
@@ -379,6 +381,8 @@ def _cmd_calibrate(args) -> int:
 
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
+    if args.dtype != "auto" and args.records is not None:
+        return _fail("--dtype applies when calibrate computes the logits (not with --records, which reuses them)")
     is_file = args.data is not None and (args.data.endswith((".jsonl", ".json")) or Path(args.data).is_file())
     if args.profile is not None or is_file:
         if not (args.profile and is_file):
@@ -391,7 +395,7 @@ def _cmd_calibrate(args) -> int:
 
         try:
             fit_profile(args.artifact, args.data, args.profile, min_count=args.min_count, batch_size=args.batch,
-                        quiet=args.quiet, option_mode=args.option_mode)
+                        quiet=args.quiet, option_mode=args.option_mode, dtype=args.dtype)
         except (ModelNotFoundError, LabelledDataError, ValueError, FileNotFoundError) as e:
             return _fail(str(e))
         except SetupError as e:
@@ -400,7 +404,8 @@ def _cmd_calibrate(args) -> int:
     try:
         tasks = None if args.data is None else [t for t in args.data.split(",") if t]
         calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
-                           out=args.out, tasks=tasks, option_orders=args.option_orders, option_mode=args.option_mode)
+                           out=args.out, tasks=tasks, option_orders=args.option_orders, option_mode=args.option_mode,
+                           dtype=args.dtype)
     except (DataUnavailableError, ValueError, FileNotFoundError) as e:
         return _fail(str(e))
     except SetupError as e:
@@ -668,6 +673,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "temperatures (default: run the model)")
     e.add_argument("--quiet", action="store_true", help="no progress bars")
     e.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
+    e.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help=dtype_help + "; local models only (figures compared across machines: use float32)")
     option_reading(e, note="; local models only")
     e.add_argument("--data", default=None, metavar="FILE.jsonl",
                    help="evaluate on your labelled requests instead of a suite: one JSON object per line, "
@@ -702,6 +709,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")
     c.add_argument("--quiet", action="store_true", help="no progress bars")
+    c.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help=dtype_help + "; the precision the logits are fitted in (fit in the one you serve in)")
     option_reading(c, "the artifact's", "; fitted for and stored in kevlike.json", modes=("list", "set", "both"),
                    mode_help_text="fit the choice temperatures of this option mode (set: stored as choice:set); both: "
                                   "each mode the model was trained for (default: both)")

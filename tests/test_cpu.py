@@ -77,9 +77,10 @@ AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse4_2 avx2 fma\n"
 
 
-def test_dtype_auto_follows_the_cpu_units():
+def test_dtype_auto_follows_the_cpu_units(monkeypatch):
     from kevlike.model.backbones import resolve_dtype
 
+    monkeypatch.delenv("KEVLIKE_DTYPE")             # conftest pins the suite to float32
     assert resolve_dtype("auto", "cpu", AMX)[0] == "bfloat16"
     assert "amx_bf16, avx512_bf16" in resolve_dtype("auto", "cpu", AMX)[1]
     assert resolve_dtype("auto", "cpu", AVX2)[0] == "float32"
@@ -87,6 +88,14 @@ def test_dtype_auto_follows_the_cpu_units():
     assert resolve_dtype("float32", "cpu", AMX) == ("float32", "requested")
     with pytest.raises(ValueError, match="dtype must be one of auto, float32, bfloat16, got 'fp16'"):
         resolve_dtype("fp16")
+    monkeypatch.setenv("KEVLIKE_DTYPE", "bfloat16")     # auto takes the variable, an explicit dtype wins
+    assert resolve_dtype("auto", "cpu", AVX2) == ("bfloat16", "auto: KEVLIKE_DTYPE")
+    assert resolve_dtype("float32", "cpu", AVX2) == ("float32", "requested")
+    monkeypatch.setenv("KEVLIKE_DTYPE", "auto")
+    assert resolve_dtype("auto", "cpu", AMX)[0] == "bfloat16"
+    monkeypatch.setenv("KEVLIKE_DTYPE", "fp16")
+    with pytest.raises(ValueError, match="KEVLIKE_DTYPE must be one of auto, float32, bfloat16, got 'fp16'"):
+        resolve_dtype("auto")
 
 
 def test_int8_quantization_replaces_the_decoder_linears_and_stays_close():

@@ -261,6 +261,7 @@ def test_precision_follows_the_cpu():
     assert resolve_precision("no", False, AMX)[0] == "no" and resolve_precision("bf16", False, AVX2)[0] == "bf16"
     with pytest.raises(ConfigError, match="mixed_precision"):
         load_config(None, ["mixed_precision=fp16"])
+    assert load_config(None, ["mixed_precision=no"])["mixed_precision"] == "no"   # YAML's `no` is false
 
 
 # --- two processes --------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ def test_two_cpu_processes_reach_the_weights_of_one_with_the_same_global_batch(t
     tiny = save_tiny_model(tmp_path / "tiny")
     common = [str(ROOT / "configs" / "default.yaml"), f"backbone={tiny}", "tasks={spam: {weight: 1}}",
               "validation.n=1", "lora.r=4", "lora.alpha=8", "max_steps=3", "eval_every=3", "checkpoint_every=3",
-              "device=cpu", "optim.warmup=0.34", "grad_accum=1", "--quiet"]
+              "device=cpu", "optim.warmup=0.34", "grad_accum=1", "mixed_precision=no", "--quiet"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     launcher = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
     two = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",

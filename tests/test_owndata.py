@@ -127,7 +127,7 @@ def test_eval_and_calibrate_on_a_labelled_file(tmp_path, capsys):
     costs = tmp_path / "costs.yaml"
     costs.write_text("questions:\n  urgent: {false_positive: 1, false_negative: 9}\n")
     assert cli.main(["eval", "--model", str(art), "--data", str(data), "--costs", str(costs), "--out", str(tmp_path),
-                     "--quiet"]) == 0
+                     "--quiet", "--dtype", "float32"]) == 0
     run = next(tmp_path.glob("eval-data-*"))
     m = json.loads((run / "metrics.json").read_text())
     assert m["per_type"]["noul"]["n"] == 6 and m["per_type"]["choice"]["n"] == 7 and m["per_type"]["score"]["n"] == 6
@@ -144,3 +144,17 @@ def test_eval_and_calibrate_on_a_labelled_file(tmp_path, capsys):
     assert f"{bad}:2: gold.urgent: a noul answer is true or false" in capsys.readouterr().err
     assert cli.main(["eval", "--model", str(art), "--data", str(data), "--quantize", "int8"]) == 2
     assert "--quantize applies when eval runs a local model on a suite" in capsys.readouterr().err
+    # --dtype: the precision is chosen, recorded, and answers stay close to float32's
+    assert cli.main(["eval", "--model", str(art), "--data", str(data), "--dtype", "bfloat16", "--out",
+                     str(tmp_path / "bf16"), "--quiet"]) == 0
+    bf = next((tmp_path / "bf16").glob("eval-data-*"))
+    assert json.loads((bf / "metrics.json").read_text())["meta"]["dtype"] == "bfloat16"
+    assert json.loads((run / "metrics.json").read_text())["meta"]["dtype"] == "float32"
+    p32 = [json.loads(x)["probs"] for x in (run / "records.jsonl").read_text().splitlines()]
+    p16 = [json.loads(x)["probs"] for x in (bf / "records.jsonl").read_text().splitlines()]
+    assert len(p16) == len(p32) == 19
+    assert max(abs(a - b) for x, y in zip(p32, p16) for a, b in zip(x, y)) < 0.05
+    assert cli.main(["eval", "--model", str(art), "--reuse", str(run), "--dtype", "float32"]) == 2
+    assert "--dtype applies when eval runs a local model (not with --url or --reuse)" in capsys.readouterr().err
+    assert cli.main(["calibrate", str(art), "--records", str(run / "records.jsonl"), "--dtype", "float32"]) == 2
+    assert "--dtype applies when calibrate computes the logits" in capsys.readouterr().err

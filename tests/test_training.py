@@ -321,12 +321,13 @@ def test_train_smoke_run_through_the_cli(tiny_dir, tmp_path):
     assert len((ev_dir / "records.jsonl").read_text().splitlines()) == 9 and (ev_dir / "report.md").is_file()
     assert metrics["meta"]["option_orders"] == 1  # the engine's default: a canonical order
     cal = kevlike("calibrate", str(run / "artifact"), "--n", "4", "--quiet", "--out", str(tmp_path / "cal"),
-                  "--option-orders", "2")
+                  "--option-orders", "2", "--dtype", "float32")
     assert cal.returncode == 0, cal.stderr.decode()[-2000:]
     # the temperatures were fitted with 2 pooled orders, so serving uses 2 from now on
     assert json.loads((run / "artifact" / "kevlike.json").read_text())["option_orders"] == 2
     fit = json.loads((run / "artifact" / "calibration.json").read_text())
     assert fit["source"].startswith("T = 1 everywhere") and "fit" in fit   # 4 requests per task: all fall back
+    assert fit["fit"]["dtype"] == "float32 (requested)"
     (cal_dir,) = (tmp_path / "cal").iterdir()
     assert (cal_dir / "records.jsonl").is_file() and not (run / "artifact" / "records.jsonl").exists()
     re = kevlike("eval", "--model", str(run / "artifact"), "--reuse", str(ev_dir), "--out", str(tmp_path / "ev"), "--quiet")

@@ -24,7 +24,8 @@ from kevlike.model.temperatures import MIN_BUCKET, TemperatureTable, fit_table
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
                        batch_size: int = 4, quiet: bool = False, min_count: int | None = None,
                        out: str | Path = "runs", tasks: list[str] | None = None,
-                       option_orders: int | None = None, option_mode: str | None = None) -> dict:
+                       option_orders: int | None = None, option_mode: str | None = None,
+                       dtype: str = "auto") -> dict:
     """Fit and write temperatures; returns the fit report (with validation NLL at T = 1 and fitted).
 
     The validation logits are written to ``OUT/calibrate-STAMP/records.jsonl`` (with the report), so
@@ -39,6 +40,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     (:func:`kevlike.model.temperatures.calibration_type`). Temperatures of types not fitted in this call (e.g.
     ``choice:set`` with ``list``) are kept from the existing ``calibration.json``. Raises ValueError for
     a mode the model was not trained for.
+    ``dtype``: the weight precision the validation logits are computed in (``auto``, ``float32``,
+    ``bfloat16``; as :meth:`kevlike.model.engine.Engine.from_pretrained`); the report records it.
     """
     if option_orders is not None and option_orders < 0:
         raise ValueError(f"--option-orders must be >= 0, got {option_orders}")
@@ -57,10 +60,12 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
         raise ValueError(f"--data: unknown task(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(TASKS)}")
+    precision = None      # unknown when refitting from earlier logits
     if records_path is not None:
         records = [json.loads(x) for x in Path(records_path).read_text().splitlines() if x.strip()]
     else:
-        engine = Engine.from_pretrained(artifact, option_orders=option_orders, option_mode="list")
+        engine = Engine.from_pretrained(artifact, option_orders=option_orders, option_mode="list", dtype=dtype)
+        precision = f"{engine.dtype} ({engine.dtype_reason})"
         option_orders = engine.option_orders
         set_engine = Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,
                             backend=engine.backend, option_mode="set") if "set" in modes else None
@@ -101,6 +106,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     for t, e in report["types"].items():  # accuracy at T = 1 (the argmax does not depend on T)
         rs = [r for r in records if r["type"] == t]
         e["accuracy"] = sum(max(range(len(r["logits"])), key=lambda k: r["logits"][k]) == r["gold"] for r in rs) / len(rs)
+    if precision is not None:
+        report["dtype"] = precision
     if option_orders is not None:
         report["option_orders"] = option_orders
         manifest["option_orders"] = option_orders

@@ -123,8 +123,9 @@ def threshold_table(records: list[dict], costs: dict) -> dict:
 
 def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs", costs: str | Path | None = None,
                   url: str | None = None, batch_size: int = 4, quiet: bool = False, option_mode: str | None = None,
-                  profile: str | None = None, engine=None) -> Path:
+                  profile: str | None = None, engine=None, dtype: str = "auto") -> Path:
     """``kevlike eval --data``: the run directory of the module docstring; returns its path.
+    ``dtype``: as :meth:`kevlike.model.engine.Engine.from_pretrained` (local models).
 
     Raises:
         FileNotFoundError, kevlike.data.labelled.LabelledDataError: the data file.
@@ -137,7 +138,7 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
     if engine is None and url is not None:
         engine = RemoteEngine(url, model)
     if engine is None:
-        engine = Engine.from_pretrained(model, option_mode=option_mode, profile=profile)
+        engine = Engine.from_pretrained(model, option_mode=option_mode, profile=profile, dtype=dtype)
     records = answer_records(engine, items, batch_size, progress=not quiet)
     summary = summarize(records)
     summary["per_question"] = summary.pop("per_source")
@@ -147,7 +148,8 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
 
     meta = {"model": engine.name, "data": str(data), "requests": len(items), "labelled_questions": len(records),
             "url": url, "temperatures": engine.temperatures.source, "option_mode": getattr(engine, "option_mode", None),
-            "costs": cost_table, "git_commit": git_commit()}
+            "costs": cost_table, "git_commit": git_commit(), "dtype": getattr(engine, "dtype", None),
+            "dtype_reason": getattr(engine, "dtype_reason", None)}
     (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
     (run_dir / "thresholds.json").write_text(json.dumps(thresholds, indent=2))
     with open(run_dir / "records.jsonl", "w") as f:
@@ -186,13 +188,14 @@ def report(summary: dict, thresholds: dict) -> str:
 
 def fit_profile(model: str | None, data: str | Path, profile: str, min_count: int = 50, batch_size: int = 4,
                 quiet: bool = False, option_mode: str | None = None, records: list[dict] | None = None,
-                engine=None) -> tuple[Path, dict]:
+                engine=None, dtype: str = "auto") -> tuple[Path, dict]:
     """``kevlike calibrate MODEL --data FILE --profile NAME``: fit temperatures per (type, K-bucket) on the
     labelled questions (:func:`kevlike.model.temperatures.fit_table`: a bucket or type under ``min_count``
     questions, or without errors, falls back) and store them as profile ``NAME``
     (:func:`kevlike.model.modeldir.save_profile`). ``records``: already answered records (``logits``, ``gold``,
     ``type``), e.g. from the feedback store; then ``data`` only names their origin. Returns the
-    profile's path and the fit report.
+    profile's path and the fit report. ``dtype``: the weight precision the logits are computed in (as
+    :meth:`kevlike.model.engine.Engine.from_pretrained`; fit in the precision you serve in).
 
     Raises:
         ValueError: a bad profile name, a model that is not a decision model, or no labelled question.
@@ -200,7 +203,7 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
 
     check_profile_name(profile)
     if engine is None:
-        engine = Engine.from_pretrained(model, option_mode=option_mode)
+        engine = Engine.from_pretrained(model, option_mode=option_mode, dtype=dtype)
     if engine.artifact_dir is None:
         raise ValueError(f"model {engine.name!r} is not a decision-model directory; profiles calibrate decision models")
     if records is None:

@@ -365,19 +365,28 @@ def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
 def resolve_dtype(dtype: str, device: str | torch.device = "cpu", cpuinfo: str | None = None) -> tuple[str, str]:
     """``(dtype, reason)`` for a requested ``dtype`` (``auto``, ``float32`` or ``bfloat16``).
 
-    ``auto`` picks ``bfloat16`` on CUDA and on CPUs with bf16 matrix units (:func:`cpu_bf16_units`:
+    ``auto`` takes the environment variable ``KEVLIKE_DTYPE`` where it is set to ``float32`` or ``bfloat16``
+    (e.g. to keep the float32 reference on a machine where auto would pick bf16; the test suite sets it);
+    otherwise it picks ``bfloat16`` on CUDA and on CPUs with bf16 matrix units (:func:`cpu_bf16_units`:
     AMX or AVX512-BF16; a user measured 515 ms in bf16 against 1,292 ms in fp32 on an Intel Xeon with
     AMX, answers within 0.026), and ``float32`` elsewhere (on the AVX2-only AMD EPYC this project is
-    measured on, a bf16 forward is ~4× slower than fp32). ``torch.backends.cpu.get_cpu_capability()``
-    is named in the reason.
+    measured on, a bf16 forward is ~4× slower than fp32; on a 2-core AMD EPYC Zen 4 with AVX512-BF16, a
+    bf16 pass at S = 512, Q = 4 took 1.96 s against 3.38 s in fp32, one thread beside a training job).
+    ``torch.backends.cpu.get_cpu_capability()`` is named in the reason.
 
     Raises:
-        ValueError: an unknown ``dtype``.
+        ValueError: an unknown ``dtype``, or ``KEVLIKE_DTYPE`` set to another value than ``auto``,
+            ``float32`` or ``bfloat16`` (the message names the variable).
     """
     if dtype not in DTYPE_CHOICES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
     if dtype != "auto":
         return dtype, "requested"
+    env = os.environ.get("KEVLIKE_DTYPE", "").strip()
+    if env and env not in DTYPE_CHOICES:
+        raise ValueError(f"KEVLIKE_DTYPE must be one of {', '.join(DTYPE_CHOICES)}, got {env!r}")
+    if env and env != "auto":
+        return env, "auto: KEVLIKE_DTYPE"
     if torch.device(device).type == "cuda":
         return "bfloat16", "auto: CUDA device"
     units = cpu_bf16_units(cpuinfo)

@@ -131,6 +131,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
         if parts[-1] not in node and parts[0] != "tasks":
             raise ConfigError(f"unknown config key {'.'.join(parts)!r}")
         node[parts[-1]] = value
+    if cfg["mixed_precision"] is False:     # YAML 1.1 reads a bare `no` (file or key=value) as false
+        cfg["mixed_precision"] = "no"
     if cfg["mixed_precision"] not in ("auto", "no", "bf16"):
         raise ConfigError(f"mixed_precision must be 'auto', 'no' or 'bf16', got {cfg['mixed_precision']!r}")
     for k in ("batch_size", "grad_accum", "max_steps", "eval_every"):
