@@ -1,0 +1,94 @@
+"""Interpolate two decision models trained one from the other: ``θ = (1 − α)·θ_A + α·θ_B`` for every
+trained tensor (LoRA A and B matrices, the delimiter rows, the pointer head), written as a new
+decision-model directory.
+
+Why: a fine-tune from an earlier stage tends to gain on its training distribution and lose a little on
+what it never saw; interpolating the weights of the fine-tune with those it started from often keeps
+most of both (WiSE-FT: Wortsman et al., "Robust fine-tuning of zero-shot models", CVPR 2022; model soups:
+Wortsman et al., ICML 2022). LoRA's A and B are interpolated separately, so the product ``B·A`` is the
+interpolation of the two updates only up to second order in their difference (``‖θ_B − θ_A‖`` is ~5 %
+of ``‖θ_A‖`` between consecutive kevlike stages; the script prints it).
+
+The result keeps B's manifest, with ``training.interpolation`` = ``{"a", "b", "alpha"}``, and has no
+temperatures of its own (``calibration.json`` is not copied): calibrate it before use.
+
+    python scripts/interpolate.py kevlike/models/default runs/facts-STAMP/artifact runs/soup --alpha 0.5
+    kevlike calibrate runs/soup --n 30
+
+Exits 2 with one line when the two models do not have the same backbone, LoRA configuration and tensors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+TENSOR_FILES = ("adapter/adapter_model.safetensors", "head.safetensors", "delimiters.safetensors")
+SAME_CONFIG = ("r", "lora_alpha", "target_modules", "trainable_token_indices", "base_model_name_or_path")
+
+
+def interpolate(a: Path, b: Path, out: Path, alpha: float) -> float:
+    """Write the interpolated model to ``out`` and return ``‖θ_B − θ_A‖ / ‖θ_A‖`` over the LoRA tensors.
+
+    Raises:
+        ValueError: ``alpha`` outside [0, 1], ``out`` existing, or models that differ in backbone, LoRA
+            configuration, tensor names or shapes (the message names the first difference).
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"--alpha must be in [0, 1], got {alpha}")
+    if out.exists():
+        raise ValueError(f"{out} exists; choose a new directory")
+    ma, mb = (json.loads((m / "kevlike.json").read_text()) for m in (a, b))
+    if ma["backbone"] != mb["backbone"] or ma.get("backbone_sha256") != mb.get("backbone_sha256"):
+        raise ValueError(f"different backbones: {ma['backbone']} and {mb['backbone']}")
+    ca, cb = (json.loads((m / "adapter" / "adapter_config.json").read_text()) for m in (a, b))
+    for key in SAME_CONFIG:
+        if ca.get(key) != cb.get(key) and not (key == "target_modules" and set(ca[key]) == set(cb[key])):
+            raise ValueError(f"different LoRA configuration: {key} = {ca.get(key)!r} and {cb.get(key)!r}")
+    shutil.copytree(b, out, ignore=shutil.ignore_patterns("calibration.json"))
+    num = den = 0.0
+    for name in TENSOR_FILES:
+        ta, tb = load_file(a / name), load_file(b / name)
+        if set(ta) != set(tb):
+            shutil.rmtree(out)
+            raise ValueError(f"{name}: different tensors ({sorted(set(ta) ^ set(tb))[:3]} …)")
+        mixed = {}
+        for k in ta:
+            if ta[k].shape != tb[k].shape:
+                shutil.rmtree(out)
+                raise ValueError(f"{name}: {k} has shape {tuple(ta[k].shape)} and {tuple(tb[k].shape)}")
+            mixed[k] = torch.lerp(ta[k].float(), tb[k].float(), alpha).to(tb[k].dtype).contiguous()
+            if name.startswith("adapter/"):
+                num += float((tb[k].float() - ta[k].float()).pow(2).sum())
+                den += float(ta[k].float().pow(2).sum())
+        save_file(mixed, str(out / name), metadata={"format": "pt"})
+    mb.setdefault("training", {})["interpolation"] = {"a": str(a), "b": str(b), "alpha": alpha}
+    (out / "kevlike.json").write_text(json.dumps(mb, indent=1))
+    return (num / max(den, 1e-30)) ** 0.5
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a", type=Path, help="decision-model directory (alpha = 0)")
+    ap.add_argument("b", type=Path, help="decision-model directory (alpha = 1), trained from a")
+    ap.add_argument("out", type=Path, help="new directory for the interpolated model")
+    ap.add_argument("--alpha", type=float, default=0.5, help="weight of b (default: 0.5)")
+    args = ap.parse_args()
+    try:
+        rel = interpolate(args.a, args.b, args.out, args.alpha)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"interpolate: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: (1 - {args.alpha}) * {args.a} + {args.alpha} * {args.b}; |b - a| / |a| = {rel:.4f} over the "
+          f"LoRA tensors; calibrate it: kevlike calibrate {args.out} --n 30")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

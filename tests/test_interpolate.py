@@ -1,0 +1,57 @@
+"""scripts/interpolate.py: weight interpolation of two decision models (synthetic directories, no model)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from interpolate import interpolate  # noqa: E402
+
+
+def _model(path: Path, seed: int, r: int = 4) -> Path:
+    g = torch.Generator().manual_seed(seed)
+    (path / "adapter").mkdir(parents=True)
+    (path / "kevlike.json").write_text(json.dumps({"backbone": "tiny", "backbone_sha256": "abc", "training": {}}))
+    (path / "adapter" / "adapter_config.json").write_text(json.dumps(
+        {"r": r, "lora_alpha": 2 * r, "target_modules": ["q_proj", "v_proj"]}))
+    save_file({"l.lora_A.weight": torch.randn(r, 6, generator=g), "l.lora_B.weight": torch.randn(6, r, generator=g)},
+              str(path / "adapter" / "adapter_model.safetensors"))
+    save_file({"w_q": torch.randn(6, 6, generator=g), "w_k": torch.randn(6, 6, generator=g)}, str(path / "head.safetensors"))
+    save_file({"rows": torch.randn(5, 6, generator=g)}, str(path / "delimiters.safetensors"))
+    (path / "calibration.json").write_text("{}")
+    return path
+
+
+def test_interpolation_is_the_weighted_mean_of_every_trained_tensor(tmp_path):
+    a, b = _model(tmp_path / "a", 0), _model(tmp_path / "b", 1)
+    rel = interpolate(a, b, tmp_path / "m", 0.25)
+    for name in ("adapter/adapter_model.safetensors", "head.safetensors", "delimiters.safetensors"):
+        ta, tb, tm = (load_file(d / name) for d in (a, b, tmp_path / "m"))
+        for k in ta:
+            torch.testing.assert_close(tm[k], 0.75 * ta[k] + 0.25 * tb[k])
+    la, lb = load_file(a / "adapter/adapter_model.safetensors"), load_file(b / "adapter/adapter_model.safetensors")
+    want = (sum((lb[k] - la[k]).pow(2).sum() for k in la) / sum(la[k].pow(2).sum() for k in la)) ** 0.5
+    assert rel == pytest.approx(float(want), rel=1e-6)
+    manifest = json.loads((tmp_path / "m" / "kevlike.json").read_text())
+    assert manifest["training"]["interpolation"] == {"a": str(a), "b": str(b), "alpha": 0.25}
+    assert not (tmp_path / "m" / "calibration.json").exists()          # temperatures must be refitted
+    interpolate(a, b, tmp_path / "m1", 1.0)
+    assert torch.equal(load_file(tmp_path / "m1" / "head.safetensors")["w_q"], load_file(b / "head.safetensors")["w_q"])
+
+
+def test_models_that_do_not_match_are_refused_in_one_line(tmp_path):
+    a, other = _model(tmp_path / "a", 0), _model(tmp_path / "c", 2, r=8)
+    with pytest.raises(ValueError, match="different LoRA configuration: r = 4 and 8"):
+        interpolate(a, other, tmp_path / "m", 0.5)
+    with pytest.raises(ValueError, match=r"--alpha must be in \[0, 1\], got 1.5"):
+        interpolate(a, a, tmp_path / "m", 1.5)
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "interpolate.py"), str(a), str(other), str(tmp_path / "m")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("interpolate: different LoRA configuration") and "Traceback" not in p.stderr
+    assert not (tmp_path / "m").exists()
