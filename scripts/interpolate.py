@@ -9,8 +9,8 @@ Wortsman et al., ICML 2022). LoRA's A and B are interpolated separately, so the 
 interpolation of the two updates only up to second order in their difference (``‖θ_B − θ_A‖`` is ~5 %
 of ``‖θ_A‖`` between consecutive kevlike stages; the script prints it).
 
-The result keeps B's manifest, with ``training.interpolation`` = ``{"a", "b", "alpha"}``, and has no
-temperatures of its own (``calibration.json`` is not copied): calibrate it before use.
+The result keeps B's manifest, with ``training.interpolation`` = ``{"a", "b", "alpha"}``, and T = 1 for
+every type (its ``calibration.json`` says it was not fitted): calibrate it before use.
 
     python scripts/interpolate.py kevlike/models/default runs/facts-STAMP/artifact runs/soup --alpha 0.5
     kevlike calibrate runs/soup --n 30
@@ -28,6 +28,9 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from kevlike.model.modeldir import save_calibration
+from kevlike.model.temperatures import TemperatureTable
 
 TENSOR_FILES = ("adapter/adapter_model.safetensors", "head.safetensors", "delimiters.safetensors")
 SAME_CONFIG = ("r", "lora_alpha", "target_modules", "trainable_token_indices", "base_model_name_or_path")
@@ -70,6 +73,7 @@ def interpolate(a: Path, b: Path, out: Path, alpha: float) -> float:
         save_file(mixed, str(out / name), metadata={"format": "pt"})
     mb.setdefault("training", {})["interpolation"] = {"a": str(a), "b": str(b), "alpha": alpha}
     (out / "kevlike.json").write_text(json.dumps(mb, indent=1))
+    save_calibration(out, TemperatureTable(source=f"T = 1: interpolated ({alpha} of {b}), not calibrated"))
     return (num / max(den, 1e-30)) ** 0.5
 
 

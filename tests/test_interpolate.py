@@ -40,7 +40,8 @@ def test_interpolation_is_the_weighted_mean_of_every_trained_tensor(tmp_path):
     assert rel == pytest.approx(float(want), rel=1e-6)
     manifest = json.loads((tmp_path / "m" / "kevlike.json").read_text())
     assert manifest["training"]["interpolation"] == {"a": str(a), "b": str(b), "alpha": 0.25}
-    assert not (tmp_path / "m" / "calibration.json").exists()          # temperatures must be refitted
+    cal = json.loads((tmp_path / "m" / "calibration.json").read_text())  # B's temperatures are not kept
+    assert cal["by_type"] == {} and cal["source"].startswith("T = 1: interpolated (0.25 of")
     interpolate(a, b, tmp_path / "m1", 1.0)
     assert torch.equal(load_file(tmp_path / "m1" / "head.safetensors")["w_q"], load_file(b / "head.safetensors")["w_q"])
 
