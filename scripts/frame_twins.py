@@ -1,10 +1,11 @@
 """Does asking each yes/no question a second time inside a negation frame, in the same request, make the
 answers read the text rather than the topic? An inference-time experiment on the generalization suite.
 
-Every noul question ``Q`` of the chosen splits gets twins ``F_i(Q)`` in its own request, ``F_i`` the first
-``--frames`` entries of :data:`kevlike.data.families.NEGATION_FRAMES` (``'Is the answer to "{q}" no?'``, …;
-criteria swapped true ↔ false), which stages 6–7 trained on with the answer swapped
-(``wrap_negation``). With ``d(x)`` a question's noul log-odds (``z_true − z_false``, uncalibrated) the
+Every noul question ``Q`` of the chosen splits gets twins ``F_i(Q)`` in its own request, ``F_i`` the
+entries ``--frame-ids`` of :data:`kevlike.data.families.NEGATION_FRAMES` (default 0 and 9:
+``'Is the answer to "{q}" no?'``, ``'Would replying yes to "{q}" be wrong?'``; criteria swapped true ↔ false,
+where training's ``wrap_negation`` leaves questions with criteria unframed), which stages 6–9 trained on
+with the answer swapped. With ``d(x)`` a question's noul log-odds (``z_true − z_false``, uncalibrated) the
 symmetrized answer is ``sigmoid((d(Q) − mean_i d(F_i(Q))) / 2)``: a lean to "yes" that raises
 ``d(Q)`` and ``d(F(Q))`` alike (topicality) cancels, if the model reads the frame. Branch isolation makes
 the twins nearly free (one more branch each), so a gain would be worth serving.
@@ -23,9 +24,10 @@ import json
 import math
 
 from kevlike.data.families import NEGATION_FRAMES
-from kevlike.data.sources import Example
+from kevlike.data.sources import DataUnavailableError, Example
 from kevlike.eval.generalization import CONTRAST_SPLITS, contrast_pairs, generalization_sets
 from kevlike.metrics import records_from_logits, summary
+from kevlike.model.backbones import ModelNotFoundError
 from kevlike.model.engine import Engine
 
 SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "target/spam_balanced", *CONTRAST_SPLITS)
@@ -95,23 +97,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="decision model (default: kevlike-default)")
     ap.add_argument("--quick", action="store_true", help="the generalization-quick sizes (contrast splits in full)")
-    ap.add_argument("--frames", type=int, default=2, help=f"frames per question, 1 to {len(NEGATION_FRAMES)}")
+    ap.add_argument("--frame-ids", default="0,9",
+                    help=f"comma-separated indices into NEGATION_FRAMES, 0 to {len(NEGATION_FRAMES) - 1} (default: 0,9)")
     ap.add_argument("--threads", default=None, help="torch threads (default: $KEVLIKE_THREADS, else auto)")
     ap.add_argument("--out", default=None, help="write the records to this JSONL file")
     args = ap.parse_args()
-    if not 1 <= args.frames <= len(NEGATION_FRAMES):
-        ap.error(f"--frames must be from 1 to {len(NEGATION_FRAMES)}, got {args.frames}")
-    engine = Engine.from_pretrained(args.model, dtype="float32", threads=args.threads)
-    sets = generalization_sets(quick=args.quick)
+    try:
+        ids = [int(x) for x in args.frame_ids.split(",")]
+    except ValueError:
+        ids = []
+    if not ids or any(not 0 <= i < len(NEGATION_FRAMES) for i in ids):
+        ap.error(f"--frame-ids must be indices from 0 to {len(NEGATION_FRAMES) - 1}, got {args.frame_ids!r}")
+    frames = [NEGATION_FRAMES[i] for i in ids]
+    try:
+        engine = Engine.from_pretrained(args.model, dtype="float32", threads=args.threads)
+        sets = generalization_sets(quick=args.quick)
+    except (ModelNotFoundError, DataUnavailableError, ValueError) as e:
+        ap.exit(2, f"frame_twins: {e}\n")
     records = []
     for split in SPLITS:
-        exs = [e for e in (with_frame_twins(x, NEGATION_FRAMES[:args.frames]) for x in sets[split]) if e]
+        exs = [e for e in (with_frame_twins(x, frames) for x in sets[split]) if e]
         records += [{**r, "split": split} for r in records_from_logits(engine, exs, 4, progress=True, calibrated=False)]
     if args.out:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
-    print(f"model {engine.name}, float32, {args.frames} frame(s), uncalibrated (T = 1)\n")
-    print(report(records, args.frames))
+    print(f"model {engine.name}, float32, frames {ids}, uncalibrated (T = 1)\n")
+    print(report(records, len(frames)))
 
 
 if __name__ == "__main__":

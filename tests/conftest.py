@@ -1,9 +1,11 @@
 """Fixtures: the real embedded backbone for tests marked ``backbone``.
 
-The suite runs at the float32 reference whatever the CPU: ``--dtype auto`` picks bfloat16 on CPUs with
-bf16 units (AMX, AVX512-BF16), where packed == separate holds to bf16 rounding, not to the 1e-5 the parity
-tests assert. ``KEVLIKE_DTYPE`` (read by :func:`kevlike.model.backbones.resolve_dtype`) pins ``auto`` to
-float32 here and in the subprocesses the tests start; tests of the choice itself unset it.
+Inference in the suite runs at the float32 reference whatever the CPU: ``--dtype auto`` picks bfloat16 on
+CPUs with bf16 units (AMX, AVX512-BF16), where packed == separate holds to bf16 rounding, not to the 1e-5
+the parity tests assert. ``KEVLIKE_DTYPE`` (read by :func:`kevlike.model.backbones.resolve_dtype`) pins
+``auto`` to float32 here and in the subprocesses the tests start; tests of the choice itself unset it.
+Training's ``mixed_precision: auto`` does not read it: a training test that compares weights across runs
+sets ``mixed_precision=no`` itself.
 """
 
 import os

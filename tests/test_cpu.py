@@ -77,10 +77,10 @@ AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse4_2 avx2 fma\n"
 
 
-def test_dtype_auto_follows_the_cpu_units(monkeypatch):
+def test_dtype_auto_follows_the_cpu_units(monkeypatch, capsys):
     from kevlike.model.backbones import resolve_dtype
 
-    monkeypatch.delenv("KEVLIKE_DTYPE")             # conftest pins the suite to float32
+    monkeypatch.delenv("KEVLIKE_DTYPE", raising=False)  # conftest pins the suite to float32
     assert resolve_dtype("auto", "cpu", AMX)[0] == "bfloat16"
     assert "amx_bf16, avx512_bf16" in resolve_dtype("auto", "cpu", AMX)[1]
     assert resolve_dtype("auto", "cpu", AVX2)[0] == "float32"
@@ -96,6 +96,10 @@ def test_dtype_auto_follows_the_cpu_units(monkeypatch):
     monkeypatch.setenv("KEVLIKE_DTYPE", "fp16")
     with pytest.raises(ValueError, match="KEVLIKE_DTYPE must be one of auto, float32, bfloat16, got 'fp16'"):
         resolve_dtype("auto")
+    from kevlike import cli                          # every command refuses it before loading anything
+
+    assert cli.main(["models"]) == 2
+    assert "KEVLIKE_DTYPE must be one of auto, float32, bfloat16, got 'fp16'" in capsys.readouterr().err
 
 
 def test_int8_quantization_replaces_the_decoder_linears_and_stays_close():

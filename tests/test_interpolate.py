@@ -25,6 +25,8 @@ def _model(path: Path, seed: int, r: int = 4) -> Path:
     save_file({"w_q": torch.randn(6, 6, generator=g), "w_k": torch.randn(6, 6, generator=g)}, str(path / "head.safetensors"))
     save_file({"rows": torch.randn(5, 6, generator=g)}, str(path / "delimiters.safetensors"))
     (path / "calibration.json").write_text("{}")
+    (path / "profiles").mkdir()
+    (path / "profiles" / "ops.json").write_text("{}")
     return path
 
 
@@ -42,6 +44,7 @@ def test_interpolation_is_the_weighted_mean_of_every_trained_tensor(tmp_path):
     assert manifest["training"]["interpolation"] == {"a": str(a), "b": str(b), "alpha": 0.25}
     cal = json.loads((tmp_path / "m" / "calibration.json").read_text())  # B's temperatures are not kept
     assert cal["by_type"] == {} and cal["source"].startswith("T = 1: interpolated (0.25 of")
+    assert not (tmp_path / "m" / "profiles").exists()                   # nor its profiles
     interpolate(a, b, tmp_path / "m1", 1.0)
     assert torch.equal(load_file(tmp_path / "m1" / "head.safetensors")["w_q"], load_file(b / "head.safetensors")["w_q"])
 
@@ -56,3 +59,11 @@ def test_models_that_do_not_match_are_refused_in_one_line(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("interpolate: different LoRA configuration") and "Traceback" not in p.stderr
     assert not (tmp_path / "m").exists()
+    with pytest.raises(ValueError, match="exists; choose a new directory"):
+        interpolate(a, a, tmp_path / "a", 0.5)
+    (a / "head.safetensors").unlink()                                     # a broken model: nothing is left behind
+    with pytest.raises(ValueError, match="head.safetensors"):
+        interpolate(a, _model(tmp_path / "b", 1), tmp_path / "m", 0.5)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="not a decision-model directory"):
+        interpolate(a, tmp_path / "nope", tmp_path / "m", 0.5)
