@@ -135,8 +135,10 @@ def test_eval_and_calibrate_on_a_labelled_file(tmp_path, capsys):
     t = json.loads((run / "thresholds.json").read_text())["urgent"]
     assert t["threshold"] == pytest.approx(0.1) and t["n"] == 6
     assert len([json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]) == 19
-    assert cli.main(["calibrate", str(art), "--data", str(data), "--profile", "mine", "--min-count", "2", "--quiet"]) == 0
+    assert cli.main(["calibrate", str(art), "--data", str(data), "--profile", "mine", "--min-count", "2", "--quiet",
+                     "--dtype", "bfloat16"]) == 0
     assert list_profiles(art, str(art)) == ["mine"]
+    assert json.loads((art / "profiles" / "mine.json").read_text())["fit"]["dtype"] == "bfloat16 (requested)"
     assert cli.main(["calibrate", str(art), "--profile", "x"]) == 2
     assert "give both --data FILE.jsonl and --profile NAME" in capsys.readouterr().err
     bad = _write(tmp_path / "bad.jsonl", [lines[0], {"request": REQ, "gold": {"urgent": "maybe"}}])

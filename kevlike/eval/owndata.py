@@ -215,6 +215,8 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
         counts[r["type"]] += 1
     table, fit = fit_table(records, min_count, f"profile {profile!r}: fitted on {data} "
                                                f"({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})")
+    if getattr(engine, "dtype", None) is not None:       # the precision the logits were computed in
+        fit["dtype"] = f"{engine.dtype} ({engine.dtype_reason})"
     path = save_profile(engine.artifact_dir, engine.name.split("@")[0], profile, table, fit)
     if not quiet:
         for t, e in fit["types"].items():
