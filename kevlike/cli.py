@@ -35,10 +35,9 @@ import time
 from pathlib import Path
 
 from kevlike import __version__
+from kevlike.model.precision import DTYPE_CHOICES, dtype_from_env
 from kevlike.request.limits import Limits
 from kevlike.service.config import ServerConfig
-
-DTYPE_NAMES = ("auto", "float32", "bfloat16")     # kevlike.model.backbones.DTYPE_CHOICES, without importing torch
 
 EXIT_OK, EXIT_SETUP, EXIT_USAGE, EXIT_LISTEN = 0, 1, 2, 3
 """The exit codes of the module docstring."""
@@ -546,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     d.add_argument("--mode", choices=["packed", "separate"], default="packed",
                    help="packed: one forward pass for all questions; separate: one per question (the reference)")
-    d.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto", help=dtype_help)
+    d.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
     d.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
                    help="a state in a script the model was not trained on: annotate (report it in the response) "
                         "or refuse it")
@@ -590,7 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", action="append", default=None,
                    help="model name or directory to serve (repeatable; the first is the default model; "
                         "default: kevlike-default)")
-    s.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto", help=dtype_help)
+    s.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
     s.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     s.add_argument("--threads", type=_threads, default=None, help=threads_help)
     s.add_argument("--state-cache-mb", type=_megabytes, default=ServerConfig.state_cache_mb, metavar="MB",
@@ -631,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per mode after one warm-up (default 5; 2 with --quick)")
     b.add_argument("--batch", type=int, default=4, help="requests per forward pass in the batched mode")
-    b.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto", help=dtype_help)
+    b.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
     b.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     b.add_argument("--json", default=None, help="write the results to this JSON file (default: not written)")
     b.add_argument("--plot", default=None,
@@ -676,7 +675,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "temperatures (default: run the model)")
     e.add_argument("--quiet", action="store_true", help="no progress bars")
     e.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
-    e.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto",
+    e.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto",
                    help=dtype_help + "; local models only (figures compared across machines: use float32)")
     option_reading(e, note="; local models only")
     e.add_argument("--data", default=None, metavar="FILE.jsonl",
@@ -712,7 +711,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")
     c.add_argument("--quiet", action="store_true", help="no progress bars")
-    c.add_argument("--dtype", choices=list(DTYPE_NAMES), default="auto",
+    c.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto",
                    help=dtype_help + "; the precision the logits are fitted in (fit in the one you serve in)")
     option_reading(c, "the artifact's", "; fitted for and stored in kevlike.json", modes=("list", "set", "both"),
                    mode_help_text="fit the choice temperatures of this option mode (set: stored as choice:set); both: "
@@ -782,9 +781,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command != "train" or not all("=" in x and not x.startswith("-") for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
-    env_dtype = os.environ.get("KEVLIKE_DTYPE", "").strip()
-    if env_dtype and env_dtype not in DTYPE_NAMES:       # before any command loads torch or a model
-        return _fail(f"KEVLIKE_DTYPE must be one of {', '.join(DTYPE_NAMES)}, got {env_dtype!r}")
+    try:
+        dtype_from_env()                                 # before any command loads torch or a model
+    except ValueError as e:
+        return _fail(str(e))
     try:
         return args.func(args)
     except BrokenPipeError:  # e.g. `kevlike decide r.json | head -c 100`: the reader left, not an error of ours

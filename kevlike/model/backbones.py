@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from kevlike.model.modeldir import ModelDir
+from kevlike.model.precision import DTYPE_CHOICES, dtype_from_env
 from kevlike.runs import kevlike_home
 
 
@@ -344,7 +345,6 @@ def _looks_like_hub_id(name: str) -> bool:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-DTYPE_CHOICES = ("auto", *DTYPES)
 
 
 def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
@@ -382,10 +382,7 @@ def resolve_dtype(dtype: str, device: str | torch.device = "cpu", cpuinfo: str |
         raise ValueError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
     if dtype != "auto":
         return dtype, "requested"
-    env = os.environ.get("KEVLIKE_DTYPE", "").strip()
-    if env and env not in DTYPE_CHOICES:
-        raise ValueError(f"KEVLIKE_DTYPE must be one of {', '.join(DTYPE_CHOICES)}, got {env!r}")
-    if env and env != "auto":
+    if (env := dtype_from_env()) is not None:
         return env, "auto: KEVLIKE_DTYPE"
     if torch.device(device).type == "cuda":
         return "bfloat16", "auto: CUDA device"
