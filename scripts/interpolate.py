@@ -1,22 +1,24 @@
-"""Interpolate two decision models trained one from the other: ``θ = (1 − α)·θ_A + α·θ_B`` for every
-trained tensor (LoRA A and B matrices, the delimiter rows, the pointer head), written as a new
-decision-model directory.
+"""Interpolate decision models trained from one another: ``θ = (1 − α)·θ_A + α·θ_B`` for two, or a weighted
+mean ``Σ w_i·θ_i`` of several (a "model soup"), for every trained tensor (LoRA A and B matrices, the
+delimiter rows, the pointer head), written as a new decision-model directory.
 
 Why: a fine-tune from an earlier stage tends to gain on its training distribution and lose a little on
 what it never saw; interpolating the weights of the fine-tune with those it started from often keeps
 most of both (WiSE-FT: Wortsman et al., "Robust fine-tuning of zero-shot models", CVPR 2022; model soups:
-Wortsman et al., ICML 2022). LoRA's A and B are interpolated separately, so the product ``B·A`` is the
-interpolation of the two updates only up to second order in their difference (``‖θ_B − θ_A‖`` is ~5 %
+Wortsman et al., ICML 2022, whose "uniform soup" is the mean of several fine-tunes of one start). LoRA's A and B
+are interpolated separately, so the product ``B·A`` is the interpolation of the updates only up to second
+order in their difference (``‖θ_B − θ_A‖`` is ~5 %
 of ``‖θ_A‖`` between consecutive kevlike stages; the script prints it).
 
-The result keeps B's manifest, with ``training.interpolation`` = ``{"a", "b", "alpha"}``, and T = 1 for
-every type (its ``calibration.json`` says it was not fitted): calibrate it before use.
+The result keeps the last model's manifest, with ``training.interpolation`` = ``{"models", "weights"}``,
+and T = 1 for every type (its ``calibration.json`` says it was not fitted): calibrate it before use.
 
     python scripts/interpolate.py kevlike/models/default runs/facts-STAMP/artifact runs/soup --alpha 0.5
+    python scripts/interpolate.py kevlike/models/default runs/one/artifact runs/two/artifact runs/soup3
     kevlike calibrate runs/soup --n 30
 
-Exits 2 with one line when a folder is not a decision model or the two do not have the same backbone,
-delimiters, LoRA configuration and tensors.
+Exits 2 with one line when a folder is not a decision model, the models do not have the same backbone,
+delimiters, LoRA configuration and tensors, or the weights are not one per model, non-negative, summing to 1.
 """
 
 from __future__ import annotations
@@ -39,79 +41,118 @@ SAME_CONFIG = ("r", "lora_alpha", "target_modules", "trainable_token_indices", "
 SAME_MANIFEST = ("backbone", "backbone_sha256", "delimiters", "delimiter_ids", "head")
 
 
-def interpolate(a: Path, b: Path, out: Path, alpha: float) -> float:
-    """Write the interpolated model to ``out`` and return ``‖θ_B − θ_A‖ / ‖θ_A‖`` over the LoRA tensors.
-    The model is built in a temporary folder next to ``out`` and renamed at the end, so a refusal leaves
-    nothing behind; B's calibration and calibration profiles are not copied (they fit B's weights).
+def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
+    """Write ``θ = Σ_i w_i·θ_i`` of every trained tensor of ``models`` to ``out``; return ``‖θ_i − θ_0‖ /
+    ‖θ_0‖`` over the LoRA tensors for each model (0 for the first). The model is built in a temporary folder
+    next to ``out`` and renamed at the end, so a refusal leaves nothing behind. The manifest is the last
+    model's, with ``training.interpolation = {"models", "weights"}``; no model's calibration or calibration
+    profiles are copied (they fit other weights).
 
     Raises:
-        ValueError: ``alpha`` outside [0, 1], ``out`` existing, a folder that is not a decision model (a
-            missing or unreadable file), or models that differ in backbone, delimiters, LoRA configuration,
-            tensor names or shapes (the message names the first difference).
+        ValueError: fewer than two models, a weight count that is not the model count, a negative weight,
+            weights that do not sum to 1, ``out`` existing, a folder that is not a decision model (a missing
+            or unreadable file), or models that differ in backbone, delimiters, LoRA configuration, tensor
+            names or shapes (the message names the first difference).
     """
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"--alpha must be in [0, 1], got {alpha}")
+    if len(models) < 2:
+        raise ValueError(f"needs at least two models, got {len(models)}")
+    if len(weights) != len(models):
+        raise ValueError(f"{len(weights)} weights for {len(models)} models")
+    if min(weights) < 0.0 or abs(sum(weights) - 1.0) > 1e-6:
+        raise ValueError(f"weights must be non-negative and sum to 1, got {weights}")
     if out.exists():
         raise ValueError(f"{out} exists; choose a new directory")
     try:
-        ma, mb = (json.loads((m / "kevlike.json").read_text()) for m in (a, b))
-        ca, cb = (json.loads((m / "adapter" / "adapter_config.json").read_text()) for m in (a, b))
+        manifests = [json.loads((m / "kevlike.json").read_text()) for m in models]
+        configs = [json.loads((m / "adapter" / "adapter_config.json").read_text()) for m in models]
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"not a decision-model directory with a LoRA adapter: {e}") from None
-    for key in SAME_MANIFEST:
-        if ma.get(key) != mb.get(key):
-            raise ValueError(f"different {key}: {ma.get(key)!r} and {mb.get(key)!r}")
-    for key in SAME_CONFIG:
-        va, vb = ca.get(key), cb.get(key)
-        if key == "target_modules" and isinstance(va, list) and isinstance(vb, list):
-            va, vb = sorted(va), sorted(vb)
-        if va != vb:
-            raise ValueError(f"different LoRA configuration: {key} = {ca.get(key)!r} and {cb.get(key)!r}")
+    for mb, cb in zip(manifests[1:], configs[1:]):
+        ma, ca = manifests[0], configs[0]
+        for key in SAME_MANIFEST:
+            if ma.get(key) != mb.get(key):
+                raise ValueError(f"different {key}: {ma.get(key)!r} and {mb.get(key)!r}")
+        for key in SAME_CONFIG:
+            va, vb = ca.get(key), cb.get(key)
+            if key == "target_modules" and isinstance(va, list) and isinstance(vb, list):
+                va, vb = sorted(va), sorted(vb)
+            if va != vb:
+                raise ValueError(f"different LoRA configuration: {key} = {ca.get(key)!r} and {cb.get(key)!r}")
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(b, tmp, ignore=shutil.ignore_patterns("calibration.json", "profiles"))
-    num = den = 0.0
+    shutil.copytree(models[-1], tmp, ignore=shutil.ignore_patterns("calibration.json", "profiles"))
+    num, den = [0.0] * len(models), 0.0
     try:
         for name in TENSOR_FILES:
             try:
-                ta, tb = load_file(a / name), load_file(b / name)
+                ts = [load_file(m / name) for m in models]
             except (OSError, SafetensorError) as e:
                 raise ValueError(f"{name}: {e}") from None
-            if set(ta) != set(tb):
-                raise ValueError(f"{name}: different tensors ({sorted(set(ta) ^ set(tb))[:3]} …)")
+            for t in ts[1:]:
+                if set(t) != set(ts[0]):
+                    raise ValueError(f"{name}: different tensors ({sorted(set(ts[0]) ^ set(t))[:3]} …)")
             mixed = {}
-            for k in ta:
-                if ta[k].shape != tb[k].shape:
-                    raise ValueError(f"{name}: {k} has shape {tuple(ta[k].shape)} and {tuple(tb[k].shape)}")
-                mixed[k] = torch.lerp(ta[k].float(), tb[k].float(), alpha).to(tb[k].dtype).contiguous()
+            for k in ts[0]:
+                for t in ts[1:]:
+                    if t[k].shape != ts[0][k].shape:
+                        raise ValueError(f"{name}: {k} has shape {tuple(ts[0][k].shape)} and {tuple(t[k].shape)}")
+                mixed[k] = sum(w * t[k].float() for w, t in zip(weights, ts)).to(ts[-1][k].dtype).contiguous()
                 if name.startswith("adapter/"):
-                    num += float((tb[k].float() - ta[k].float()).pow(2).sum())
-                    den += float(ta[k].float().pow(2).sum())
+                    den += float(ts[0][k].float().pow(2).sum())
+                    for i, t in enumerate(ts):
+                        num[i] += float((t[k].float() - ts[0][k].float()).pow(2).sum())
             save_file(mixed, str(tmp / name), metadata={"format": "pt"})
-        mb.setdefault("training", {})["interpolation"] = {"a": str(a), "b": str(b), "alpha": alpha}
+        mb = manifests[-1]
+        mb.setdefault("training", {})["interpolation"] = {"models": [str(m) for m in models], "weights": list(weights)}
         (tmp / "kevlike.json").write_text(json.dumps(mb, indent=1))
-        save_calibration(tmp, TemperatureTable(source=f"T = 1: interpolated ({alpha} of {b}), not calibrated"))
+        parts = " + ".join(f"{w:g}·{m}" for w, m in zip(weights, models))
+        save_calibration(tmp, TemperatureTable(source=f"T = 1: interpolated ({parts}), not calibrated"))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     tmp.rename(out)
-    return (num / max(den, 1e-30)) ** 0.5
+    return [(x / max(den, 1e-30)) ** 0.5 for x in num]
+
+
+def interpolate(a: Path, b: Path, out: Path, alpha: float) -> float:
+    """``θ = (1 − α)·θ_A + α·θ_B`` written to ``out`` (:func:`soup` of two models); returns ``‖θ_B − θ_A‖ /
+    ‖θ_A‖`` over the LoRA tensors.
+
+    Raises:
+        ValueError: ``alpha`` outside [0, 1], or any refusal of :func:`soup`.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"--alpha must be in [0, 1], got {alpha}")
+    return soup([a, b], [1.0 - alpha, alpha], out)[1]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("a", type=Path, help="decision-model directory (alpha = 0)")
-    ap.add_argument("b", type=Path, help="decision-model directory (alpha = 1), trained from a")
+    ap.add_argument("models", type=Path, nargs="+",
+                    help="two or more decision-model directories trained from the first (the first: alpha = 0)")
     ap.add_argument("out", type=Path, help="new directory for the interpolated model")
-    ap.add_argument("--alpha", type=float, default=0.5, help="weight of b (default: 0.5)")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--alpha", type=float, default=None, help="two models only: weight of the second (default: 0.5)")
+    how.add_argument("--weights", type=float, nargs="+", default=None,
+                     help="one weight per model, summing to 1 (default: uniform)")
     args = ap.parse_args()
+    n = len(args.models)
     try:
-        rel = interpolate(args.a, args.b, args.out, args.alpha)
+        if args.alpha is not None:
+            if n != 2:
+                raise ValueError(f"--alpha needs exactly two models, got {n}; use --weights")
+            weights = [1.0 - args.alpha, args.alpha]
+            rel = [0.0, interpolate(*args.models, args.out, args.alpha)]
+        else:
+            weights = args.weights if args.weights is not None else [1.0 / n] * n
+            rel = soup(args.models, weights, args.out)
     except ValueError as e:
         print(f"interpolate: {e}", file=sys.stderr)
         return 2
-    print(f"{args.out}: (1 - {args.alpha}) * {args.a} + {args.alpha} * {args.b}; |b - a| / |a| = {rel:.4f} over the "
-          f"LoRA tensors; calibrate it: kevlike calibrate {args.out} --n 30")
+    parts = " + ".join(f"{w:g} * {m}" for w, m in zip(weights, args.models))
+    dist = ", ".join(f"{r:.4f}" for r in rel[1:])
+    print(f"{args.out}: {parts}; |model - first| / |first| over the LoRA tensors: {dist}; "
+          f"calibrate it: kevlike calibrate {args.out} --n 30")
     return 0
 
 

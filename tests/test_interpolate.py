@@ -1,4 +1,4 @@
-"""scripts/interpolate.py: weight interpolation of two decision models (synthetic directories, no model)."""
+"""scripts/interpolate.py: weight interpolation of two or more decision models (synthetic directories, no model)."""
 
 import json
 import subprocess
@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from interpolate import interpolate  # noqa: E402
+from interpolate import interpolate, soup  # noqa: E402
 
 
 def _model(path: Path, seed: int, r: int = 4) -> Path:
@@ -41,9 +41,9 @@ def test_interpolation_is_the_weighted_mean_of_every_trained_tensor(tmp_path):
     want = (sum((lb[k] - la[k]).pow(2).sum() for k in la) / sum(la[k].pow(2).sum() for k in la)) ** 0.5
     assert rel == pytest.approx(float(want), rel=1e-6)
     manifest = json.loads((tmp_path / "m" / "kevlike.json").read_text())
-    assert manifest["training"]["interpolation"] == {"a": str(a), "b": str(b), "alpha": 0.25}
+    assert manifest["training"]["interpolation"] == {"models": [str(a), str(b)], "weights": [0.75, 0.25]}
     cal = json.loads((tmp_path / "m" / "calibration.json").read_text())  # B's temperatures are not kept
-    assert cal["by_type"] == {} and cal["source"].startswith("T = 1: interpolated (0.25 of")
+    assert cal["by_type"] == {} and cal["source"].startswith("T = 1: interpolated (0.75·")
     assert not (tmp_path / "m" / "profiles").exists()                   # nor its profiles
     interpolate(a, b, tmp_path / "m1", 1.0)
     assert torch.equal(load_file(tmp_path / "m1" / "head.safetensors")["w_q"], load_file(b / "head.safetensors")["w_q"])
@@ -67,3 +67,28 @@ def test_models_that_do_not_match_are_refused_in_one_line(tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["a", "b", "c"]
     with pytest.raises(ValueError, match="not a decision-model directory"):
         interpolate(a, tmp_path / "nope", tmp_path / "m", 0.5)
+
+
+def test_a_soup_of_three_is_their_weighted_mean_and_the_command_line_defaults_to_uniform(tmp_path):
+    ms = [_model(tmp_path / n, s) for n, s in (("a", 0), ("b", 1), ("c", 2))]
+    rel = soup(ms, [0.5, 0.3, 0.2], tmp_path / "s")
+    ts = [load_file(m / "head.safetensors") for m in (*ms, tmp_path / "s")]
+    torch.testing.assert_close(ts[3]["w_k"], 0.5 * ts[0]["w_k"] + 0.3 * ts[1]["w_k"] + 0.2 * ts[2]["w_k"])
+    assert rel[0] == 0.0 and rel[1] == pytest.approx(interpolate(ms[0], ms[1], tmp_path / "ab", 1.0), rel=1e-6)
+    manifest = json.loads((tmp_path / "s" / "kevlike.json").read_text())
+    assert manifest["training"]["interpolation"] == {"models": [str(m) for m in ms], "weights": [0.5, 0.3, 0.2]}
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "interpolate.py"), *map(str, ms), str(tmp_path / "u")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    u = load_file(tmp_path / "u" / "delimiters.safetensors")["rows"]
+    torch.testing.assert_close(u, sum(load_file(m / "delimiters.safetensors")["rows"] for m in ms) / 3)
+    for weights, msg in (([0.5, 0.5], "2 weights for 3 models"), ([0.7, 0.7, -0.4], "non-negative and sum to 1"),
+                         ([0.5, 0.3, 0.3], "non-negative and sum to 1")):
+        with pytest.raises(ValueError, match=msg):
+            soup(ms, weights, tmp_path / "bad")
+    with pytest.raises(ValueError, match="at least two models"):
+        soup(ms[:1], [1.0], tmp_path / "bad")
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "interpolate.py"), *map(str, ms), str(tmp_path / "bad"),
+                        "--alpha", "0.5"], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr == "interpolate: --alpha needs exactly two models, got 3; use --weights\n"
+    assert not (tmp_path / "bad").exists()
