@@ -29,7 +29,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
