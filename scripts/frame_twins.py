@@ -25,7 +25,7 @@ import math
 
 from kevlike.data.families import NEGATION_FRAMES
 from kevlike.data.sources import DataUnavailableError, Example
-from kevlike.eval.generalization import CONTRAST_SPLITS, contrast_pairs, generalization_sets
+from kevlike.eval.generalization import CONTRAST_SPLITS, contrast_metrics, contrast_pairs, generalization_sets
 from kevlike.metrics import records_from_logits, summary
 from kevlike.model.backbones import ModelNotFoundError
 from kevlike.model.engine import Engine
@@ -74,20 +74,9 @@ def report(records: list[dict], n_frames: int) -> str:
             s = summary([{**r, "probs": [p, 1 - p]} for r in base for p in [readout(by, r, mode, n_frames)]])
             both = coh = ""
             if split in CONTRAST_SPLITS:
-                n_both = n_q = n_coh = n_sq = 0
-                for pair in pairs[split]:
-                    for i in range(len(pair["questions"])):
-                        oks = []
-                        for st in (0, 1):
-                            src = f"{split}/{pair['id']}/{st}"
-                            q, neg = by[(split, src, f"q{i}")], by[(split, src, f"n{i}")]
-                            pq, pn = readout(by, q, mode, n_frames), readout(by, neg, mode, n_frames)
-                            oks.append((pq > 0.5) == (q["gold"] == 0))
-                            n_coh += abs(pq + pn - 1) <= 0.05
-                            n_sq += 1
-                        n_both += all(oks)
-                        n_q += 1
-                both, coh = f"{n_both / n_q:.3f}", f"{n_coh / n_sq:.3f}"
+                m = contrast_metrics([r for r in records if r["split"] == split], pairs[split], split,
+                                     p_yes=lambda r, mode=mode: readout(by, r, mode, n_frames))
+                both, coh = f"{m['both_right']:.3f}", f"{m['coherence']['negation']:.3f}"
             lines.append(f"| {split} | {mode} | {s['n']} | {s['accuracy']:.3f} | {s['ece']:.3f} | {s['nll']:.3f} | "
                          f"{both} | {coh} |")
     return "\n".join(lines)

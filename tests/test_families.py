@@ -213,6 +213,10 @@ def test_contrast_metrics_hand_computed():
     assert m["noul_accuracy"] == 0.75
     # negation sums: 1.0, 0.9, 1.02, 1.01 -> 3 of 4 within 0.05; choice gaps 0.05, 0.3, 0.2, 0.05 -> 2 of 4
     assert m["coherence"] == {"n": 4, "negation": 0.75, "noul_vs_choice": 0.5}
+    # another readout (P(yes) = 1 - probs[0] flips every answer) and no choice records
+    flipped = contrast_metrics([r for r in recs if r["question"][0] != "c"], pairs, p_yes=lambda r: 1 - r["probs"][0])
+    assert flipped["noul_accuracy"] == 0.25 and flipped["both_right"] == 0.0
+    assert flipped["coherence"] == {"n": 4, "negation": 0.75, "noul_vs_choice": None}
 
 
 def test_generalization_summary_reports_each_contrast_split():

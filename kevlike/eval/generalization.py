@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import random
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 from kevlike.data.families import HELDOUT_SOURCES, SOURCES, SYNTHETIC_SOURCES, eval_items
@@ -108,32 +109,42 @@ def contrast_pairs() -> dict[str, list[dict]]:
     return {split: json.loads(path.read_text())["pairs"] for split, path in CONTRAST_SPLITS.items()}
 
 
-def contrast_metrics(records: list[dict], pairs: list[dict], split: str = "contrast") -> dict:
+def contrast_metrics(records: list[dict], pairs: list[dict], split: str = "contrast",
+                     p_yes: Callable[[dict], float] | None = None) -> dict:
     """``both_right`` (share of pair questions right on both states, noul form), ``noul_accuracy`` and the
     two coherence shares of the module docstring, from the records of :func:`contrast_examples`.
 
     Records must carry ``source`` ``SPLIT/ID/S`` (``split``) and ``question`` ids ``qN``/``nN``/``cN``.
-    ``probs[0]`` is P(true) for noul and P(yes) for the choice (options in request order)."""
+    ``p_yes(record)`` is a record's P(yes) (a probability, not a logit); by default ``probs[0]``, which is
+    P(true) for noul and P(yes) for the choice (options in request order). Without the ``cN`` records
+    ``noul_vs_choice`` is None.
+
+    Raises:
+        KeyError: a ``qN`` or ``nN`` record of a pair question is missing."""
+    p_yes = p_yes or (lambda r: r["probs"][0])
     by = {(r["source"], r["question"]): r for r in records if r["source"].startswith(f"{split}/")}
-    both, n_q, neg_ok, choice_ok, n_state_q, right = 0, 0, 0, 0, 0, 0
+    both, n_q, neg_ok, choice_ok, n_choice, n_state_q, right = 0, 0, 0, 0, 0, 0, 0
     for pair in pairs:
         for i in range(len(pair["questions"])):
             oks = []
             for s in (0, 1):
                 src = f"{split}/{pair['id']}/{s}"
-                q, n, c = by[(src, f"q{i}")], by[(src, f"n{i}")], by[(src, f"c{i}")]
-                ok = (q["probs"][0] > 0.5) == (q["gold"] == 0)
+                q, n, c = by[(src, f"q{i}")], by[(src, f"n{i}")], by.get((src, f"c{i}"))
+                pq = p_yes(q)
+                ok = (pq > 0.5) == (q["gold"] == 0)
                 oks.append(ok)
                 right += ok
                 n_state_q += 1
-                neg_ok += abs(q["probs"][0] + n["probs"][0] - 1.0) <= 0.05
-                choice_ok += abs(q["probs"][0] - c["probs"][0]) <= 0.1
+                neg_ok += abs(pq + p_yes(n) - 1.0) <= 0.05
+                if c is not None:
+                    choice_ok += abs(pq - p_yes(c)) <= 0.1
+                    n_choice += 1
             both += all(oks)
             n_q += 1
     return {"pairs": len(pairs), "questions": n_q, "both_right": both / max(n_q, 1),
             "noul_accuracy": right / max(n_state_q, 1),
             "coherence": {"n": n_state_q, "negation": neg_ok / max(n_state_q, 1),
-                          "noul_vs_choice": choice_ok / max(n_state_q, 1)}}
+                          "noul_vs_choice": choice_ok / n_choice if n_choice == n_state_q and n_choice else None}}
 
 
 def bigbench_dir() -> Path:
