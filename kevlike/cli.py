@@ -36,6 +36,7 @@ from pathlib import Path
 
 from kevlike import __version__
 from kevlike.model.precision import DTYPE_CHOICES, dtype_from_env
+from kevlike.model.threads import parse_threads
 from kevlike.request.limits import Limits
 from kevlike.service.config import ServerConfig
 
@@ -451,19 +452,6 @@ def _tool(module: str):
     return call
 
 
-def _threads(value: str) -> int | str:
-    """``--threads``: ``auto`` or an integer from 1 to 256 (argparse type)."""
-    if value == "auto":
-        return value
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 256:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer from 1 to 256, got {value!r}")
-    return n
-
-
 def _threads_env_error(args) -> str | None:
     """The error of ``KEVLIKE_THREADS`` when ``--threads`` is not given and the variable is invalid
     (checked before any model loads; imports no torch)."""
@@ -556,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N", help=max_options_help)
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
-    d.add_argument("--threads", type=_threads, default=None, help=threads_help)
+    d.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
     d.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     d.set_defaults(func=_cmd_decide)
 
@@ -591,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: kevlike-default)")
     s.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
     s.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
-    s.add_argument("--threads", type=_threads, default=None, help=threads_help)
+    s.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
     s.add_argument("--state-cache-mb", type=_megabytes, default=ServerConfig.state_cache_mb, metavar="MB",
                    help="MiB of state keys/values kept per model between requests: a request whose state (or a "
                         "prefix of it) was seen recently runs only its questions; 0 turns it off")

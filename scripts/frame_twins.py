@@ -29,6 +29,7 @@ from kevlike.eval.generalization import CONTRAST_SPLITS, contrast_metrics, contr
 from kevlike.metrics import records_from_logits, summary
 from kevlike.model.backbones import ModelNotFoundError
 from kevlike.model.engine import Engine
+from kevlike.model.threads import parse_threads
 
 SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "target/spam_balanced", *CONTRAST_SPLITS)
 
@@ -88,7 +89,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the generalization-quick sizes (contrast splits in full)")
     ap.add_argument("--frame-ids", default="0,9",
                     help=f"comma-separated indices into NEGATION_FRAMES, 0 to {len(NEGATION_FRAMES) - 1} (default: 0,9)")
-    ap.add_argument("--threads", default=None, help="torch threads (default: $KEVLIKE_THREADS, else auto)")
+    ap.add_argument("--threads", type=parse_threads, default=None,
+                    help="torch threads: auto or N (default: $KEVLIKE_THREADS, else auto)")
     ap.add_argument("--out", default=None, help="write the records to this JSONL file")
     args = ap.parse_args()
     try:

@@ -24,6 +24,7 @@ Linux) ``auto`` keeps torch's default. A fixed count (``threads=N``, ``--threads
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 
@@ -57,6 +58,22 @@ def threads_for(busy_others: float, cores: int) -> int:
     """Threads to use when other processes keep ``busy_others`` cores busy: ``max(1, round(cores −
     busy_others))``, at most ``cores``."""
     return max(1, min(cores, round(cores - busy_others)))
+
+
+def parse_threads(value: str) -> int | str:
+    """``--threads`` from text: ``"auto"`` or an integer from 1 to 256 (an argparse ``type``).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse prints its message and exits 2)."""
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer from 1 to 256, got {value!r}")
+    return n
 
 
 class ThreadPolicy:
