@@ -10,7 +10,8 @@ are interpolated separately, so the product ``B·A`` is the interpolation of the
 order in their difference (``‖θ_B − θ_A‖`` is ~5 %
 of ``‖θ_A‖`` between consecutive kevlike stages; the script prints it).
 
-The result keeps the last model's manifest, with ``training.interpolation`` = ``{"models", "weights"}``,
+The result keeps the last model's manifest, with ``training.interpolation`` = ``{"models", "weights",
+"ingredients"}`` (each model's config name, seed, git commit, kept step and validation NLL),
 and T = 1 for every type (its ``calibration.json`` says it was not fitted): calibrate it before use.
 
     python scripts/interpolate.py kevlike/models/default runs/facts-STAMP/artifact runs/soup --alpha 0.5
@@ -40,11 +41,20 @@ SAME_CONFIG = ("r", "lora_alpha", "target_modules", "trainable_token_indices", "
 SAME_MANIFEST = ("backbone", "backbone_sha256", "delimiters", "delimiter_ids", "head")
 
 
+def _ingredient(manifest: dict) -> dict:
+    """What identifies a model inside a soup's manifest once its folder is gone: training config name and
+    seed, git commit, and the step and validation NLL of the kept checkpoint (None where not recorded)."""
+    t = manifest.get("training") or {}
+    cfg, metrics = t.get("config") or {}, t.get("metrics") or {}
+    return {"config": cfg.get("name"), "seed": cfg.get("seed"), "git_commit": t.get("git_commit"),
+            "step": metrics.get("step"), "validation_nll": metrics.get("nll")}
+
+
 def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
     """Write ``θ = Σ_i w_i·θ_i`` of every trained tensor of ``models`` to ``out``; return ``‖θ_i − θ_0‖ /
     ‖θ_0‖`` over the LoRA tensors for each model (0 for the first). The model is built in a temporary folder
     next to ``out`` and renamed at the end, so a refusal leaves nothing behind. The manifest is the last
-    model's, with ``training.interpolation = {"models", "weights"}``; no model's calibration or calibration
+    model's, with ``training.interpolation = {"models", "weights", "ingredients"}``; no model's calibration or calibration
     profiles are copied (they fit other weights).
 
     Raises:
@@ -102,7 +112,9 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                         num[i] += float((t[k].float() - ts[0][k].float()).pow(2).sum())
             save_file(mixed, str(tmp / name), metadata={"format": "pt"})
         mb = manifests[-1]
-        mb.setdefault("training", {})["interpolation"] = {"models": [str(m) for m in models], "weights": list(weights)}
+        mb.setdefault("training", {})["interpolation"] = {
+            "models": [str(m) for m in models], "weights": list(weights),
+            "ingredients": [_ingredient(m) for m in manifests]}
         (tmp / "kevlike.json").write_text(json.dumps(mb, indent=1))
         parts = " + ".join(f"{w:g}·{m}" for w, m in zip(weights, models))
         save_calibration(tmp, TemperatureTable(source=f"T = 1: interpolated ({parts}), not calibrated"))

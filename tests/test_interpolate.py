@@ -17,7 +17,8 @@ from interpolate import interpolate, soup  # noqa: E402
 def _model(path: Path, seed: int, r: int = 4) -> Path:
     g = torch.Generator().manual_seed(seed)
     (path / "adapter").mkdir(parents=True)
-    (path / "kevlike.json").write_text(json.dumps({"backbone": "tiny", "backbone_sha256": "abc", "training": {}}))
+    training = {"config": {"name": "facts", "seed": seed}, "git_commit": "c0ffee", "metrics": {"step": 20 * seed, "nll": 0.5}}
+    (path / "kevlike.json").write_text(json.dumps({"backbone": "tiny", "backbone_sha256": "abc", "training": training}))
     (path / "adapter" / "adapter_config.json").write_text(json.dumps(
         {"r": r, "lora_alpha": 2 * r, "target_modules": ["q_proj", "v_proj"]}))
     save_file({"l.lora_A.weight": torch.randn(r, 6, generator=g), "l.lora_B.weight": torch.randn(6, r, generator=g)},
@@ -41,7 +42,8 @@ def test_interpolation_is_the_weighted_mean_of_every_trained_tensor(tmp_path):
     want = (sum((lb[k] - la[k]).pow(2).sum() for k in la) / sum(la[k].pow(2).sum() for k in la)) ** 0.5
     assert rel == pytest.approx(float(want), rel=1e-6)
     manifest = json.loads((tmp_path / "m" / "kevlike.json").read_text())
-    assert manifest["training"]["interpolation"] == {"models": [str(a), str(b)], "weights": [0.75, 0.25]}
+    assert manifest["training"]["interpolation"] == {"models": [str(a), str(b)], "weights": [0.75, 0.25], "ingredients": [
+        {"config": "facts", "seed": s, "git_commit": "c0ffee", "step": 20 * s, "validation_nll": 0.5} for s in (0, 1)]}
     cal = json.loads((tmp_path / "m" / "calibration.json").read_text())  # B's temperatures are not kept
     assert cal["by_type"] == {} and cal["source"].startswith("T = 1: interpolated (0.75·")
     assert not (tmp_path / "m" / "profiles").exists()                   # nor its profiles
@@ -75,8 +77,9 @@ def test_a_soup_of_three_is_their_weighted_mean_and_the_command_line_defaults_to
     ts = [load_file(m / "head.safetensors") for m in (*ms, tmp_path / "s")]
     torch.testing.assert_close(ts[3]["w_k"], 0.5 * ts[0]["w_k"] + 0.3 * ts[1]["w_k"] + 0.2 * ts[2]["w_k"])
     assert rel[0] == 0.0 and rel[1] == pytest.approx(interpolate(ms[0], ms[1], tmp_path / "ab", 1.0), rel=1e-6)
-    manifest = json.loads((tmp_path / "s" / "kevlike.json").read_text())
-    assert manifest["training"]["interpolation"] == {"models": [str(m) for m in ms], "weights": [0.5, 0.3, 0.2]}
+    manifest = json.loads((tmp_path / "s" / "kevlike.json").read_text())["training"]["interpolation"]
+    assert manifest["models"] == [str(m) for m in ms] and manifest["weights"] == [0.5, 0.3, 0.2]
+    assert [i["seed"] for i in manifest["ingredients"]] == [0, 1, 2] and manifest["ingredients"][2]["step"] == 40
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "interpolate.py"), *map(str, ms), str(tmp_path / "u")],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
