@@ -7,6 +7,7 @@ score questions are 0-based indices into the criteria array). Prints one line pe
 
     python scripts/expected_answers.py                                  # the shipped default, float32
     python scripts/expected_answers.py --model runs/facts-STAMP/artifact
+    python scripts/expected_answers.py --option-mode list
 
 Exits 2 with one line when the model cannot be loaded.
 """
@@ -37,6 +38,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="decision model (default: kevlike-default)")
     ap.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or auto")
+    ap.add_argument("--option-mode", choices=("list", "set"), default=None,
+                    help="how choice options are read (default: the model's own, set for kevlike-default)")
     ap.add_argument("--threads", type=parse_threads, default=None,
                     help="torch threads: auto or N (default: $KEVLIKE_THREADS, else auto)")
     args = ap.parse_args()
@@ -44,7 +47,7 @@ def main() -> int:
     from kevlike.model.engine import Engine
 
     try:
-        engine = Engine.from_pretrained(args.model, dtype=args.dtype, threads=args.threads)
+        engine = Engine.from_pretrained(args.model, dtype=args.dtype, threads=args.threads, option_mode=args.option_mode)
     except (ModelNotFoundError, ValueError) as e:
         ap.exit(2, f"expected_answers: {e}\n")
     meta = json.loads((EXAMPLES / "expected.meta.json").read_text())
@@ -55,7 +58,7 @@ def main() -> int:
             ok, got = matches(answers[qid], expected)
             n, right = n + 1, right + ok
             print(f"{'ok  ' if ok else 'MISS'} {name} {qid}: expected {expected!r}, answered {got}")
-    print(f"{engine.name}, {args.dtype}: {right} of {n} expected answers matched")
+    print(f"{engine.name}, {args.dtype}, {engine.option_mode} mode: {right} of {n} expected answers matched")
     return 0
 
 

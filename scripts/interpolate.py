@@ -10,7 +10,8 @@ are interpolated separately, so the product ``B·A`` is the interpolation of the
 order in their difference (``‖θ_B − θ_A‖`` is ~5 %
 of ``‖θ_A‖`` between consecutive kevlike stages; the script prints it).
 
-The result keeps the last model's manifest, with ``training.interpolation`` = ``{"models", "weights",
+The result keeps the first model's manifest (its serving settings such as ``option_mode``, and its training
+record), with ``training.interpolation`` = ``{"models", "weights",
 "ingredients"}`` (each model's config name, seed, git commit, kept step and validation NLL),
 and T = 1 for every type (its ``calibration.json`` says it was not fitted): calibrate it before use.
 
@@ -53,8 +54,8 @@ def _ingredient(manifest: dict) -> dict:
 def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
     """Write ``θ = Σ_i w_i·θ_i`` of every trained tensor of ``models`` to ``out``; return ``‖θ_i − θ_0‖ /
     ‖θ_0‖`` over the LoRA tensors for each model (0 for the first). The model is built in a temporary folder
-    next to ``out`` and renamed at the end, so a refusal leaves nothing behind. The manifest is the last
-    model's, with ``training.interpolation = {"models", "weights", "ingredients"}``; no model's calibration or calibration
+    next to ``out`` and renamed at the end, so a refusal leaves nothing behind. The manifest is the first
+    model's (its serving settings such as ``option_mode``, and its training record), with ``training.interpolation = {"models", "weights", "ingredients"}``; no model's calibration or calibration
     profiles are copied (they fit other weights).
 
     Raises:
@@ -89,7 +90,7 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                 raise ValueError(f"different LoRA configuration: {key} = {ca.get(key)!r} and {cb.get(key)!r}")
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(models[-1], tmp, ignore=shutil.ignore_patterns("calibration.json", "profiles"))
+    shutil.copytree(models[0], tmp, ignore=shutil.ignore_patterns("calibration.json", "profiles"))
     num, den = [0.0] * len(models), 0.0
     try:
         for name in TENSOR_FILES:
@@ -105,13 +106,13 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                 for t in ts[1:]:
                     if t[k].shape != ts[0][k].shape:
                         raise ValueError(f"{name}: {k} has shape {tuple(ts[0][k].shape)} and {tuple(t[k].shape)}")
-                mixed[k] = sum(w * t[k].float() for w, t in zip(weights, ts)).to(ts[-1][k].dtype).contiguous()
+                mixed[k] = sum(w * t[k].float() for w, t in zip(weights, ts)).to(ts[0][k].dtype).contiguous()
                 if name.startswith("adapter/"):
                     den += float(ts[0][k].float().pow(2).sum())
                     for i, t in enumerate(ts):
                         num[i] += float((t[k].float() - ts[0][k].float()).pow(2).sum())
             save_file(mixed, str(tmp / name), metadata={"format": "pt"})
-        mb = manifests[-1]
+        mb = manifests[0]
         mb.setdefault("training", {})["interpolation"] = {
             "models": [str(m) for m in models], "weights": list(weights),
             "ingredients": [_ingredient(m) for m in manifests]}

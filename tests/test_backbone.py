@@ -89,6 +89,9 @@ def test_default_model_is_the_shipped_decision_model(default_engine):
     assert default_engine.readout.name == "pointer" and default_engine.name == "kevlike-default"
     assert manifest["backbone"] == "smollm2-135m-instruct"
     assert manifest["backbone_sha256"] == EMBEDDED["smollm2-135m-instruct"].gguf_sha256
+    # set mode by default, canonical option order (the model card; stage 9's ship once lost "set" unnoticed)
+    assert manifest["option_mode"] == "set" and default_engine.option_mode == "set"
+    assert manifest["option_orders"] == 1
     size = sum(p.stat().st_size for p in DEFAULT_ARTIFACT.rglob("*") if p.is_file())
     assert size < 40_000_000, size   # "tens of MB at most"
 

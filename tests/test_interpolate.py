@@ -73,6 +73,8 @@ def test_models_that_do_not_match_are_refused_in_one_line(tmp_path):
 
 def test_a_soup_of_three_is_their_weighted_mean_and_the_command_line_defaults_to_uniform(tmp_path):
     ms = [_model(tmp_path / n, s) for n, s in (("a", 0), ("b", 1), ("c", 2))]
+    first = json.loads((ms[0] / "kevlike.json").read_text())
+    (ms[0] / "kevlike.json").write_text(json.dumps({**first, "option_mode": "set", "option_orders": 1}))
     rel = soup(ms, [0.5, 0.3, 0.2], tmp_path / "s")
     ts = [load_file(m / "head.safetensors") for m in (*ms, tmp_path / "s")]
     torch.testing.assert_close(ts[3]["w_k"], 0.5 * ts[0]["w_k"] + 0.3 * ts[1]["w_k"] + 0.2 * ts[2]["w_k"])
@@ -80,6 +82,8 @@ def test_a_soup_of_three_is_their_weighted_mean_and_the_command_line_defaults_to
     manifest = json.loads((tmp_path / "s" / "kevlike.json").read_text())["training"]["interpolation"]
     assert manifest["models"] == [str(m) for m in ms] and manifest["weights"] == [0.5, 0.3, 0.2]
     assert [i["seed"] for i in manifest["ingredients"]] == [0, 1, 2] and manifest["ingredients"][2]["step"] == 40
+    whole = json.loads((tmp_path / "s" / "kevlike.json").read_text())   # the first model's serving settings
+    assert whole["option_mode"] == "set" and whole["option_orders"] == 1 and whole["training"]["config"]["seed"] == 0
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "interpolate.py"), *map(str, ms), str(tmp_path / "u")],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

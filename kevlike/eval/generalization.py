@@ -116,8 +116,8 @@ def contrast_metrics(records: list[dict], pairs: list[dict], split: str = "contr
 
     Records must carry ``source`` ``SPLIT/ID/S`` (``split``) and ``question`` ids ``qN``/``nN``/``cN``.
     ``p_yes(record)`` is a record's P(yes) (a probability, not a logit); by default ``probs[0]``, which is
-    P(true) for noul and P(yes) for the choice (options in request order). Without the ``cN`` records
-    ``noul_vs_choice`` is None.
+    P(true) for noul and P(yes) for the choice (options in request order). Unless every pair question has
+    its ``cN`` records, ``noul_vs_choice`` is None.
 
     Raises:
         KeyError: a ``qN`` or ``nN`` record of a pair question is missing."""
@@ -257,10 +257,12 @@ def report_tables(summ: dict) -> str:
     for split in (x for x in CONTRAST_SPLITS if x in summ):
         c = summ[split]
         name = "Contrast pairs" if split == "contrast" else f"Contrast pairs apart from training ({split})"
+        vs_choice = c["coherence"]["noul_vs_choice"]
         md += (f"\n\n{name}: {c['pairs']} pairs, {c['questions']} questions; right on both states "
                f"{c['both_right']:.3f}; noul accuracy {c['noul_accuracy']:.3f}. Coherence over {c['coherence']['n']} "
                f"(state, question): P(yes|Q) + P(yes|not Q) within 0.05 of 1: {c['coherence']['negation']:.3f}; "
-               f"noul vs two-option choice within 0.1: {c['coherence']['noul_vs_choice']:.3f}.")
+               + (f"noul vs two-option choice within 0.1: {vs_choice:.3f}." if vs_choice is not None
+                  else "noul vs two-option choice: not asked."))
     md += "\n\n| split:source | n | accuracy | NLL | ECE |\n|---|---|---|---|---|\n"
     md += "\n".join(f"| {k} | {v['n']} | {v['accuracy']:.3f} | {v['nll']:.3f} | {v['ece']:.3f} |"
                     for k, v in summ["per_source"].items())
