@@ -77,8 +77,8 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
         configs = [json.loads((m / "adapter" / "adapter_config.json").read_text()) for m in models]
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"not a decision-model directory with a LoRA adapter: {e}") from None
+    ma, ca = manifests[0], configs[0]
     for mb, cb in zip(manifests[1:], configs[1:]):
-        ma, ca = manifests[0], configs[0]
         for key in SAME_MANIFEST:
             if ma.get(key) != mb.get(key):
                 raise ValueError(f"different {key}: {ma.get(key)!r} and {mb.get(key)!r}")
@@ -112,11 +112,10 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                     for i, t in enumerate(ts):
                         num[i] += float((t[k].float() - ts[0][k].float()).pow(2).sum())
             save_file(mixed, str(tmp / name), metadata={"format": "pt"})
-        mb = manifests[0]
-        mb.setdefault("training", {})["interpolation"] = {
+        ma.setdefault("training", {})["interpolation"] = {
             "models": [str(m) for m in models], "weights": list(weights),
             "ingredients": [_ingredient(m) for m in manifests]}
-        (tmp / "kevlike.json").write_text(json.dumps(mb, indent=1))
+        (tmp / "kevlike.json").write_text(json.dumps(ma, indent=1))
         parts = " + ".join(f"{w:g}·{m}" for w, m in zip(weights, models))
         save_calibration(tmp, TemperatureTable(source=f"T = 1: interpolated ({parts}), not calibrated"))
     except BaseException:

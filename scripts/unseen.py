@@ -4,16 +4,19 @@ choice ``cN`` twins). The model card's "unseen splits (1,920)" figures.
 
     python scripts/unseen.py runs/eval-generalization-STAMP [more run directories or records.jsonl ...]
 
-Accuracy is the argmax of ``probs`` against ``gold``; NLL is ``−log probs[gold]`` (probabilities floored at
-1e-12), both as written by ``kevlike eval --suite generalization`` (calibrated probabilities).
+Accuracy and NLL are :func:`kevlike.metrics.summary`'s, on the probabilities ``kevlike eval --suite
+generalization`` wrote (calibrated); the records counted are those of
+:func:`kevlike.eval.generalization.counted`, as in the suite's own per-split figures.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
+
+from kevlike.eval.generalization import counted
+from kevlike.metrics import summary
 
 
 def unseen(records: list[dict]) -> tuple[int, float, float]:
@@ -21,13 +24,11 @@ def unseen(records: list[dict]) -> tuple[int, float, float]:
 
     Raises:
         ValueError: no unseen question among the records."""
-    u = [r for r in records if r["split"] != "seen_wording"
-         and not (r["split"].startswith("contrast") and r["question"][:1] in ("n", "c"))]
+    u = [r for r in records if r["split"] != "seen_wording" and counted(r)]
     if not u:
         raise ValueError("no unseen question in these records")
-    acc = sum(max(range(len(r["probs"])), key=lambda i: r["probs"][i]) == r["gold"] for r in u) / len(u)
-    nll = -sum(math.log(max(r["probs"][r["gold"]], 1e-12)) for r in u) / len(u)
-    return len(u), acc, nll
+    s = summary(u)
+    return s["n"], s["accuracy"], s["nll"]
 
 
 def main(argv: list[str]) -> int:

@@ -10,8 +10,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from unseen import unseen  # noqa: E402
 
 
-def _r(split, question, probs, gold):
-    return {"split": split, "question": question, "probs": probs, "gold": gold}
+def _r(split, question, probs, gold):     # a record as `kevlike eval` writes it (one-hot target)
+    return {"split": split, "question": question, "probs": probs, "gold": gold,
+            "target": [float(i == gold) for i in range(len(probs))], "type": "choice"}
 
 
 def test_unseen_counts_each_contrast_question_once_and_skips_seen_wordings():

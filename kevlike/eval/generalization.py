@@ -215,15 +215,19 @@ def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str
     return sets
 
 
+def counted(record: dict) -> bool:
+    """Whether a record counts in its split's figures: every record but the negated (``nN``) and choice
+    (``cN``) forms of the contrast splits, which feed only the coherence checks (:func:`contrast_metrics`)."""
+    return record["split"] not in CONTRAST_SPLITS or record["question"].startswith("q")
+
+
 def generalization_summary(records: list[dict], pairs: dict[str, list[dict]]) -> dict:
     """Per split (and per source within a split) metrics, the wording gap and the contrast figures of each
     contrast split present (``pairs``: :func:`contrast_pairs`)."""
 
     out = {"splits": {}, "per_source": {}}
     for split in sorted({r["split"] for r in records}):
-        recs = [r for r in records if r["split"] == split]
-        if split in CONTRAST_SPLITS:
-            recs = [r for r in recs if r["question"].startswith("q")]   # the noul form; others are coherence
+        recs = [r for r in records if r["split"] == split and counted(r)]
         out["splits"][split] = summary(recs)
         by_type = {}
         for t in sorted({r["type"] for r in recs}):
