@@ -25,7 +25,8 @@ import math
 
 from kevlike.data.families import NEGATION_FRAMES
 from kevlike.data.sources import DataUnavailableError, Example
-from kevlike.eval.generalization import CONTRAST_SPLITS, contrast_metrics, contrast_pairs, generalization_sets
+from kevlike.eval.generalization import (CONTRAST_SPLITS, contrast_metrics, contrast_pairs, counted,
+                                        generalization_sets)
 from kevlike.metrics import records_from_logits, summary
 from kevlike.model.backbones import ModelNotFoundError
 from kevlike.model.engine import Engine
@@ -69,8 +70,7 @@ def report(records: list[dict], n_frames: int) -> str:
     lines = ["| split | readout | n | accuracy | ECE | NLL | right on both states | negation coherence |",
              "|---|---|---|---|---|---|---|---|"]
     for split in [s for s in SPLITS if any(r["split"] == s for r in records)]:
-        base = [r for r in records if r["split"] == split and "__f" not in r["question"]
-                and (split not in CONTRAST_SPLITS or r["question"].startswith("q"))]
+        base = [r for r in records if r["split"] == split and "__f" not in r["question"] and counted(r)]
         for mode in ("raw", "frame", "sym"):
             s = summary([{**r, "probs": [p, 1 - p]} for r in base for p in [readout(by, r, mode, n_frames)]])
             both = coh = ""
