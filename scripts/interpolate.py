@@ -13,7 +13,8 @@ of ``‖θ_A‖`` between consecutive kevlike stages; the script prints it).
 The result keeps the first model's manifest (its serving settings such as ``option_mode``, and its training
 record), with ``training.interpolation`` = ``{"models", "weights",
 "ingredients"}`` (each model's config name, seed, git commit, kept step and validation NLL),
-and T = 1 for every type (its ``calibration.json`` says it was not fitted): calibrate it before use.
+and T = 1 for every type (its ``calibration.json`` says it was not fitted): calibrate it before use. The first
+model's ``MODEL_CARD.md`` is not copied (it describes other weights); the soup's card says what it is made of.
 
     python scripts/interpolate.py kevlike/models/default runs/facts-STAMP/artifact runs/soup --alpha 0.5
     python scripts/interpolate.py kevlike/models/default runs/one/artifact runs/two/artifact runs/soup3
@@ -51,12 +52,24 @@ def _ingredient(manifest: dict) -> dict:
             "step": metrics.get("step"), "validation_nll": metrics.get("nll")}
 
 
+def _card(models: list[Path], weights: list[float], manifests: list[dict]) -> str:
+    """The soup's ``MODEL_CARD.md``: its ingredients with their weights (Markdown)."""
+    rows = [f"| {w:g} | `{m}` | {i['config']} | {i['seed']} | {i['step']} | {i['validation_nll']} |"
+            for w, m, i in zip(weights, models, map(_ingredient, manifests))]
+    return "\n".join([
+        "# A weight average (model soup) of decision models", "",
+        "Written by `scripts/interpolate.py`: every trained tensor is the weighted mean of the models below. The "
+        "serving settings and the training record in `kevlike.json` are the first model's; "
+        "`training.interpolation` lists the ingredients. Temperatures are 1 until `kevlike calibrate` fits them.", "",
+        "| weight | model | config | seed | kept step | validation NLL |", "|---|---|---|---|---|---|", *rows, ""])
+
+
 def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
     """Write ``θ = Σ_i w_i·θ_i`` of every trained tensor of ``models`` to ``out``; return ``‖θ_i − θ_0‖ /
     ‖θ_0‖`` over the LoRA tensors for each model (0 for the first). The model is built in a temporary folder
     next to ``out`` and renamed at the end, so a refusal leaves nothing behind. The manifest is the first
-    model's (its serving settings such as ``option_mode``, and its training record), with ``training.interpolation = {"models", "weights", "ingredients"}``; no model's calibration or calibration
-    profiles are copied (they fit other weights).
+    model's (its serving settings such as ``option_mode``, and its training record), with ``training.interpolation = {"models", "weights", "ingredients"}``; no model's calibration, calibration
+    profiles or model card is copied (they describe other weights): ``MODEL_CARD.md`` lists the ingredients.
 
     Raises:
         ValueError: fewer than two models, a weight count that is not the model count, a negative weight,
@@ -90,7 +103,7 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                 raise ValueError(f"different LoRA configuration: {key} = {ca.get(key)!r} and {cb.get(key)!r}")
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(models[0], tmp, ignore=shutil.ignore_patterns("calibration.json", "profiles"))
+    shutil.copytree(models[0], tmp, ignore=shutil.ignore_patterns("calibration.json", "profiles", "MODEL_CARD.md"))
     num, den = [0.0] * len(models), 0.0
     try:
         for name in TENSOR_FILES:
@@ -118,6 +131,7 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
         (tmp / "kevlike.json").write_text(json.dumps(ma, indent=1))
         parts = " + ".join(f"{w:g}·{m}" for w, m in zip(weights, models))
         save_calibration(tmp, TemperatureTable(source=f"T = 1: interpolated ({parts}), not calibrated"))
+        (tmp / "MODEL_CARD.md").write_text(_card(models, weights, manifests))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

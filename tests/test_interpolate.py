@@ -28,6 +28,7 @@ def _model(path: Path, seed: int, r: int = 4) -> Path:
     (path / "calibration.json").write_text("{}")
     (path / "profiles").mkdir()
     (path / "profiles" / "ops.json").write_text("{}")
+    (path / "MODEL_CARD.md").write_text(f"# model {seed}: the card of these weights only\n")
     return path
 
 
@@ -47,6 +48,9 @@ def test_interpolation_is_the_weighted_mean_of_every_trained_tensor(tmp_path):
     cal = json.loads((tmp_path / "m" / "calibration.json").read_text())  # B's temperatures are not kept
     assert cal["by_type"] == {} and cal["source"].startswith("T = 1: interpolated (0.75·")
     assert not (tmp_path / "m" / "profiles").exists()                   # nor its profiles
+    card = (tmp_path / "m" / "MODEL_CARD.md").read_text()               # nor A's card: one that lists the two
+    assert "the card of these weights only" not in card
+    assert f"| 0.75 | `{a}` | facts | 0 | 0 | 0.5 |" in card and f"| 0.25 | `{b}` | facts | 1 | 20 | 0.5 |" in card
     interpolate(a, b, tmp_path / "m1", 1.0)
     assert torch.equal(load_file(tmp_path / "m1" / "head.safetensors")["w_q"], load_file(b / "head.safetensors")["w_q"])
 
