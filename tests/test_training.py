@@ -264,8 +264,25 @@ def test_config_errors_name_the_key(tmp_path):
         load_config(None, ["tasks.spam.weight=-1"])
     with pytest.raises(ConfigError, match="validation.n"):
         load_config(None, ["validation.n=0"])
+    with pytest.raises(ConfigError, match="validation.seed must be an integer or null, got 'x'"):
+        load_config(None, ["validation.seed=x"])
     cfg = load_config(None, ["optim.lr=1e-4", "tasks.spam.weight=0.5", "stop_after=3"])
     assert cfg["optim"]["lr"] == 1e-4 and cfg["tasks"]["spam"]["weight"] == 0.5 and cfg["stop_after"] == 3
+
+
+def test_validation_items_follow_the_run_seed_unless_validation_seed_fixes_them():
+    """Two runs that differ only in seed select their checkpoints on the same items once ``validation.seed``
+    is set (``facts``: kevlike's own generator, no data package needed)."""
+    from kevlike.training.train import validation_set
+
+    def states(*extra):
+        cfg = load_config(None, ["tasks={facts: {weight: 1}}", "validation.n=5", *extra])
+        return [e.request["state"] for e in validation_set(cfg)]
+
+    assert len(states("seed=1")) == 5
+    assert states("seed=1") != states("seed=2")                                  # default: the run's seed
+    assert states("seed=1", "validation.seed=7") == states("seed=2", "validation.seed=7")
+    assert states("seed=7") == states("seed=2", "validation.seed=7")
 
 
 # --- the real CLI ------------------------------------------------------------------------------

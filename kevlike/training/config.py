@@ -50,8 +50,10 @@ DEFAULTS: dict = {
     "stop_after": None,                    # end this session after N more optimizer steps (checkpointed;
                                            # `kevlike train --resume RUN_DIR` continues the same schedule)
     "eval_every": 200,                     # optimizer steps between validation rounds (and at the end)
-    "validation": {"n": 48, "tasks": None, "data": None},  # per task, from the validation split; None: training
-                                           # tasks; data: a labelled FILE.jsonl validated on too (every line)
+    "validation": {"n": 48, "tasks": None, "data": None, "seed": None},  # n per task, from the validation split;
+                                           # tasks None: the training tasks; data: a labelled FILE.jsonl validated
+                                           # on too (every line); seed: which items (None: the run's seed; fix it
+                                           # to compare the validation NLL of runs with different seeds)
     "patience": 3,                         # validation rounds without a better NLL before stopping
     "checkpoint_every": 100,               # optimizer steps between resumable checkpoints (0: off)
 }
@@ -178,6 +180,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
     n_val = cfg["validation"]["n"]
     if not isinstance(n_val, int) or isinstance(n_val, bool) or n_val < 1:
         raise ConfigError(f"validation.n must be a positive integer, got {n_val!r}")
+    v_seed = cfg["validation"].get("seed")
+    if v_seed is not None and (not isinstance(v_seed, int) or isinstance(v_seed, bool)):
+        raise ConfigError(f"validation.seed must be an integer or null, got {v_seed!r}")
     for k, v in cfg["optim"].items():
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             raise ConfigError(f"optim.{k} must be a non-negative number, got {v!r}")

@@ -233,10 +233,15 @@ def loss_terms(logits: torch.Tensor, batch: PackedBatch, aux: dict, cfg: dict) -
 
 
 def validation_set(cfg: dict) -> list[Example]:
+    """The validation examples of a resolved config: ``validation.n`` per task of ``validation.tasks`` (default
+    the training tasks) from their validation splits, drawn with ``validation.seed`` (default the run's
+    ``seed``), then every line of ``validation.data``."""
     tasks = cfg["validation"]["tasks"] or list(cfg["tasks"])
+    seed = cfg["validation"].get("seed")
+    seed = cfg["seed"] if seed is None else seed
     out = []
     for t in tasks:
-        out.extend(eval_examples(t, "validation", cfg["validation"]["n"], seed=cfg["seed"]))
+        out.extend(eval_examples(t, "validation", cfg["validation"]["n"], seed=seed))
     if cfg["validation"].get("data"):
         path = cfg["validation"]["data"]
         out.extend(to_examples(read_labelled(path), f"data:{path}"))
