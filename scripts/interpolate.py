@@ -12,8 +12,8 @@ of ``‖θ_A‖`` between consecutive kevlike stages; the script prints it).
 
 The result keeps the first model's manifest (its serving settings such as ``option_mode``, and its training
 record), with ``training.interpolation`` = ``{"models", "weights",
-"ingredients"}`` (each model's config name, seed, git commit, kept step and validation NLL),
-and T = 1 for every type (its ``calibration.json`` says it was not fitted): calibrate it before use. The first
+"ingredients"}`` (each model's config name, seed, git commit, kept step and validation NLL, and for a model
+that is itself a soup its own ``interpolation`` record), and T = 1 for every type (its ``calibration.json`` says it was not fitted): calibrate it before use. The first
 model's ``MODEL_CARD.md`` is not copied (it describes other weights); the soup's card says what it is made of.
 
     python scripts/interpolate.py kevlike/models/default runs/facts-STAMP/artifact runs/soup --alpha 0.5
@@ -45,17 +45,31 @@ SAME_MANIFEST = ("backbone", "backbone_sha256", "delimiters", "delimiter_ids", "
 
 def _ingredient(manifest: dict) -> dict:
     """What identifies a model inside a soup's manifest once its folder is gone: training config name and
-    seed, git commit, and the step and validation NLL of the kept checkpoint (None where not recorded)."""
+    seed, git commit, and the step and validation NLL of the kept checkpoint (None where not recorded); for a
+    model that is itself a soup, also its ``interpolation`` record (whose training record is its first
+    ingredient's)."""
     t = manifest.get("training") or {}
     cfg, metrics = t.get("config") or {}, t.get("metrics") or {}
-    return {"config": cfg.get("name"), "seed": cfg.get("seed"), "git_commit": t.get("git_commit"),
-            "step": metrics.get("step"), "validation_nll": metrics.get("nll")}
+    out = {"config": cfg.get("name"), "seed": cfg.get("seed"), "git_commit": t.get("git_commit"),
+           "step": metrics.get("step"), "validation_nll": metrics.get("nll")}
+    if t.get("interpolation"):       # a soup itself: its own ingredients, which its training record does not show
+        out["interpolation"] = t["interpolation"]
+    return out
 
 
-def _card(models: list[Path], weights: list[float], manifests: list[dict]) -> str:
-    """The soup's ``MODEL_CARD.md``: its ingredients with their weights (Markdown)."""
-    rows = [f"| {w:g} | `{m}` | {i['config']} | {i['seed']} | {i['step']} | {i['validation_nll']} |"
-            for w, m, i in zip(weights, models, map(_ingredient, manifests))]
+def _card(models: list[Path], weights: list[float], ingredients: list[dict]) -> str:
+    """The soup's ``MODEL_CARD.md``: its ingredients (:func:`_ingredient`) with their weights (Markdown)."""
+    def cells(i: dict) -> str:
+        nll = i["validation_nll"]
+        own = f"{i['config']} | {i['seed']} | {i['step']} | {nll:.3f}" if isinstance(nll, float) else \
+            f"{i['config']} | {i['seed']} | {i['step']} | {nll}"
+        if "interpolation" not in i:
+            return own
+        inner = ", ".join(f"{w:.3g} {j['config']} seed {j['seed']}" for w, j in
+                          zip(i["interpolation"]["weights"], i["interpolation"]["ingredients"]))
+        return f"a soup ({inner}) | | |"
+
+    rows = [f"| {w:g} | `{m}` | {cells(i)} |" for w, m, i in zip(weights, models, ingredients)]
     return "\n".join([
         "# A weight average (model soup) of decision models", "",
         "Written by `scripts/interpolate.py`: every trained tensor is the weighted mean of the models below. The "
@@ -125,13 +139,13 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                     for i, t in enumerate(ts):
                         num[i] += float((t[k].float() - ts[0][k].float()).pow(2).sum())
             save_file(mixed, str(tmp / name), metadata={"format": "pt"})
+        ingredients = [_ingredient(m) for m in manifests]
         ma.setdefault("training", {})["interpolation"] = {
-            "models": [str(m) for m in models], "weights": list(weights),
-            "ingredients": [_ingredient(m) for m in manifests]}
+            "models": [str(m) for m in models], "weights": list(weights), "ingredients": ingredients}
         (tmp / "kevlike.json").write_text(json.dumps(ma, indent=1))
         parts = " + ".join(f"{w:g}·{m}" for w, m in zip(weights, models))
         save_calibration(tmp, TemperatureTable(source=f"T = 1: interpolated ({parts}), not calibrated"))
-        (tmp / "MODEL_CARD.md").write_text(_card(models, weights, manifests))
+        (tmp / "MODEL_CARD.md").write_text(_card(models, weights, ingredients))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

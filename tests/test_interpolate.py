@@ -50,7 +50,7 @@ def test_interpolation_is_the_weighted_mean_of_every_trained_tensor(tmp_path):
     assert not (tmp_path / "m" / "profiles").exists()                   # nor its profiles
     card = (tmp_path / "m" / "MODEL_CARD.md").read_text()               # nor A's card: one that lists the two
     assert "the card of these weights only" not in card
-    assert f"| 0.75 | `{a}` | facts | 0 | 0 | 0.5 |" in card and f"| 0.25 | `{b}` | facts | 1 | 20 | 0.5 |" in card
+    assert f"| 0.75 | `{a}` | facts | 0 | 0 | 0.500 |" in card and f"| 0.25 | `{b}` | facts | 1 | 20 | 0.500 |" in card
     interpolate(a, b, tmp_path / "m1", 1.0)
     assert torch.equal(load_file(tmp_path / "m1" / "head.safetensors")["w_q"], load_file(b / "head.safetensors")["w_q"])
 
@@ -88,6 +88,12 @@ def test_a_soup_of_three_is_their_weighted_mean_and_the_command_line_defaults_to
     assert [i["seed"] for i in manifest["ingredients"]] == [0, 1, 2] and manifest["ingredients"][2]["step"] == 40
     whole = json.loads((tmp_path / "s" / "kevlike.json").read_text())   # the first model's serving settings
     assert whole["option_mode"] == "set" and whole["option_orders"] == 1 and whole["training"]["config"]["seed"] == 0
+    nested = soup([tmp_path / "s", ms[1]], [0.5, 0.5], tmp_path / "ss")  # a soup of a soup keeps the inner record
+    assert nested[1] > 0
+    inner = json.loads((tmp_path / "ss" / "kevlike.json").read_text())["training"]["interpolation"]["ingredients"]
+    assert inner[0]["interpolation"] == manifest and "interpolation" not in inner[1]
+    card = (tmp_path / "ss" / "MODEL_CARD.md").read_text()
+    assert "| 0.5 | `%s` | a soup (0.5 facts seed 0, 0.3 facts seed 1, 0.2 facts seed 2) | | | |" % (tmp_path / "s") in card
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "interpolate.py"), *map(str, ms), str(tmp_path / "u")],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
