@@ -61,10 +61,8 @@ def _card(models: list[Path], weights: list[float], ingredients: list[dict]) -> 
     """The soup's ``MODEL_CARD.md``: its ingredients (:func:`_ingredient`) with their weights (Markdown)."""
     def cells(i: dict) -> str:
         nll = i["validation_nll"]
-        own = f"{i['config']} | {i['seed']} | {i['step']} | {nll:.3f}" if isinstance(nll, float) else \
-            f"{i['config']} | {i['seed']} | {i['step']} | {nll}"
         if "interpolation" not in i:
-            return own
+            return f"{i['config']} | {i['seed']} | {i['step']} | {f'{nll:.3f}' if isinstance(nll, float) else nll}"
         inner = ", ".join(f"{w:.3g} {j['config']} seed {j['seed']}" for w, j in
                           zip(i["interpolation"]["weights"], i["interpolation"]["ingredients"]))
         return f"a soup ({inner}) | | |"
