@@ -11,6 +11,7 @@ generalization`` wrote (calibrated); the records counted are those of
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -31,13 +32,13 @@ def unseen(records: list[dict]) -> tuple[int, float, float]:
     return s["n"], s["accuracy"], s["nll"]
 
 
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if argv else 2
-    for arg in argv:
-        p = Path(arg)
-        path = p if p.is_file() else p / "records.jsonl"
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="a `kevlike eval --suite generalization` run directory, or its records.jsonl")
+    for arg in p.parse_args(argv).runs:
+        path = Path(arg) if Path(arg).is_file() else Path(arg) / "records.jsonl"
         try:
             n, acc, nll = unseen([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
         except (OSError, ValueError, KeyError) as e:
@@ -48,4 +49,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
