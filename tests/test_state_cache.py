@@ -2,6 +2,7 @@
 prefix, miss), the LRU respects its memory cap, responses say how many tokens came from the cache."""
 
 import pytest
+import torch
 
 from kevlike.model.state_cache import StateCache, cache_nbytes
 
@@ -48,6 +49,45 @@ def test_lru_eviction_by_memory_cap():
     assert len(tiny) == 0                                              # larger than the whole cap: not kept
     with pytest.raises(ValueError, match="state cache size must be a finite number of MB >= 0"):
         StateCache(-1)
+
+
+
+def _held_bytes(cache) -> int:
+    """Bytes of storage the key/value tensors of a transformers cache keep alive (each storage once)."""
+    storages = {}
+    for layer in cache.layers:
+        for t in (layer.keys, layer.values):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+def test_counted_bytes_are_the_bytes_held():
+    # issue 32: the branches used to extend the cached entry in place and crop it back, leaving each entry a view
+    # that pinned the whole [state + branches] buffer while only the state's bytes were counted
+    eng = make_engine("llama", state_cache_mb=64)
+    long_q = {f"q{i}": {"type": "noul", "instructions": "Does this need a reply within the hour? " * 6}
+              for i in range(6)}
+    for req in (REQUEST, dict(REQUEST, questions=long_q),                       # miss, then a hit
+                dict(REQUEST, state=REQUEST["state"] + " Also, the refund never arrived.", questions=long_q)):
+        eng.decide(req)                                                         # ... then a grown prefix
+    assert len(eng.state_cache) == 2
+    held = 0
+    for ids, (kv, counted) in eng.state_cache._entries.items():
+        assert _held_bytes(kv) == counted == 768 * len(ids)                   # 768 bytes per state token (tiny Llama)
+        held += counted
+    assert eng.state_cache.bytes == held
+    # a view handed to put is stored as a compact copy and counted at its own size
+    kv = next(iter(eng.state_cache._entries.values()))[0]
+    S = kv.get_seq_length()
+    from transformers import DynamicCache
+    wide = DynamicCache()
+    for i, layer in enumerate(kv.layers):
+        wide.update(torch.cat([layer.keys, layer.keys], dim=-2), torch.cat([layer.values, layer.values], dim=-2), i)
+    wide.crop(-S)                                                               # a view of S tokens into 2 S
+    assert _held_bytes(wide) == 2 * 768 * S
+    cache = StateCache(max_mb=1)
+    cache.put((1,), wide)
+    assert cache.bytes == _held_bytes(cache._entries[(1,)][0]) == 768 * S
 
 
 def test_longest_prefix_wins():

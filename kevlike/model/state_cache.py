@@ -13,14 +13,19 @@ belongs to one engine, i.e. one model), and a later request runs only its branch
 
 The branches then run back to back in one row on top of the state's keys/values (transformers'
 ``DynamicCache``), under a ``[ΣL, S + ΣL]`` mask with positions ``S…S+L−1`` per branch — exactly
-the positions and visibility of the packed pass: each branch sees the state and itself. The shared
-cache is extended in place and cropped back to the state after the pass, so an engine with a state
-cache must not run two forward passes at once (the server runs one model thread per model). Answers equal the
-uncached packed path to float rounding (≤ 1e-5 in fp32, tested on tiny models and the real backbone).
+the positions and visibility of the packed pass: each branch sees the state and itself. The pass
+extends a *shallow copy* of the cached entry (its own layer objects, the entry's tensors): transformers
+grows a layer by ``torch.cat`` into a new tensor, so the entry's tensors are never written and never
+grow. The cache is still meant for one forward pass at a time per engine (the server runs one model
+thread per model). Answers equal the uncached packed path to float rounding (≤ 1e-5 in fp32, tested on
+tiny models and the real backbone).
 
 Memory: a state costs ``2 · layers · kv_heads · head_dim · bytes`` per token (46 KB per token for
 SmolLM2-135M in fp32, 23.6 MB for a 512-token state); entries are evicted least recently used once
-their sum exceeds ``max_mb``. ``max_mb = 0`` turns the cache off. Pointer readout only.
+their sum exceeds ``max_mb``. What is counted is what is held: :meth:`StateCache.put` keeps compact
+tensors only (a view into a larger buffer, e.g. a cropped ``[state + branches]`` cache, is copied
+down to its own size first) and counts the bytes of their storage. ``max_mb = 0`` turns the cache
+off. Pointer readout only.
 """
 
 from __future__ import annotations
@@ -36,14 +41,42 @@ from kevlike.model.heads import pool_orders
 from kevlike.model.kernels.masks import branch_rows_mask
 
 
-def cache_nbytes(cache) -> int:
-    """Bytes of the key/value tensors of a transformers cache."""
-    total = 0
+def _kv_tensors(cache):
+    """``(layer, name, tensor)`` for every key/value tensor of a transformers cache."""
     for layer in getattr(cache, "layers", []):
-        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
             if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
+                yield layer, name, t
+
+
+def cache_nbytes(cache) -> int:
+    """Bytes held by the key/value tensors of a transformers cache: the size of their storage (each storage
+    counted once), not of the views: a view of ``S`` tokens into an ``[S + L]``-token buffer holds it all."""
+    seen, total = set(), 0
+    for _, _, t in _kv_tensors(cache):
+        st = t.untyped_storage()
+        if st.data_ptr() not in seen:
+            seen.add(st.data_ptr())
+            total += st.nbytes()
     return total
+
+
+def compact(cache):
+    """Make every key/value tensor of ``cache`` own exactly its elements (in place; returns ``cache``): a tensor
+    that is a view into a larger storage, or not contiguous, is replaced by a contiguous copy."""
+    for layer, name, t in _kv_tensors(cache):
+        if not t.is_contiguous() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
+            setattr(layer, name, t.contiguous().clone())
+    return cache
+
+
+def shallow_copy(cache):
+    """A cache that shares ``cache``'s key/value tensors but has its own layer objects: extending it (transformers'
+    ``DynamicLayer.update`` concatenates into new tensors) leaves ``cache`` as it was, without copying it."""
+    new = copy.copy(cache)
+    new.layers = [copy.copy(layer) for layer in cache.layers]
+    return new
 
 
 class StateCache:
@@ -64,8 +97,8 @@ class StateCache:
 
     def lookup(self, ids: tuple[int, ...]) -> tuple[int, object | None]:
         """``(n, cache)``: the cached keys/values of the longest cached prefix of ``ids`` (``n`` tokens;
-        ``n == len(ids)`` on an exact hit), or ``(0, None)``. The cache object is shared: copy it
-        before extending it."""
+        ``n == len(ids)`` on an exact hit), or ``(0, None)``. The cache object is shared: extend a
+        :func:`shallow_copy` of it, never the object itself."""
         with self._lock:
             if ids in self._entries:
                 self._entries.move_to_end(ids)
@@ -83,9 +116,10 @@ class StateCache:
             return len(best), self._entries[best][0]
 
     def put(self, ids: tuple[int, ...], cache) -> None:
-        """Keep ``cache`` for ``ids``; evict least recently used entries beyond the cap (a state larger
-        than the whole cap is not kept)."""
-        size = cache_nbytes(cache)
+        """Keep ``cache`` for ``ids`` (its tensors made compact first, :func:`compact`; its size counted as the
+        bytes of their storage); evict least recently used entries beyond the cap (a state larger than the
+        whole cap is not kept)."""
+        size = cache_nbytes(compact(cache))
         if size > self.max_bytes:
             return
         with self._lock:
@@ -122,14 +156,15 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
     if n_cached < S:
         rest = torch.tensor([state[n_cached:]], device=dev)
         pos = torch.arange(n_cached, S, device=dev)[None]
-        kv = copy.deepcopy(kv) if kv is not None else None
+        kv = shallow_copy(kv) if kv is not None else None       # the cached prefix stays as it is
         kv = body(input_ids=rest, position_ids=pos, cache=kv, use_cache=True).cache
         state_cache.put(state, kv)
     # all branches in one row after the cached state, each as [prompt][sub-branch 1]…: the packed mask's
     # branch rows (kernels/masks.branch_rows_mask, [T, S + T]) let each token see the
     # state, its own branch causally and no sibling sub-branch; positions restart at S per branch and after
-    # the prompt per sub-branch. The shared cache is extended in place and cropped back to the state
-    # afterwards (no copies)
+    # the prompt per sub-branch. The branches extend a shallow copy of the entry: the entry keeps its own
+    # compact [state] tensors (the [state + branches] ones are dropped with the copy after the pass)
+    kv = shallow_copy(kv)
     ids, pos, seg, opt, decide, reads = [], [], [], [], [], []
     for j, b in enumerate(enc.branches):
         start = len(ids)
@@ -151,13 +186,9 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
         else:
             reads.append([start + o for o in b.options])
     mask = branch_rows_mask(S, torch.tensor(seg, device=dev), torch.tensor(opt, device=dev))   # (1, 1, T, S + T)
-    try:
-        h = body(input_ids=torch.tensor([ids], device=dev), attention_mask=mask,
-                 position_ids=torch.tensor([pos], device=dev), cache=kv, use_cache=True).last_hidden_state[0]
-    except BaseException:
-        state_cache.discard(state)                # its layers may be extended unevenly: never reuse it
-        raise
-    kv.crop(-(kv.get_seq_length() - S))           # transformers 5: a negative count removes that many tokens
+    h = body(input_ids=torch.tensor([ids], device=dev), attention_mask=mask,
+             position_ids=torch.tensor([pos], device=dev), cache=kv, use_cache=True).last_hidden_state[0]
+    del kv
     # the engine's readout on this one row, given the positions a PackedBatch would hold: <decide> per branch,
     # option k's last token (option_end - 1) per branch and option
     NB, K = len(reads), max(len(r) for r in reads)
