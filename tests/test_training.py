@@ -260,14 +260,95 @@ def test_config_errors_name_the_key(tmp_path):
         load_config(None, ["tasks.spam.wieght=1"])
     with pytest.raises(ConfigError, match="unknown task 'bankin77'"):
         load_config(None, ["tasks={bankin77: {weight: 1}}"])
-    with pytest.raises(ConfigError, match="weight must be a number"):
+    with pytest.raises(ConfigError, match="tasks.spam.weight must be a finite number ≥ 0, got -1"):
         load_config(None, ["tasks.spam.weight=-1"])
     with pytest.raises(ConfigError, match="validation.n"):
         load_config(None, ["validation.n=0"])
-    with pytest.raises(ConfigError, match="validation.seed must be an integer or null, got 'x'"):
+    with pytest.raises(ConfigError, match="validation.seed must be an integer from 0 to 4294967295 or null, got 'x'"):
         load_config(None, ["validation.seed=x"])
     cfg = load_config(None, ["optim.lr=1e-4", "tasks.spam.weight=0.5", "stop_after=3"])
     assert cfg["optim"]["lr"] == 1e-4 and cfg["tasks"]["spam"]["weight"] == 0.5 and cfg["stop_after"] == 3
+
+
+@pytest.mark.parametrize("override, message", [
+    ("optim.lr=.nan", "optim.lr must be a finite number ≥ 0, got nan"),
+    ("optim.grad_clip=.inf", "optim.grad_clip must be a finite number > 0, got inf"),
+    ("optim.grad_clip=0", "optim.grad_clip must be a finite number > 0, got 0"),
+    ("optim.warmup=1.5", "optim.warmup must be a finite number from 0 to 1, got 1.5"),
+    ("lora.r=0", "lora.r must be an integer ≥ 1, got 0"),
+    ("lora.r=abc", "lora.r must be an integer ≥ 1, got 'abc'"),
+    ("lora.r=8.5", "lora.r must be an integer ≥ 1, got 8.5"),
+    ("lora.r=true", "lora.r must be an integer ≥ 1, got True"),
+    ("lora.dropout=2", "lora.dropout must be a finite number from 0 to 1 (below 1), got 2"),
+    ("lora.alpha=-.inf", "lora.alpha must be a finite number > 0, got -inf"),
+    ("lora.target_modules=[]", "lora.target_modules must be a non-empty list of names, got []"),
+    ("lora=5", "lora must be a mapping of r, alpha, dropout, target_modules, got 5"),
+    ("seed=abc", "seed must be an integer from 0 to 4294967295, got 'abc'"),
+    ("seed=-1", "seed must be an integer from 0 to 4294967295, got -1"),
+    ("checkpoint_every=-5", "checkpoint_every must be an integer ≥ 0, got -5"),
+    ("max_minutes=.nan", "max_minutes must be a finite number > 0 or null, got nan"),
+    ("stop_after=0", "stop_after must be an integer ≥ 1 or null, got 0"),
+    ("head.d_head=0", "head.d_head must be an integer ≥ 1 or null, got 0"),
+    ("head.scale_init=1", "head.scale_init must be true or false, got 1"),
+    ("loss.perm=.nan", "loss.perm must be a finite number ≥ 0, got nan"),
+    ("set_share=1e400", "set_share must be a finite number from 0 to 1, got inf"),
+    ("name=", "name must be a non-empty string, got None"),
+    ("validation.tasks=[bankin77]", "unknown task 'bankin77' in validation.tasks"),
+    ("tasks.spam.weight=.inf", "tasks.spam.weight must be a finite number ≥ 0, got inf"),
+    ("tasks.spam.weight=abc", "tasks.spam.weight must be a finite number ≥ 0, got 'abc'"),
+    ("tasks.banking77.perm_twin=2", "tasks.banking77.perm_twin must be a finite number from 0 to 1, got 2"),
+    ("tasks.banking77.negatives=0", "tasks.banking77.negatives must be an integer ≥ 1 or null, got 0"),
+    ("optim={lrr: 1}", "unknown config key 'optim.lrr'"),
+])
+def test_every_key_is_checked_for_type_range_and_finiteness(override, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_the_rule_table_covers_every_key_and_every_task_option():
+    from kevlike.data.tasks import FAMILY_KEYS
+    from kevlike.training.config import RULES, TASK_RULES
+
+    def leaves(d, prefix=""):
+        for k, v in d.items():
+            if prefix + k in ("tasks", "data"):   # checked by TASK_RULES and the data entry rule
+                continue
+            if isinstance(v, dict):
+                yield from leaves(v, f"{prefix}{k}.")
+            else:
+                yield prefix + k
+    assert set(leaves(DEFAULTS)) == set(RULES)
+    assert set(FAMILY_KEYS) <= set(TASK_RULES)
+    for k, rule in RULES.items():   # every default passes its own rule
+        section, _, leaf = k.rpartition(".")
+        assert rule.accepts(DEFAULTS[section][leaf] if section else DEFAULTS[leaf]), k
+    # a mapping given on the command line sets its keys only; the others keep their values
+    cfg = load_config(None, ["optim={lr: 1.0e-4}"])
+    assert cfg["optim"] == {**DEFAULTS["optim"], "lr": 1e-4}
+
+
+def test_a_bad_config_value_exits_2_with_one_line_and_writes_no_run_directory(tmp_path):
+    out = tmp_path / "runs"
+    for bad, key in (("optim.lr=.nan", "optim.lr must be a finite number"), ("lora.r=abc", "lora.r must be an integer")):
+        p = kevlike("train", str(ROOT / "configs" / "default.yaml"), bad, f"output_dir={out}", "--quiet")
+        err = p.stderr.decode().strip()
+        assert p.returncode == 2 and key in err and len(err.splitlines()) == 1, err
+        assert not out.exists()
+
+
+def test_a_non_finite_loss_stops_the_run_at_that_step(tiny_dir, tmp_path):
+    """lr = 1e30 (finite, so the config takes it): step 1 blows the weights up and the loss of step 2 is not
+    finite; the run stops there with an error naming the step, before an update makes the weights NaN."""
+    from kevlike.training.train import train
+
+    with pytest.raises(ValueError, match=r"non-finite training loss at step 2: loss (nan|inf)") as e:
+        train(None, [f"backbone={tiny_dir}", f"output_dir={tmp_path}", "tasks={facts: {weight: 1}}", "lora.r=4",
+                     "optim.lr=1e30", "optim.head_lr=1e30", "batch_size=1", "max_steps=5", "eval_every=100",
+                     "validation.n=1", "checkpoint_every=0", "device=cpu", "mixed_precision=no"], quiet=True)
+    assert "optim.lr" in str(e.value)
+    (run,) = tmp_path.iterdir()
+    assert not (run / "summary.json").exists()
 
 
 def test_validation_items_follow_the_run_seed_unless_validation_seed_fixes_them():

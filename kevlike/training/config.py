@@ -4,13 +4,15 @@ command-line overrides (dotted keys, YAML-typed values: ``optim.lr=1e-4 tasks.sp
 from __future__ import annotations
 
 import copy
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from kevlike.data.families import HELDOUT_SOURCES
-from kevlike.data.tasks import FAMILY_KEYS, TASKS
+from kevlike.data.tasks import TASKS
 from kevlike.model.backbones import cpu_bf16_units
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -77,6 +79,143 @@ class ConfigError(ValueError):
     """A config file or override that names an unknown key or has a bad value."""
 
 
+@dataclass(frozen=True)
+class Rule:
+    """What one config key accepts: ``kind`` ``int`` (a YAML integer, never a bool), ``number`` (an int or a
+    finite float), ``bool``, ``str`` (non-empty), ``names`` (a non-empty list of non-empty strings) or ``choice``
+    (one of ``choices``); numbers within ``lo``..``hi`` (``lo_open``/``hi_open``: the bound itself excluded);
+    ``null``: None is accepted too. :meth:`text` is the rule in words, as the error message states it."""
+
+    kind: str
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    null: bool = False
+    choices: tuple = ()
+
+    def accepts(self, v) -> bool:
+        if v is None:
+            return self.null
+        if self.kind == "bool":
+            return isinstance(v, bool)
+        if self.kind == "str":
+            return isinstance(v, str) and bool(v.strip())
+        if self.kind == "names":
+            return isinstance(v, list) and bool(v) and all(isinstance(x, str) and x.strip() for x in v)
+        if self.kind == "choice":
+            return v in self.choices
+        if isinstance(v, bool) or not isinstance(v, int if self.kind == "int" else (int, float)):
+            return False
+        if not math.isfinite(v):
+            return False
+        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
+            return False
+        return self.hi is None or (v < self.hi if self.hi_open else v <= self.hi)
+
+    def text(self) -> str:
+        if self.kind in ("bool", "str", "names", "choice"):
+            words = {"bool": "true or false", "str": "a non-empty string", "names": "a non-empty list of names",
+                     "choice": " or ".join(repr(c) for c in self.choices)}[self.kind]
+        else:
+            words = "an integer" if self.kind == "int" else "a finite number"
+            if self.lo is not None and self.hi is not None:
+                words += (f" from {_fmt(self.lo)} to {_fmt(self.hi)}" + (f" (below {_fmt(self.hi)})" if self.hi_open
+                                                                          else "")
+                          + (f" (above {_fmt(self.lo)})" if self.lo_open else ""))
+            elif self.lo is not None:
+                words += f" {'>' if self.lo_open else '≥'} {_fmt(self.lo)}"
+        return words + (" or null" if self.null else "")
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _int(lo=None, hi=None, null=False) -> Rule:
+    return Rule("int", lo, hi, null=null)
+
+
+def _num(lo=None, hi=None, lo_open=False, hi_open=False, null=False) -> Rule:
+    return Rule("number", lo, hi, lo_open, hi_open, null)
+
+
+_SHARE = _num(0, 1)       # a probability or a share
+_SEED = 2 ** 32 - 1        # numpy's seed range (accelerate's set_seed seeds numpy too)
+
+# Every key of DEFAULTS (dotted), what it accepts. load_config checks each resolved value against its rule
+# before anything loads; tests/test_training.py checks that every key of DEFAULTS has one.
+RULES: dict[str, Rule] = {
+    "name": Rule("str"),
+    "backbone": Rule("str"),
+    "init_from": Rule("str", null=True),
+    "seed": _int(0, _SEED),
+    "output_dir": Rule("str"),
+    "device": Rule("str", null=True),
+    "mixed_precision": Rule("choice", choices=("auto", "no", "bf16")),
+    "lora.r": _int(1),
+    "lora.alpha": _num(0, lo_open=True),
+    "lora.dropout": _num(0, 1, hi_open=True),
+    "lora.target_modules": Rule("names"),
+    "head.d_head": _int(1, null=True),
+    "head.scale_init": Rule("bool"),
+    "train_delimiters": Rule("bool"),
+    "loss.perm": _num(0),
+    "loss.ord": _num(0),
+    "set_share": _SHARE,
+    "optim.lr": _num(0),
+    "optim.head_lr": _num(0),
+    "optim.weight_decay": _num(0),
+    "optim.warmup": _SHARE,               # a share of max_steps
+    "optim.grad_clip": _num(0, lo_open=True),
+    "batch_size": _int(1),
+    "grad_accum": _int(1),
+    "max_steps": _int(1),
+    "max_minutes": _num(0, lo_open=True, null=True),
+    "stop_after": _int(1, null=True),
+    "eval_every": _int(1),
+    "validation.n": _int(1),
+    "validation.tasks": Rule("names", null=True),
+    "validation.data": Rule("str", null=True),
+    "validation.seed": _int(0, _SEED, null=True),
+    "patience": _int(1),
+    "checkpoint_every": _int(0),
+}
+# tasks.NAME.KEY (kevlike.data.tasks.make_example passes them on to the example builders)
+TASK_RULES: dict[str, Rule] = {
+    "weight": _num(0),
+    "negatives": _int(1, null=True),      # None: every label
+    "full_set": _SHARE, "perm_twin": _SHARE, "irrelevant": _SHARE,
+    "noul_twins": _int(0),
+    "prompt": _int(0, null=True),
+    "families": Rule("bool"),
+    "max_questions": _int(1),
+    "distractor": _SHARE, "coherence": _SHARE, "wrap_negation": _SHARE, "insert_not": _SHARE,
+    "negation": Rule("bool"), "augment": Rule("bool"),
+}
+_OPEN = ("tasks", "data")   # top-level keys checked below, not by RULES
+
+
+def _check(key: str, value, rule: Rule) -> None:
+    if not rule.accepts(value):
+        raise ConfigError(f"{key} must be {rule.text()}, got {value!r}")
+
+
+def check_rules(cfg: dict) -> None:
+    """Check every key of ``cfg`` that :data:`RULES` declares (sections first: ``lora: 5`` is not a mapping).
+
+    Raises:
+        ConfigError: one line, ``KEY must be RULE, got VALUE``.
+    """
+    for k, v in DEFAULTS.items():
+        if isinstance(v, dict) and k not in _OPEN and not isinstance(cfg.get(k), dict):
+            raise ConfigError(f"{k} must be a mapping of {', '.join(v)}, got {cfg.get(k)!r}")
+    for key, rule in RULES.items():
+        section, _, leaf = key.rpartition(".")
+        node = cfg[section] if section else cfg
+        _check(key, node.get(leaf, DEFAULTS[section][leaf] if section else DEFAULTS[leaf]), rule)
+
+
 def _merge(base: dict, over: dict, where: str, open_keys: tuple = ("tasks",)) -> dict:
     out = copy.deepcopy(base)
     for k, v in (over or {}).items():
@@ -132,17 +271,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
             node = node[p]
         if parts[-1] not in node and parts[0] != "tasks":
             raise ConfigError(f"unknown config key {'.'.join(parts)!r}")
+        if parts[0] != "tasks" and isinstance(node[parts[-1]], dict) and isinstance(value, dict):
+            value = _merge(node[parts[-1]], value, f"{'.'.join(parts)}.")   # `optim={lr: 1e-4}` sets lr only
         node[parts[-1]] = value
     if cfg["mixed_precision"] is False:     # YAML 1.1 reads a bare `no` (file or key=value) as false
         cfg["mixed_precision"] = "no"
-    if cfg["mixed_precision"] not in ("auto", "no", "bf16"):
-        raise ConfigError(f"mixed_precision must be 'auto', 'no' or 'bf16', got {cfg['mixed_precision']!r}")
-    for k in ("batch_size", "grad_accum", "max_steps", "eval_every"):
-        if not isinstance(cfg[k], int) or isinstance(cfg[k], bool) or cfg[k] < 1:
-            raise ConfigError(f"{k} must be a positive integer, got {cfg[k]!r}")
+    check_rules(cfg)
 
-    task_keys = {"weight", "negatives", "full_set", "perm_twin", "irrelevant", "noul_twins", "prompt", "families",
-                 *FAMILY_KEYS}
+    task_keys = set(TASK_RULES)
     if not isinstance(cfg["tasks"], dict) or not cfg["tasks"]:
         raise ConfigError("tasks must map at least one task name to its settings")
     for name, opts in cfg["tasks"].items():
@@ -150,15 +286,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
             raise ConfigError(f"unknown task {name!r} in tasks (known: {', '.join(TASKS)})")
         if not isinstance(opts, dict):
             raise ConfigError(f"tasks.{name} must be a mapping of settings, got {opts!r}")
-        if name in HELDOUT_SOURCES and float(opts.get("weight", 1.0)) > 0:
-            raise ConfigError(f"tasks.{name}: {name} is a held-out source of the generalization suite and is never "
-                              f"trained on (held out: {', '.join(HELDOUT_SOURCES)})")
         for k, v in opts.items():
             if k not in task_keys:
                 raise ConfigError(f"unknown config key 'tasks.{name}.{k}' (known: {', '.join(sorted(task_keys))})")
-        w = opts.get("weight", 1.0)
-        if not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0:
-            raise ConfigError(f"tasks.{name}.weight must be a number ≥ 0, got {w!r}")
+            _check(f"tasks.{name}.{k}", v, TASK_RULES[k])
+        if name in HELDOUT_SOURCES and float(opts.get("weight", 1.0)) > 0:
+            raise ConfigError(f"tasks.{name}: {name} is a held-out source of the generalization suite and is never "
+                              f"trained on (held out: {', '.join(HELDOUT_SOURCES)})")
     if sum(float(o.get("weight", 1.0)) for o in cfg["tasks"].values()) <= 0:
         raise ConfigError("the task weights sum to 0: give at least one task a positive weight")
     if not isinstance(cfg["data"], list):
@@ -166,26 +300,15 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
     for i, entry in enumerate(cfg["data"]):
         if not isinstance(entry, dict) or set(entry) - {"path", "weight"} or not isinstance(entry.get("path"), str):
             raise ConfigError(f"data[{i}] must be {{path: FILE.jsonl, weight: W}}, got {entry!r}")
-        w = entry.get("weight", 1.0)
-        if not isinstance(w, (int, float)) or isinstance(w, bool) or w <= 0:
-            raise ConfigError(f"data[{i}].weight must be a number > 0, got {w!r}")
+        _check(f"data[{i}].weight", entry.get("weight", 1.0), _num(0, lo_open=True))
         if not Path(entry["path"]).is_file():
             raise ConfigError(f"data[{i}].path: {entry['path']} does not exist")
     vdata = cfg["validation"]["data"]
     if vdata is not None and (not isinstance(vdata, str) or not Path(vdata).is_file()):
         raise ConfigError(f"validation.data: {vdata!r} is not a labelled file")
-    share = cfg["set_share"]
-    if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share <= 1:
-        raise ConfigError(f"set_share must be a number from 0 to 1, got {share!r}")
-    n_val = cfg["validation"]["n"]
-    if not isinstance(n_val, int) or isinstance(n_val, bool) or n_val < 1:
-        raise ConfigError(f"validation.n must be a positive integer, got {n_val!r}")
-    v_seed = cfg["validation"].get("seed")
-    if v_seed is not None and (not isinstance(v_seed, int) or isinstance(v_seed, bool)):
-        raise ConfigError(f"validation.seed must be an integer or null, got {v_seed!r}")
-    for k, v in cfg["optim"].items():
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-            raise ConfigError(f"optim.{k} must be a non-negative number, got {v!r}")
+    for t in cfg["validation"]["tasks"] or ():
+        if t not in TASKS:
+            raise ConfigError(f"unknown task {t!r} in validation.tasks (known: {', '.join(TASKS)})")
     return cfg
 
 

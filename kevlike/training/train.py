@@ -437,6 +437,11 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             with accelerator.accumulate(model):
                 logits = model(batch)
                 terms = loss_terms(logits, batch, aux, cfg)
+                if not torch.isfinite(terms["loss"]).all():   # before any update: the weights stay finite
+                    raise ValueError(f"non-finite training loss at step {step + 1}: "
+                                     + ", ".join(f"{k} {float(v.detach()):g}" for k, v in terms.items())
+                                     + "; the run stops here (its last checkpoint and artifact are of earlier "
+                                       "steps; try a lower optim.lr or optim.grad_clip)")
                 accelerator.backward(terms["loss"])
                 if accelerator.sync_gradients:
                     accelerator.clip_grad_norm_(model.parameters(), o["grad_clip"])
