@@ -25,6 +25,8 @@ class ServerConfig:
         state_cache_mb: MiB of state keys/values kept per model between requests (0: off;
             :mod:`kevlike.model.state_cache`).
         api_keys: bearer keys; empty: authentication off.
+        record_queue: answered requests that may wait to be written to the outcome store (``--record``;
+            :class:`~kevlike.service.feedback.Recorder`); when full, decisions get 503 before they are computed.
         limits: request :class:`~kevlike.request.limits.Limits`.
 
     Raises:
@@ -41,11 +43,12 @@ class ServerConfig:
     max_batch_tokens: int = 32768
     state_cache_mb: float = 256.0
     api_keys: frozenset = field(default_factory=frozenset)
+    record_queue: int = 1024
     limits: Limits = DEFAULT_LIMITS
 
     def __post_init__(self):
-        if self.max_batch < 1 or self.queue_size < 1 or self.max_batch_tokens < 1:
-            raise ValueError("max_batch, queue_size and max_batch_tokens must be >= 1")
+        if self.max_batch < 1 or self.queue_size < 1 or self.max_batch_tokens < 1 or self.record_queue < 1:
+            raise ValueError("max_batch, queue_size, max_batch_tokens and record_queue must be >= 1")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be from 0 to 65535, got {self.port}")
         if not (0 < self.timeout_s < math.inf) or not (0 <= self.max_wait_ms < math.inf):

@@ -14,6 +14,17 @@ The tables are created on first use::
                        answer as a distribution over the options) · created_at FLOAT
                                                                          PK (request_id, question_id)
 
+**SQLite** is opened in WAL mode (readers never block the writer, and a reader — a backup, a DB browser,
+a long report — never makes a write fail), with a busy timeout (``busy_timeout_s``, 5 s) for the lock
+another *writer* holds, and write transactions begin ``IMMEDIATE`` (they take the write lock first, so a
+read-then-write transaction never fails on a snapshot another process made stale). A lock still held
+after the busy timeout raises :class:`StoreBusy` (HTTP 503 with ``Retry-After``), never a server error.
+
+Answered requests are recorded off the response path by a :class:`Recorder`: a bounded queue and one
+writer thread that retries a busy store until the write lands, so a lock loses no record; when the
+queue is full the server answers new decisions 503 (``Retry-After``) *before* computing them, so an
+answered request always has its place in the queue.
+
 An outcome is an answer in the labelled-data format of :mod:`kevlike.data.labelled` (``true``/``false``,
 an option key, a level index, or a distribution). Posting it again replaces it (the last observation
 wins), so repeats are idempotent. Each answer keeps the temperature it was served with, so
@@ -23,15 +34,22 @@ wins), so repeats are idempotent. Each answer keeps the temperature it was serve
 
 from __future__ import annotations
 
+import collections
 import json
+import logging
 import math
+import queue
 import threading
 import time
 
-from sqlalchemy import Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, select
+from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, event, func,
+                        select)
+from sqlalchemy.exc import OperationalError
 
 from kevlike.metrics import summary
 from kevlike.request.schema import Option, Question
+
+log = logging.getLogger("kevlike.service.feedback")
 
 metadata = MetaData()
 requests_table = Table(
@@ -60,31 +78,90 @@ class UnknownRequest(LookupError):
     """No recorded request has this id (HTTP 404)."""
 
 
+class StoreBusy(RuntimeError):
+    """The store is locked or unreachable for now (SQLite: another connection held the write lock past the
+    busy timeout; any backend: a lost connection): retry later (HTTP 503 with ``Retry-After``). The
+    database's own :class:`sqlalchemy.exc.OperationalError` is its ``__cause__``."""
+
+
+def model_filter(column, model: str):
+    """The SQL condition "``column`` is ``model`` or ``model@PROFILE``": exact and case-exact (no ``LIKE``, whose
+    ``_``/``%`` wildcards and, in SQLite, ASCII case folding would match other models)."""
+    prefix = model + "@"
+    return (column == model) | (func.substr(column, 1, len(prefix)) == prefix)
+
+
 class FeedbackStore:
     """The recording database. Thread-safe: writes are serialised in-process, and each is one
     transaction (a crash leaves either all of a request's rows or none).
 
     Args:
         url: a SQLAlchemy database URL (``sqlite:///path.db``; ``sqlite://`` is in memory).
+        busy_timeout_s: SQLite only: how long a statement waits for a lock another connection holds
+            before :class:`StoreBusy` (seconds, finite, >= 0).
 
     Raises:
         sqlalchemy.exc.ArgumentError: a malformed URL.
+        ValueError: a busy timeout that is not a finite number >= 0.
+        StoreBusy: the tables could not be created because the store is locked or unreachable.
     """
 
-    def __init__(self, url: str):
-        kw = {}
-        if url.startswith("sqlite"):
-            kw["connect_args"] = {"check_same_thread": False}
+    def __init__(self, url: str, busy_timeout_s: float = 5.0):
+        if not (isinstance(busy_timeout_s, (int, float)) and 0 <= busy_timeout_s < math.inf):
+            raise ValueError(f"busy_timeout_s must be a finite number of seconds >= 0, got {busy_timeout_s!r}")
         self.url = url
-        self.engine = create_engine(url, **kw)
-        metadata.create_all(self.engine)
+        self.busy_timeout_s = float(busy_timeout_s)
+        self.sqlite = url.startswith("sqlite")
+        if self.sqlite:
+            self.engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s})
+            self._sqlite_pragmas()
+        else:
+            self.engine = create_engine(url, pool_pre_ping=True)
         self._lock = threading.Lock()
+        with self._busy():
+            metadata.create_all(self.engine)
+
+    def _sqlite_pragmas(self) -> None:
+        """WAL, the busy timeout, and SQLAlchemy's recipe for explicit transactions in pysqlite (the driver's own
+        implicit BEGIN is turned off; each transaction begins with ``BEGIN``, or ``BEGIN IMMEDIATE`` for a
+        connection marked ``sqlite_write``)."""
+        ms = int(self.busy_timeout_s * 1000)
+
+        @event.listens_for(self.engine, "connect")
+        def _connect(dbapi_conn, _record):
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")           # 'memory' for sqlite:// (nothing to share there)
+            cur.execute(f"PRAGMA busy_timeout={ms}")
+            cur.close()
+
+        @event.listens_for(self.engine, "begin")
+        def _begin(conn):
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("sqlite_write") else "BEGIN")
+
+    def _busy(self):
+        """A context that turns the database's operational errors (a lock held past the busy timeout, a lost
+        connection) into :class:`StoreBusy`."""
+        return _BusyContext()
+
+    def _write(self):
+        """A write transaction (in-process serialised; SQLite: ``BEGIN IMMEDIATE``)."""
+        return _WriteTransaction(self)
 
     def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> None:
         """Store one answered request; ``answers``: ``{"question_id", "type", "probabilities", "temperature",
         "option_keys"}`` each. A request id seen before is replaced (a client that reuses ids gets the
-        latest request, and its earlier outcomes are dropped with it)."""
-        with self._lock, self.engine.begin() as conn:
+        latest request, and its earlier outcomes are dropped with it).
+
+        Raises:
+            StoreBusy: the store stayed locked past the busy timeout, or is unreachable (nothing written).
+            ValueError: a probability or temperature that is not a finite number (nothing written).
+        """
+        for a in answers:
+            if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in [*a["probabilities"], a["temperature"]]):
+                raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: probabilities and temperature "
+                                 f"must be finite numbers, got {a['probabilities']!r} at T = {a['temperature']!r}")
+        with self._write() as conn:
             conn.execute(outcomes_table.delete().where(outcomes_table.c.request_id == request_id))
             conn.execute(answers_table.delete().where(answers_table.c.request_id == request_id))
             conn.execute(requests_table.delete().where(requests_table.c.request_id == request_id))
@@ -93,7 +170,8 @@ class FeedbackStore:
             if answers:
                 conn.execute(answers_table.insert(), [{
                     "request_id": request_id, "question_id": a["question_id"], "type": a["type"],
-                    "probabilities": json.dumps(a["probabilities"]), "temperature": float(a["temperature"]),
+                    "probabilities": json.dumps(a["probabilities"], allow_nan=False),
+                    "temperature": float(a["temperature"]),
                     "option_keys": json.dumps(a["option_keys"])} for a in answers])
 
     def questions(self, request_id: str) -> dict[str, Question]:
@@ -102,8 +180,9 @@ class FeedbackStore:
 
         Raises:
             UnknownRequest: no such request id.
+            StoreBusy: the store is locked past the busy timeout, or unreachable.
         """
-        with self.engine.connect() as conn:
+        with self._busy(), self.engine.connect() as conn:
             if conn.execute(select(requests_table.c.request_id).where(requests_table.c.request_id == request_id)).first() is None:
                 raise UnknownRequest(request_id)
             rows = conn.execute(select(answers_table.c.question_id, answers_table.c.type, answers_table.c.option_keys)
@@ -116,37 +195,217 @@ class FeedbackStore:
 
         Raises:
             UnknownRequest: no such request id.
+            StoreBusy: the store stayed locked past the busy timeout, or is unreachable (nothing written).
         """
         now = time.time()
-        with self._lock, self.engine.begin() as conn:
+        with self._write() as conn:
             if conn.execute(select(requests_table.c.request_id).where(requests_table.c.request_id == request_id)).first() is None:
                 raise UnknownRequest(request_id)
             conn.execute(outcomes_table.delete().where((outcomes_table.c.request_id == request_id)
                                                        & outcomes_table.c.question_id.in_(list(targets))))
-            conn.execute(outcomes_table.insert(), [{"request_id": request_id, "question_id": q, "target": json.dumps(t),
+            conn.execute(outcomes_table.insert(), [{"request_id": request_id, "question_id": q,
+                                                   "target": json.dumps(t, allow_nan=False),
                                                    "created_at": now} for q, t in targets.items()])
         return len(targets)
 
     def records(self, model: str | None = None) -> list[dict]:
         """Every answered question with an outcome, as metric records (:mod:`kevlike.metrics`:
         ``type``, ``probs``, ``gold``, ``target``; plus ``logits = T · log p``, ``question``, ``model``).
-        ``model``: only requests answered by this model or one of its profiles (``model@NAME``)."""
+        ``model``: only requests answered by exactly this model name or one of its profiles (``model@NAME``;
+        case-exact, no wildcards: :func:`model_filter`). Rows whose temperature or probabilities are not
+        finite (none are written now; older stores may hold them) are left out.
+
+        Raises:
+            StoreBusy: the store is locked past the busy timeout, or unreachable."""
         q = (select(requests_table.c.model, answers_table.c.question_id, answers_table.c.type,
                     answers_table.c.probabilities, answers_table.c.temperature, outcomes_table.c.target)
              .join(answers_table, answers_table.c.request_id == requests_table.c.request_id)
              .join(outcomes_table, (outcomes_table.c.request_id == answers_table.c.request_id)
                    & (outcomes_table.c.question_id == answers_table.c.question_id)))
         if model is not None:
-            q = q.where((requests_table.c.model == model) | requests_table.c.model.like(f"{model}@%"))
+            q = q.where(model_filter(requests_table.c.model, model))
         out = []
-        with self.engine.connect() as conn:
-            for r in conn.execute(q):
-                p = json.loads(r.probabilities)
-                t = json.loads(r.target)
-                out.append({"source": r.question_id, "question": r.question_id, "model": r.model, "type": r.type,
-                            "probs": p, "target": t, "gold": max(range(len(t)), key=t.__getitem__),
-                            "logits": [r.temperature * math.log(max(x, 1e-30)) for x in p]})
+        with self._busy(), self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        for r in rows:
+            p = json.loads(r.probabilities)
+            t = json.loads(r.target)
+            # SQLite stores a NaN as NULL: a temperature of None is a NaN an older version recorded
+            if r.temperature is None or not math.isfinite(r.temperature) or not all(math.isfinite(x) for x in p):
+                continue
+            out.append({"source": r.question_id, "question": r.question_id, "model": r.model, "type": r.type,
+                        "probs": p, "target": t, "gold": max(range(len(t)), key=t.__getitem__),
+                        "logits": [r.temperature * math.log(max(x, 1e-30)) for x in p]})
         return out
+
+
+class _BusyContext:
+    """``with``: a database :class:`~sqlalchemy.exc.OperationalError` leaves as :class:`StoreBusy`."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is not None and isinstance(exc, OperationalError):
+            raise StoreBusy(f"the outcome store is busy or unreachable: {str(exc.orig).splitlines()[0][:200]}") from exc
+        return False
+
+
+class _WriteTransaction:
+    """``with store._write() as conn``: the store's in-process write lock, then one transaction (SQLite:
+    ``BEGIN IMMEDIATE``); an operational error leaves as :class:`StoreBusy`, with the transaction rolled back."""
+
+    def __init__(self, store: FeedbackStore):
+        self.store = store
+
+    def __enter__(self):
+        self.store._lock.acquire()
+        try:
+            with _BusyContext():
+                self.conn = self.store.engine.connect()
+                try:
+                    if self.store.sqlite:
+                        self.conn.execution_options(sqlite_write=True)
+                    self.tx = self.conn.begin()
+                except BaseException:
+                    self.conn.close()
+                    raise
+        except BaseException:
+            self.store._lock.release()
+            raise
+        return self.conn
+
+    def __exit__(self, kind, exc, tb):
+        try:
+            with _BusyContext():
+                try:
+                    if exc is None:
+                        self.tx.commit()
+                    else:
+                        self.tx.rollback()
+                finally:
+                    self.conn.close()
+        finally:
+            self.store._lock.release()
+        if exc is not None and isinstance(exc, OperationalError):
+            raise StoreBusy(f"the outcome store is busy or unreachable: {str(exc.orig).splitlines()[0][:200]}") from exc
+        return False
+
+
+class RecorderFull(RuntimeError):
+    """The :class:`Recorder`'s queue is full (the store has been busy for a while): a decision is not
+    computed (HTTP 503 with ``Retry-After``), so that no answered request goes unrecorded."""
+
+
+class Recorder:
+    """Writes answered requests to a :class:`FeedbackStore` off the response path.
+
+    A request first takes a place (:meth:`reserve`, before its forward pass); once answered it is
+    queued (:meth:`submit`) and one writer thread stores it, retrying while the store is busy
+    (:class:`StoreBusy`; waits of ``retry_s`` doubling to 2 s) until the write lands. So a lock held by
+    another process delays records but loses none, and the queue never exceeds ``capacity``: when all places are
+    taken, :meth:`reserve` raises :class:`RecorderFull` and the request is refused before it is computed.
+    A write that fails for another reason (a bug, a constraint) is logged and counted in :attr:`failed`.
+
+    Args:
+        store: the store to write to.
+        capacity: answered requests that may wait to be written (>= 1).
+        retry_s: the first wait after a busy store (seconds, > 0).
+
+    Raises:
+        ValueError: a capacity < 1 or a retry wait that is not a finite number > 0.
+    """
+
+    def __init__(self, store: FeedbackStore, capacity: int = 1024, retry_s: float = 0.05):
+        if not (isinstance(capacity, int) and capacity >= 1):
+            raise ValueError(f"recorder capacity must be an integer >= 1, got {capacity!r}")
+        if not (isinstance(retry_s, (int, float)) and 0 < retry_s < math.inf):
+            raise ValueError(f"retry_s must be a finite number of seconds > 0, got {retry_s!r}")
+        self.store = store
+        self.capacity = capacity
+        self.retry_s = float(retry_s)
+        self._places = threading.BoundedSemaphore(capacity)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: collections.Counter = collections.Counter()     # request id -> writes not yet stored
+        self._cond = threading.Condition()
+        self.written = self.retries = self.failed = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="kevlike-recorder", daemon=True)
+        self._thread.start()
+
+    def reserve(self) -> None:
+        """Take a place in the queue for a request about to be computed (give it back with :meth:`release`
+        if it is not answered, or hand it to :meth:`submit`).
+
+        Raises:
+            RecorderFull: all ``capacity`` places are taken.
+        """
+        if self._closed or not self._places.acquire(blocking=False):
+            raise RecorderFull(f"{self.capacity} answered requests are waiting to be recorded (the outcome store is "
+                               f"busy)")
+
+    def release(self) -> None:
+        """Give back a place taken by :meth:`reserve` for a request that will not be recorded."""
+        self._places.release()
+
+    def submit(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> None:
+        """Queue one answered request (arguments of :meth:`FeedbackStore.record`) on a place taken by
+        :meth:`reserve`; returns at once."""
+        with self._cond:
+            self._pending[request_id] += 1
+        self._queue.put((request_id, model, answers, state))
+
+    def pending(self, request_id: str | None = None) -> int:
+        """Writes queued and not yet stored (for ``request_id``, or all)."""
+        with self._cond:
+            return sum(self._pending.values()) if request_id is None else self._pending.get(request_id, 0)
+
+    def wait(self, request_id: str | None = None, timeout: float | None = None) -> bool:
+        """Block until the queued writes (of ``request_id``, or all) are stored or dropped; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not (self._pending.get(request_id, 0) if request_id is not None
+                                                    else sum(self._pending.values())), timeout)
+
+    def close(self, timeout: float = 5.0) -> int:
+        """Stop taking requests, write what is queued (for at most ``timeout`` seconds) and stop the writer;
+        returns the records left unwritten (logged as an error when > 0)."""
+        self._closed = True
+        self.wait(None, timeout)
+        self._queue.put(None)
+        self._thread.join(max(0.0, timeout) + 1)
+        left = self.pending()
+        if left:
+            log.error("%d answered requests were not recorded: the outcome store stayed busy at shutdown", left)
+        return left
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            wait = self.retry_s
+            while True:
+                try:
+                    self.store.record(*item)
+                    self.written += 1
+                    break
+                except StoreBusy as e:
+                    self.retries += 1
+                    if self.retries == 1 or self.retries % 100 == 0:
+                        log.warning("recording request id=%s: %s; retrying (%d retries so far)", item[0], e,
+                                    self.retries)
+                    time.sleep(wait)
+                    wait = min(2 * wait, 2.0)
+                except Exception:
+                    self.failed += 1
+                    log.exception("recording request id=%s failed; the record is lost", item[0])
+                    break
+            with self._cond:
+                self._pending[item[0]] -= 1
+                if not self._pending[item[0]]:
+                    del self._pending[item[0]]
+                self._cond.notify_all()
+            self._places.release()
 
 
 def report(store: FeedbackStore, model: str | None = None) -> dict:

@@ -7,7 +7,8 @@
 
 Status codes: 200; 401 missing/invalid bearer key (when keys are configured); 404 unknown model;
 413 body or token budget exceeded; 422 validation (``{"detail": [{"loc", "msg", "type"}]}``);
-429 queue full (``Retry-After``); 503 not answered within the per-request timeout (``Retry-After``).
+429 queue full (``Retry-After``); 503 not answered within the per-request timeout, or (with a store) the
+outcome store busy or its write queue full (``Retry-After``).
 Everything but 422 uses ``{"detail": {"error_type": ..., "message": ...}}``. Nothing a client sends
 yields a 5xx. Every response carries ``x-request-id``; a request with unknown top-level fields
 (ignored, as Jev ignores them) gets ``x-kevlike-ignored-fields`` naming them. One log line per request (id, model,
@@ -45,7 +46,7 @@ from kevlike.request.schema import RequestError, parse_request, request_json_sch
 from kevlike.service.batcher import Batcher, QueueFullError
 from kevlike.service.config import ServerConfig
 from kevlike.service.listen import listen_socket
-from kevlike.service.feedback import FeedbackStore, UnknownRequest, report
+from kevlike.service.feedback import FeedbackStore, Recorder, RecorderFull, StoreBusy, UnknownRequest, report
 
 log = logging.getLogger("kevlike.service.server")
 
@@ -82,7 +83,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         config: :class:`ServerConfig`.
         model_info: name -> {"description", "release_date"} for ``/v1/models``.
         store: a :class:`kevlike.service.feedback.FeedbackStore` to record every answered request in (and to
-            serve ``/v1/feedback``); None: recording off, the feedback endpoints answer 404.
+            serve ``/v1/feedback``); None: recording off, the feedback endpoints answer 404. Records are
+            written off the response path by a :class:`~kevlike.service.feedback.Recorder` (``app.state.recorder``,
+            ``config.record_queue`` places) that runs between the app's start and stop; a busy store answers
+            503 with ``Retry-After``.
         record_state: also record each request's state text (off by default: the store then holds
             question ids, types and probabilities only).
 
@@ -96,6 +100,8 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
     @asynccontextmanager
     async def lifespan(app):
+        if store is not None:
+            app.state.recorder = Recorder(store, config.record_queue)
         for name, eng in engines.items():
             # engines sharing one model (its calibration profiles, MODEL@PROFILE) share its model thread:
             # one forward pass at a time per model (the state cache relies on it)
@@ -106,10 +112,21 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         yield
         for b in batchers.values():  # uvicorn has already let in-flight requests finish
             await b.stop()
+        if app.state.recorder is not None:   # the answered requests still queued: written, for at most 5 s
+            await asyncio.get_running_loop().run_in_executor(None, app.state.recorder.close, 5.0)
 
     app = FastAPI(title="kevlike", version=__import__("kevlike").__version__, lifespan=lifespan,
                   description="Jev-compatible decision engine: typed questions about a text, answered with "
                               "probabilities in one packed forward pass.")
+    app.state.recorder = None
+
+    def busy(message: str) -> JSONResponse:
+        return _error(503, "unknown", f"{message}; retry later", {"Retry-After": "2"})
+
+    @app.exception_handler(StoreBusy)
+    async def store_busy(request: Request, exc: StoreBusy):  # a lock another process holds: transient
+        log.warning("request id=%s: %s", getattr(request.state, "request_id", "-"), exc)
+        return busy(str(exc))
 
     @app.middleware("http")
     async def request_id_auth_and_log(request: Request, call_next):
@@ -191,19 +208,29 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         except RequestError as e:
             return _request_error(e)
         request.state.tokens = prepared.n_tokens
-        try:
-            fut = batchers[name].submit(prepared)
-        except QueueFullError as e:
-            return _error(429, "unknown", f"server busy: {e}; retry later", {"Retry-After": "1"})
-        try:
-            response = await asyncio.wait_for(fut, config.timeout_s)
-        except asyncio.TimeoutError:
-            return _error(503, "timeout", f"not answered within {config.timeout_s:g} s", {"Retry-After": "5"})
-        if store is not None:
+        recorder = app.state.recorder
+        if recorder is not None:   # a place in the write queue before the forward pass: an answer is always recorded
             try:
-                await loop.run_in_executor(None, _record, request.state.request_id, name, engine, req, response)
-            except Exception:  # the answer stands; a store failure is the operator's to see
-                log.exception("recording request id=%s failed", request.state.request_id)
+                recorder.reserve()
+            except RecorderFull as e:
+                return busy(f"not computed: {e}")
+        reserved = recorder is not None
+        try:
+            try:
+                fut = batchers[name].submit(prepared)
+            except QueueFullError as e:
+                return _error(429, "unknown", f"server busy: {e}; retry later", {"Retry-After": "1"})
+            try:
+                response = await asyncio.wait_for(fut, config.timeout_s)
+            except asyncio.TimeoutError:
+                return _error(503, "timeout", f"not answered within {config.timeout_s:g} s", {"Retry-After": "5"})
+            if recorder is not None:
+                recorder.submit(request.state.request_id, name, _answers(engine, req, response),
+                                render_text(req.state) if record_state else None)
+                reserved = False
+        finally:
+            if reserved:
+                recorder.release()
         headers = {}
         if req.ignored_fields:
             headers["x-kevlike-ignored-fields"] = ignored_fields_header(req.ignored_fields)
@@ -211,8 +238,8 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
                      headers["x-kevlike-ignored-fields"])
         return JSONResponse(response, headers=headers)
 
-    def _record(rid: str, name: str, engine, req, response: dict) -> None:
-
+    def _answers(engine, req, response: dict) -> list[dict]:
+        """The rows :meth:`FeedbackStore.record` keeps for one answered request."""
         mode = engine.temperature_mode
         answers = []
         for q in req.questions:
@@ -221,14 +248,15 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             answers.append({"question_id": q.id, "type": calibration_type(q.type, mode), "probabilities": probs,
                             "temperature": engine.temperatures.lookup(q.type, len(q.options), mode),
                             "option_keys": [o.key for o in q.options]})
-        store.record(rid, name, answers, render_text(req.state) if record_state else None)
+        return answers
 
     @app.post("/v1/feedback")
     async def feedback(request: Request):
         """Observed outcomes of a recorded request: ``{"request_id": ID, "outcomes": {question id: answer}}``
         (answers as in labelled files: true/false, an option key, a level index, or a distribution).
         200 ``{"request_id", "stored"}``; 404 unknown request id (or recording off); 422 unknown question
-        id or wrong answer type (with ``loc``). Posting the same outcome again replaces it."""
+        id or wrong answer type (with ``loc``); 503 with ``Retry-After`` while the store is locked (or the
+        request's own record is still waiting to be written). Posting the same outcome again replaces it."""
 
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
@@ -263,7 +291,13 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         if errors:
             return JSONResponse({"detail": errors}, status_code=422)
         loop = asyncio.get_running_loop()
-
+        recorder = app.state.recorder
+        if recorder is not None and recorder.pending(rid):   # answered a moment ago: its record is on its way
+            deadline = time.monotonic() + store.busy_timeout_s
+            while recorder.pending(rid) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if recorder.pending(rid):
+                return busy(f"request {rid!r} is answered but not yet recorded (the outcome store is busy)")
         try:
             questions = await loop.run_in_executor(None, store.questions, rid)
         except UnknownRequest:
@@ -289,7 +323,8 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     @app.get("/v1/feedback/report")
     async def feedback_report(model: str | None = None):
         """Per type: outcomes counted, accuracy, ECE and confident errors of the recorded answers (of
-        ``model`` and its profiles; default all models)."""
+        exactly ``model`` and its profiles ``model@NAME``, case-exact; default all models). 503 with
+        ``Retry-After`` while the store is locked."""
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
 
@@ -373,7 +408,10 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         store = None
         if record is not None:
-            store = FeedbackStore(record)
+            try:
+                store = FeedbackStore(record)
+            except StoreBusy as e:
+                raise SetupError(f"--record {record}: {e}") from None
         app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=record_state)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                                timeout_graceful_shutdown=int(config.timeout_s) + 5))

@@ -1,0 +1,202 @@
+"""The outcome store under stress (kevlike/service/feedback.py, issue 32): a lock held by another connection
+(a backup, a DB browser, a long query) neither fails a write nor loses an answered request's record, and
+the HTTP endpoints answer 503 with ``Retry-After`` while it lasts, never 500; the report's model filter is
+exact (no SQL wildcards, case-exact: ``M`` and ``M@PROFILE`` only); nothing non-finite is stored."""
+
+import contextlib
+import http.client
+import json
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from kevlike.service.feedback import FeedbackStore, Recorder, RecorderFull, StoreBusy, report
+
+from tiny import REQUEST
+
+NOUL = [{"question_id": "q", "type": "noul", "probabilities": [0.7, 0.3], "temperature": 1.0,
+         "option_keys": ["true", "false"]}]
+
+
+@contextlib.contextmanager
+def held(db, how: str):
+    """Another connection to the SQLite file ``db`` holding a read (``BEGIN`` + a SELECT) or write
+    (``BEGIN IMMEDIATE``) transaction while the block runs."""
+    other = sqlite3.connect(db, isolation_level=None)
+    try:
+        if how == "read":
+            other.execute("BEGIN")
+            other.execute("SELECT count(*) FROM kevlike_requests").fetchone()
+        else:
+            other.execute("BEGIN IMMEDIATE")
+        yield other
+    finally:
+        other.execute("COMMIT")
+        other.close()
+
+
+def test_a_reader_never_blocks_a_write(tmp_path):
+    # before: rollback journal; a reader's SHARED lock blocked the commit 5 s, then "database is locked"
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}")
+    store.record("r0", "M", NOUL)
+    with held(db, "read"):
+        t0 = time.perf_counter()
+        store.record("r1", "M", NOUL)
+        store.add_outcomes("r1", {"q": [1.0, 0.0]})
+        assert time.perf_counter() - t0 < 1.0
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert [r["probs"] for r in store.records("M")] == [[0.7, 0.3]]
+
+
+def test_a_writer_lock_is_store_busy_and_the_recorder_retries_until_it_lands(tmp_path):
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}", busy_timeout_s=0.1)
+    rec = Recorder(store, capacity=3, retry_s=0.02)
+    with held(db, "write"):
+        t0 = time.perf_counter()
+        with pytest.raises(StoreBusy, match="database is locked"):
+            store.record("r0", "M", NOUL)
+        assert 0.09 <= time.perf_counter() - t0 < 2.0                   # waited the busy timeout, then gave up
+        for i in range(3):
+            rec.reserve()
+            rec.submit(f"r{i}", "M", NOUL)
+        with pytest.raises(RecorderFull, match="3 answered requests are waiting to be recorded"):
+            rec.reserve()
+        time.sleep(0.3)
+        assert rec.pending() == 3 and rec.pending("r1") == 1 and rec.retries >= 2 and rec.written == 0
+    assert rec.wait(timeout=10)
+    assert (rec.written, rec.failed, rec.pending()) == (3, 0, 0)
+    rec.reserve()                                                         # places given back once written
+    rec.release()
+    assert sorted(store.questions(f"r{i}")["q"].type for i in range(3)) == ["noul"] * 3
+    assert rec.close() == 0
+    with pytest.raises(RecorderFull):
+        rec.reserve()                                                     # closed: takes nothing more
+    with pytest.raises(ValueError, match="recorder capacity must be an integer >= 1, got 0"):
+        Recorder(store, capacity=0)
+    with pytest.raises(ValueError, match="busy_timeout_s must be a finite number of seconds >= 0, got nan"):
+        FeedbackStore("sqlite://", busy_timeout_s=float("nan"))
+
+
+def test_model_filter_is_exact_and_case_exact():
+    store = FeedbackStore("sqlite://")
+    names = ["kevlike-default", "kevlike-default@ops", "kevlike_default", "KEVLIKE-DEFAULT", "kevlike-defaultX",
+             "kevlike-default@", "%", "x@kevlike-default", "Kevlike-default@ops"]
+    for i, name in enumerate(names):
+        store.record(f"r{i}", name, NOUL)
+        store.add_outcomes(f"r{i}", {"q": [1.0, 0.0]})
+
+    def models(m):
+        return sorted(r["model"] for r in store.records(m))
+
+    assert models("kevlike-default") == ["kevlike-default", "kevlike-default@", "kevlike-default@ops"]
+    assert models("kevlike_default") == ["kevlike_default"]              # `_` is no wildcard
+    assert models("KEVLIKE-DEFAULT") == ["KEVLIKE-DEFAULT"]              # case-exact
+    assert models("%") == ["%"]                                          # `%` is no wildcard
+    assert models("kevlike-default@ops") == ["kevlike-default@ops"]
+    assert models("kevlike") == []
+    assert len(models(None)) == len(names)
+    assert report(store, "kevlike_default")["overall"]["outcomes"] == 1
+
+
+def test_nothing_non_finite_is_stored_and_an_old_nan_does_not_break_the_report():
+    store = FeedbackStore("sqlite://")
+    bad = [dict(NOUL[0], probabilities=[float("nan"), 0.5])]
+    with pytest.raises(ValueError, match=r"request 'r0', question 'q': probabilities and temperature must be finite"):
+        store.record("r0", "M", bad)
+    with pytest.raises(ValueError, match="must be finite"):
+        store.record("r0", "M", [dict(NOUL[0], temperature=float("inf"))])
+    assert store.records() == []
+    store.record("r1", "M", NOUL)
+    store.add_outcomes("r1", {"q": [1.0, 0.0]})
+    store.record("r2", "M", NOUL)
+    store.add_outcomes("r2", {"q": [0.0, 1.0]})
+    with store.engine.begin() as conn:                                   # what an older version wrote for T = 0
+        conn.exec_driver_sql("UPDATE kevlike_answers SET probabilities = '[NaN, NaN]' WHERE request_id = 'r2'")
+    rep = report(store, "M")
+    assert rep["overall"]["outcomes"] == 1 and rep["overall"]["accuracy"] == 1.0
+
+
+# ---- over HTTP: the app in this process, served by uvicorn on a thread ----
+
+@contextlib.contextmanager
+def running(app):
+    import uvicorn
+
+    from kevlike.eval.loadtest import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 60
+    while not server.started:
+        assert time.time() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def call(port, method, path, body=None, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers or {})
+        r = conn.getresponse()
+        raw = r.read()
+        return r.status, dict(r.getheaders()), json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+def test_locked_store_over_http_503_with_retry_after_and_no_record_lost(tmp_path):
+    from kevlike.service.config import ServerConfig
+    from kevlike.service.server import create_app
+
+    from tiny import make_engine
+
+    eng = make_engine("llama")
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}", busy_timeout_s=0.2)
+    app = create_app({eng.name: eng}, eng.name, ServerConfig(record_queue=2), store=store)
+    body = {k: v for k, v in REQUEST.items() if k != "model"}
+
+    def decide(rid):
+        return call(port, "POST", "/v1/systemone", body, {"x-request-id": rid})
+
+    def feedback(rid):
+        return call(port, "POST", "/v1/feedback", {"request_id": rid, "outcomes": {"urgent": True}})
+
+    with running(app) as port:
+        assert decide("r0")[0] == 200
+        app.state.recorder.wait(timeout=10)
+        with held(db, "write"):
+            st, headers, out = feedback("r0")                              # before: 500, no Retry-After
+            assert st == 503 and headers["retry-after"] == "2" and "database is locked" in out["detail"]["message"]
+            for rid in ("r1", "r2"):
+                t0 = time.perf_counter()
+                assert decide(rid)[0] == 200
+                assert time.perf_counter() - t0 < 5                         # the answer does not wait for the store
+            assert app.state.recorder.pending() == 2
+            answered = call(port, "GET", "/health")[2]["models"][eng.name]["answered"]
+            st, headers, out = decide("r3")                                 # no place left: refused before computing
+            assert st == 503 and headers["retry-after"] == "2"
+            assert "2 answered requests are waiting to be recorded" in out["detail"]["message"]
+            assert call(port, "GET", "/health")[2]["models"][eng.name]["answered"] == answered
+            st, headers, out = feedback("r1")                               # answered, record still queued
+            assert st == 503 and headers["retry-after"] == "2" and "not yet recorded" in out["detail"]["message"]
+            st, _, rep = call(port, "GET", "/v1/feedback/report")           # readers are not blocked (WAL)
+            assert st == 200 and rep["overall"]["outcomes"] == 0
+        assert app.state.recorder.wait(timeout=10)
+        for rid in ("r0", "r1", "r2"):
+            st, _, out = feedback(rid)
+            assert (st, out) == (200, {"request_id": rid, "stored": 1})
+        assert feedback("r3")[0] == 404                                     # refused, so never answered
+        assert call(port, "GET", f"/v1/feedback/report?model={eng.name}")[2]["overall"]["outcomes"] == 3
+        assert call(port, "GET", "/v1/feedback/report?model=TINY-LLAMA")[2]["overall"]["outcomes"] == 0
+        assert (app.state.recorder.written, app.state.recorder.failed) == (3, 0)
