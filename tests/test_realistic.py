@@ -129,3 +129,25 @@ def test_validator_rejects_wrong_sizes():
     short["items"][2]["state"] = "hi"
     with pytest.raises(ValueError, match="words"):
         validate(short)
+
+
+def test_no_question_is_worded_as_a_reading_training_question(items):
+    """The split measures reading of unseen texts: none of its questions (or option sets) is worded exactly as a
+    question of the generated ``documents``/``absurd`` training sources (kevlike/data/reading.py, train split)."""
+    reading = pytest.importorskip("kevlike.data.reading")
+
+    def norm(s):
+        return " ".join(s.lower().split())
+
+    seen_q, seen_opts = set(), set()
+    for source in ("documents", "absurd"):
+        for row in reading.rows(source, "train"):
+            for q in row[0]["questions"].values():
+                seen_q.add(norm(q["instructions"]))
+                if q.get("criteria"):
+                    seen_opts.add(frozenset(norm(c) for c in q["criteria"]))
+    for it in items:
+        for qid, q in it["questions"].items():
+            assert norm(q["instructions"]) not in seen_q, (it["id"], qid)
+            if q["type"] != "noul":
+                assert frozenset(norm(c) for c in q["criteria"]) not in seen_opts, (it["id"], qid)
