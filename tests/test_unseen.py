@@ -1,4 +1,5 @@
-"""scripts/unseen.py: the unseen-question aggregate of a generalization run (hand-computed)."""
+"""scripts/unseen.py: the unseen-question aggregate of a generalization run and the paired difference of two
+runs (hand-computed)."""
 
 import math
 import sys
@@ -6,24 +7,60 @@ from pathlib import Path
 
 import pytest
 
+from kevlike.metrics import summary
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from unseen import unseen  # noqa: E402
+from unseen import main, paired_difference, unseen  # noqa: E402
 
 
-def _r(split, question, probs, gold):     # a record as `kevlike eval` writes it (one-hot target)
-    return {"split": split, "question": question, "probs": probs, "gold": gold,
+def _r(split, question, probs, gold, half="test", source="s"):     # a record as `kevlike eval` writes it
+    return {"split": split, "question": question, "probs": probs, "gold": gold, "source": source, "half": half,
             "target": [float(i == gold) for i in range(len(probs))], "type": "choice"}
 
 
-def test_unseen_counts_each_contrast_question_once_and_skips_seen_wordings():
+def test_unseen_counts_each_contrast_question_once_and_skips_seen_splits():
     recs = [_r("seen_wording", "x", [0.1, 0.9], 0),            # skipped
+            _r("documents", "x", [0.1, 0.9], 0),               # seen templates: skipped
+            _r("absurd", "x", [0.1, 0.9], 0),                  # trained wordings: skipped
+            _r("snli_test", "x", [0.1, 0.9], 0),               # a trained task: skipped
             _r("heldout_source", "x", [0.8, 0.2], 0),          # right, -log 0.8
             _r("bigbench", "x", [0.3, 0.3, 0.4], 1),           # wrong, -log 0.3
+            _r("realistic", "x", [0.6, 0.4], 0, half="validation"),   # right, -log 0.6; validation half
             _r("contrast", "q0", [0.6, 0.4], 0),               # right, -log 0.6
             _r("contrast", "n0", [0.6, 0.4], 1),               # twin: skipped
             _r("contrast_apart", "c0", [0.5, 0.5], 0)]         # twin: skipped
-    n, acc, nll = unseen(recs)
-    assert n == 3 and acc == pytest.approx(2 / 3)
-    assert nll == pytest.approx(-(math.log(0.8) + math.log(0.3) + math.log(0.6)) / 3)
+    s = summary(unseen(recs))
+    assert s["n"] == 4 and s["accuracy"] == pytest.approx(3 / 4)
+    assert s["nll"] == pytest.approx(-(math.log(0.8) + math.log(0.3) + 2 * math.log(0.6)) / 4)
+    t = summary(unseen(recs, "test"))
+    assert t["n"] == 3 and t["accuracy"] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="no unseen question"):
         unseen(recs[:1])
+    old = [{k: v for k, v in r.items() if k != "half"} for r in recs]
+    with pytest.raises(ValueError, match="carry no half"):
+        unseen(old, "test")
+
+
+def test_paired_difference_hand_computed_and_refuses_other_questions():
+    a = [_r("realistic", f"q{i}", [0.9, 0.1], 0) for i in range(4)]                   # all right
+    b = [_r("realistic", f"q{i}", [0.9, 0.1] if i < 2 else [0.1, 0.9], 0) for i in range(4)]   # 2 of 4
+    d = paired_difference(a, b, resamples=500)
+    assert d["n"] == 4 and d["difference"] == 0.5
+    assert 0.0 <= d["low"] <= 0.5 <= d["high"] <= 1.0
+    same = paired_difference(a, a, resamples=100)
+    assert same == {"n": 4, "difference": 0.0, "low": 0.0, "high": 0.0}
+    with pytest.raises(ValueError, match="same questions"):
+        paired_difference(a, b[:3])
+
+
+def test_main_prints_the_difference(tmp_path, capsys):
+    import json
+    run, base = tmp_path / "run", tmp_path / "base"
+    for d, probs in ((run, [0.9, 0.1]), (base, [0.1, 0.9])):
+        d.mkdir()
+        (d / "records.jsonl").write_text("\n".join(json.dumps(_r("heldout_source", f"q{i}", probs, 0))
+                                                   for i in range(3)) + "\n")
+    assert main([str(run), "--baseline", str(base), "--half", "test"]) == 0
+    out = capsys.readouterr().out
+    assert "unseen questions 3 (test), accuracy 1.000" in out and "minus baseline +1.000" in out
+    assert main([str(tmp_path / "missing")]) == 2

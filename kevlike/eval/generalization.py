@@ -22,7 +22,22 @@ split                        what it asks
                              and kept apart from the ``facts`` training source (no content word of a question
                              in a ``facts`` question, label, subject or topic, no ``facts`` label in a state;
                              tested: a word-level filter, not a semantic guarantee)
+``realistic``                :file:`kevlike/eval/data/realistic.json` (:mod:`kevlike.eval.realistic`): texts of 150–600
+                             words written for this suite, 4–7 questions each with traps, negated and opposite pairs,
+                             numbers and absurd questions; no question or score scale of a generated training source
+                             (tested)
+``absurd``                   test rows of the ``absurd`` source (:mod:`kevlike.data.reading`): questions about a property
+                             the state lacks, with properties (languages, forms, topics, things) never trained
+``documents``                test rows of the ``documents`` source: *seen templates*, new facts and numbers
+``snli_test``                the official SNLI 1.0 test premises (a seen task: a sanity figure), if ``kevlike fetch snli``
+                             has run
 ============================ ===========================================================================
+
+**Two halves.** Every item belongs to the *validation* half or the *test* half, by the sha256 of its key
+(:func:`half_of`: a contrast pair's id — both its states in one half —, a realistic item's id, else the state
+text), so a half is fixed across models and suite versions. Every choice (steps, stages, soups, temperatures,
+recipes) reads the validation half; the test half is read only to report. ``metrics.json`` carries
+``halves.validation`` and ``halves.test`` (the full summary of each, with :func:`reading_targets`).
 
 Reported per split: accuracy, NLL, Brier, ECE, confident errors (:mod:`kevlike.metrics`), and
 
@@ -36,6 +51,7 @@ Reported per split: accuracy, NLL, Brier, ECE, confident errors (:mod:`kevlike.m
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import tarfile
@@ -43,7 +59,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kevlike.data.families import HELDOUT_SOURCES, SOURCES, SYNTHETIC_SOURCES, eval_items
-from kevlike.data.sources import Example
+from kevlike.data.sources import DataUnavailableError, Example
+from kevlike.eval.realistic import REALISTIC_FILE, realistic_items
 from kevlike.metrics import summary
 from kevlike.runs import kevlike_home
 
@@ -61,8 +78,13 @@ BIGBENCH_TASKS = {
     "implicatures": "Does Speaker 2's answer mean yes or no?",
     "analytic_entailment": "Does the first sentence entail the second?",
 }
-SIZES = {"seen": 16, "heldout_source": 60, "bigbench": 40, "target": 100}
-QUICK_SIZES = {"seen": 2, "heldout_source": 4, "bigbench": 4, "target": 6}
+SIZES = {"seen": 16, "heldout_source": 60, "bigbench": 40, "target": 100, "absurd": 160, "documents": 100,
+         "snli_test": 200}
+QUICK_SIZES = {"seen": 2, "heldout_source": 4, "bigbench": 4, "target": 6, "absurd": 8, "documents": 4, "snli_test": 6}
+HALVES = ("validation", "test")
+# splits that are not unseen questions: trained wordings of trained sources, generated documents from training
+# templates, SNLI (a trained task) and ``absurd`` (trained wordings about held-out properties)
+NOT_UNSEEN = ("seen_wording", "documents", "snli_test", "absurd")
 
 
 def seen_sources() -> list[str]:
@@ -147,6 +169,65 @@ def contrast_metrics(records: list[dict], pairs: list[dict], split: str = "contr
                           "noul_vs_choice": choice_ok / n_choice if n_choice == n_state_q and n_choice else None}}
 
 
+def realistic_examples(path: Path = REALISTIC_FILE) -> list[Example]:
+    """One request per item of the realistic file, all its questions; source ``realistic/ID``; targets one-hot
+    on the gold (noul options ``[true, false]``, score levels in order)."""
+    out = []
+    for item in realistic_items(path):
+        qs, targets, gold = {}, {}, {}
+        for qid, q in item["questions"].items():
+            qs[qid] = {k: q[k] for k in ("type", "instructions", "criteria") if k in q}
+            if q["type"] == "noul":
+                targets[qid] = [1.0, 0.0] if q["gold"] == "true" else [0.0, 1.0]
+            elif q["type"] == "choice":
+                targets[qid] = [1.0 if k == q["gold"] else 0.0 for k in q["criteria"]]
+            else:
+                targets[qid] = [1.0 if i == q["gold"] else 0.0 for i in range(len(q["criteria"]))]
+            gold[qid] = str(q["gold"])
+        out.append(Example({"state": item["state"], "questions": qs}, targets, f"realistic/{item['id']}", gold))
+    return out
+
+
+def realistic_tags(path: Path = REALISTIC_FILE) -> dict[tuple[str, str], list[str]]:
+    """``{(source, question id): tags}`` of the realistic file (source as in :func:`realistic_examples`)."""
+    return {(f"realistic/{it['id']}", qid): list(q.get("tags", []))
+            for it in realistic_items(path) for qid, q in it["questions"].items()}
+
+
+def half_key(split: str, example: Example) -> str:
+    """What decides an item's half: a contrast pair's ``SPLIT/ID`` (both states together), a realistic item's
+    source, else the state (canonical JSON of it)."""
+    if split in CONTRAST_SPLITS:
+        return example.source.rsplit("/", 1)[0]
+    if example.source.startswith("realistic/"):
+        return example.source
+    return json.dumps(example.request["state"], sort_keys=True, ensure_ascii=False)
+
+
+def half_of(key: str) -> str:
+    """``"validation"`` or ``"test"``: the parity of ``sha256("half:" + key)``."""
+    return HALVES[int(hashlib.sha256(f"half:{key}".encode("utf-8")).hexdigest(), 16) % 2]
+
+
+def with_halves(split: str, examples: list[Example], records: list[dict]) -> list[dict]:
+    """``records`` (one per question, in the order of ``examples`` and their questions, as
+    :func:`kevlike.metrics.records_from_logits` returns them) each with ``half`` set.
+
+    Raises:
+        ValueError: the records do not line up with the examples' questions."""
+    out, i = [], 0
+    for ex in examples:
+        h = half_of(half_key(split, ex))
+        for qid in ex.request["questions"]:
+            if i >= len(records) or records[i]["question"] != qid:
+                raise ValueError(f"{split}: record {i} does not match question {qid!r} of {ex.source}")
+            out.append({**records[i], "half": h})
+            i += 1
+    if i != len(records):
+        raise ValueError(f"{split}: {len(records) - i} records more than questions")
+    return out
+
+
 def bigbench_dir() -> Path:
 
     return kevlike_home() / "bigbench"
@@ -212,6 +293,13 @@ def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str
                                            families=("score",))
     for split, path in CONTRAST_SPLITS.items():
         sets[split] = contrast_examples(path, split)[0]
+    sets["realistic"] = realistic_examples()
+    sets["absurd"] = eval_items("absurd", "test", size["absurd"])
+    sets["documents"] = eval_items("documents", "test", size["documents"])
+    try:
+        sets["snli_test"] = eval_items("snli", "test", size["snli_test"])
+    except DataUnavailableError:      # `kevlike fetch snli` has not run: the sanity split is left out
+        pass
     return sets
 
 
@@ -221,9 +309,18 @@ def counted(record: dict) -> bool:
     return record["split"] not in CONTRAST_SPLITS or record["question"].startswith("q")
 
 
-def generalization_summary(records: list[dict], pairs: dict[str, list[dict]]) -> dict:
-    """Per split (and per source within a split) metrics, the wording gap and the contrast figures of each
-    contrast split present (``pairs``: :func:`contrast_pairs`)."""
+def generalization_summary(records: list[dict], pairs: dict[str, list[dict]], halves: bool = True) -> dict:
+    """Per split (and per source within a split) metrics, the wording gap, the contrast figures of each
+    contrast split present (``pairs``: :func:`contrast_pairs`) and :func:`reading_targets`; with ``halves``
+    and records that carry ``half``, the same for each half under ``halves``."""
+    if halves and records and all("half" in r for r in records):
+        out = generalization_summary(records, pairs, halves=False)
+        out["halves"] = {}
+        for h in HALVES:
+            keep = {(split, p["id"]) for split, ps in pairs.items() for p in ps if half_of(f"{split}/{p['id']}") == h}
+            sub_pairs = {split: [p for p in ps if (split, p["id"]) in keep] for split, ps in pairs.items()}
+            out["halves"][h] = generalization_summary([r for r in records if r["half"] == h], sub_pairs, halves=False)
+        return out
 
     out = {"splits": {}, "per_source": {}}
     for split in sorted({r["split"] for r in records}):
@@ -243,11 +340,98 @@ def generalization_summary(records: list[dict], pairs: dict[str, list[dict]]) ->
     for split in CONTRAST_SPLITS:
         if any(r["split"] == split for r in records):
             out[split] = contrast_metrics([r for r in records if r["split"] == split], pairs[split], split)
+    out["targets"] = reading_targets(records, out)
     return out
 
 
-def report_tables(summ: dict) -> str:
-    """Markdown: one row per split (with per-type accuracies), the wording gap, the contrast figures."""
+def _p_yes(r: dict) -> float:
+    return r["probs"][0]
+
+
+def coherence_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
+    """Pairs of yes/no records whose answers must be opposite: each contrast question and its negation on one
+    state (``qN``/``nN``), and the realistic split's ``negation_pair`` / ``opposite_pair`` tags."""
+    out = []
+    by = {(r["split"], r["source"], r["question"]): r for r in records}
+    for (split, src, q), r in by.items():
+        if split in CONTRAST_SPLITS and q.startswith("q") and (split, src, "n" + q[1:]) in by:
+            out.append((r, by[(split, src, "n" + q[1:])]))
+    if any(r["split"] == "realistic" for r in records):
+        tags = realistic_tags()
+        groups: dict = {}
+        for r in records:
+            if r["split"] == "realistic":
+                for t in tags.get((r["source"], r["question"]), []):
+                    if t.startswith(("negation_pair:", "opposite_pair:")):
+                        groups.setdefault((r["source"], t), []).append(r)
+        out += [tuple(g) for g in groups.values() if len(g) == 2]
+    return out
+
+
+def unseen_records(records: list[dict]) -> list[dict]:
+    """The unseen questions of a run: every counted record (:func:`counted`) outside :data:`NOT_UNSEEN`."""
+    return [r for r in records if r["split"] not in NOT_UNSEEN and counted(r)]
+
+
+def reading_targets(records: list[dict], summ: dict) -> dict:
+    """Issue 31's targets on ``records`` (one half, normally the test half), each ``{"value", "target", "n",
+    "met"}`` (``met`` None where there is nothing to measure): realistic accuracy ≥ 0.80; absurd questions with
+    P(yes) < 0.2 on ≥ 95 % (the ``absurd`` split's no-questions and the realistic ``absurd`` tags); negation
+    coherence |P(yes|Q) + P(yes|not Q) − 1| ≤ 0.1 on ≥ 80 % of pairs and never both above 0.5 on ≥ 90 %
+    (:func:`coherence_pairs`); score on held-out sources ≥ 0.65; 5-level sentiment ≥ 0.55; yes/no on held-out
+    sources ≥ 0.80 at ECE ≤ 0.05; ``contrast_apart`` right on both states ≥ 0.75; SNLI test accuracy (no
+    target); unseen questions (:func:`unseen_records`: accuracy, reported, compared between runs by
+    ``scripts/unseen.py --baseline``)."""
+
+    def t(value, target, n, ok=None):
+        met = None if value is None or target is None else (ok if ok is not None else value >= target)
+        return {"value": value, "target": target, "n": n, "met": met}
+
+    out = {}
+    real = [r for r in records if r["split"] == "realistic"]
+    out["realistic_accuracy"] = t(summary(real)["accuracy"] if real else None, 0.80, len(real))
+    tags = realistic_tags() if real else {}
+    absurd = [r for r in records if r["split"] == "absurd" and r["type"] == "noul" and r["gold"] == 1]
+    absurd += [r for r in real if "absurd" in tags.get((r["source"], r["question"]), [])]
+    out["absurd_p_yes_below_0.2"] = t(sum(_p_yes(r) < 0.2 for r in absurd) / len(absurd) if absurd else None,
+                                      0.95, len(absurd))
+    pairs = coherence_pairs(records)
+    out["negation_sum_within_0.1"] = t(sum(abs(_p_yes(a) + _p_yes(b) - 1) <= 0.1 for a, b in pairs) / len(pairs)
+                                       if pairs else None, 0.80, len(pairs))
+    out["opposites_not_both_yes"] = t(sum(not (_p_yes(a) > 0.5 and _p_yes(b) > 0.5) for a, b in pairs) / len(pairs)
+                                      if pairs else None, 0.90, len(pairs))
+    ho = [r for r in records if r["split"] == "heldout_source"]
+    sc = [r for r in ho if r["type"] == "score"]
+    out["heldout_source_score_accuracy"] = t(summary(sc)["accuracy"] if sc else None, 0.65, len(sc))
+    s5 = [r for r in records if r["split"] == "target/sentiment5"]
+    out["sentiment5_accuracy"] = t(summary(s5)["accuracy"] if s5 else None, 0.55, len(s5))
+    yn = [r for r in ho if r["type"] == "noul"]
+    if yn:
+        s = summary(yn)
+        out["heldout_source_noul_accuracy"] = t(s["accuracy"], 0.80, len(yn))
+        out["heldout_source_noul_ece"] = t(s["ece"], 0.05, len(yn), ok=s["ece"] <= 0.05)
+    if "contrast_apart" in summ:
+        c = summ["contrast_apart"]
+        out["contrast_apart_both_right"] = t(c["both_right"], 0.75, c["questions"])
+    nli = [r for r in records if r["split"] == "snli_test"]
+    out["snli_test_accuracy"] = t(summary(nli)["accuracy"] if nli else None, None, len(nli))
+    u = unseen_records(records)
+    out["unseen_accuracy"] = t(summary(u)["accuracy"] if u else None, None, len(u))
+    return out
+
+
+def targets_table(targets: dict) -> str:
+    """Markdown: one row per target of :func:`reading_targets`."""
+    lines = ["| target | n | value | goal | met |", "|---|---|---|---|---|"]
+    for name, x in targets.items():
+        v = "—" if x["value"] is None else f"{x['value']:.3f}"
+        goal = "—" if x["target"] is None else (f"≤ {x['target']}" if name.endswith("_ece") else f"≥ {x['target']}")
+        met = "—" if x["met"] is None else ("yes" if x["met"] else "**no**")
+        lines.append(f"| {name} | {x['n']} | {v} | {goal} | {met} |")
+    return "\n".join(lines)
+
+
+def _split_table(summ: dict) -> str:
     lines = ["| split | n | accuracy | NLL | ECE | confident errors | noul acc | choice acc | score acc |",
              "|---|---|---|---|---|---|---|---|---|"]
     for split, s in summ["splits"].items():
@@ -255,7 +439,22 @@ def report_tables(summ: dict) -> str:
         cells = [f"{s['n']}", f"{s['accuracy']:.3f}", f"{s['nll']:.3f}", f"{s['ece']:.3f}", f"{s['confident_error']:.3f}"]
         cells += [f"{pt[t]['accuracy']:.3f} ({pt[t]['n']})" if t in pt else "" for t in ("noul", "choice", "score")]
         lines.append(f"| {split} | " + " | ".join(cells) + " |")
-    md = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def report_tables(summ: dict) -> str:
+    """Markdown: the halves (each: its split table and targets) when the summary has them, then the whole run:
+    one row per split (with per-type accuracies), the wording gap, the contrast figures."""
+    if "halves" in summ:
+        md = ""
+        for h in HALVES:
+            sub = summ["halves"][h]
+            md += (f"## {h.capitalize()} half" + (" (every choice reads this half)" if h == "validation" else
+                                                  " (report only: no choice reads it)") + "\n\n")
+            md += _split_table(sub) + "\n\nTargets (issue 31):\n\n" + targets_table(sub["targets"]) + "\n\n"
+        rest = {k: v for k, v in summ.items() if k != "halves"}
+        return md + "## Both halves\n\n" + report_tables(rest)
+    md = _split_table(summ)
     if "wording_gap" in summ:
         md += f"\n\nWording gap (seen − held-out wording, same items): {summ['wording_gap']:+.3f}"
     for split in (x for x in CONTRAST_SPLITS if x in summ):

@@ -19,7 +19,9 @@ from pathlib import Path
 import torch
 
 from kevlike.data.tasks import eval_examples
-from kevlike.eval.generalization import CONTRAST_SPLITS, contrast_pairs, generalization_sets, generalization_summary, report_tables
+from kevlike.eval.generalization import (
+    CONTRAST_SPLITS, contrast_pairs, generalization_sets, generalization_summary, report_tables, with_halves
+)
 from kevlike.eval.probes import run_probes
 from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import N_BINS, ece, records_from_logits, summarize, summary
@@ -280,14 +282,15 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
         t0 = time.perf_counter()
         if not quiet:
             print(f"{split}: {len(examples)} requests", file=sys.stderr)
-        for r in records_from_logits(engine, examples, batch_size, progress=not quiet):
-            records.append({**r, "split": split})
+        recs = [{**r, "split": split} for r in records_from_logits(engine, examples, batch_size, progress=not quiet)]
+        records += with_halves(split, examples, recs)
         timing[split] = round(time.perf_counter() - t0, 1)
     pairs = contrast_pairs()
     gen = generalization_summary(records, pairs)
     summary = {**summarize(records), "generalization": gen}
     if url is None:
-        summary["generalization_uncalibrated"] = generalization_summary(rescore(records, TemperatureTable()), pairs)
+        summary["generalization_uncalibrated"] = generalization_summary(rescore(records, TemperatureTable()), pairs,
+                                                                        halves=False)
     meta = {"model": engine.name, "suite": suite, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,
             "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing,
@@ -301,7 +304,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     plots = reliability_plots([r for r in records if r["split"] not in CONTRAST_SPLITS], run_dir)
     md = report_tables(gen)
     if summary.get("generalization_uncalibrated"):
-        md += "\n\nThe same logits at T = 1 (uncalibrated):\n\n" + report_tables(summary["generalization_uncalibrated"]).split("\n\n| split:source")[0]
+        md += ("\n\nThe same logits at T = 1 (uncalibrated; both halves):\n\n"
+               + report_tables(summary["generalization_uncalibrated"]).split("\n\n| split:source")[0])
     intro = (f"Requests per split {meta['sizes']}; temperatures {meta['temperatures']}; commit {meta['git_commit']}; "
              f"{meta['cpu']}; seconds per split {timing}.")
     (run_dir / "report.md").write_text(f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n{intro}\n\n{md}\n\n"

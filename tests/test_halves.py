@@ -1,0 +1,92 @@
+"""The generalization suite's two halves and issue 31's targets (kevlike/eval/generalization.py), hand-computed."""
+
+import pytest
+
+from kevlike.data.sources import Example
+from kevlike.eval.generalization import (
+    coherence_pairs, generalization_summary, half_key, half_of, reading_targets, realistic_examples, report_tables,
+    with_halves
+)
+
+
+def test_half_is_a_fixed_hash_and_a_contrast_pair_stays_together():
+    a = Example({"state": "s", "questions": {}}, {}, "contrast_apart/visa/0")
+    b = Example({"state": "t", "questions": {}}, {}, "contrast_apart/visa/1")
+    assert half_key("contrast_apart", a) == half_key("contrast_apart", b) == "contrast_apart/visa"
+    assert half_of("contrast_apart/visa") in ("validation", "test")
+    halves = [half_of(f"item {i}") for i in range(400)]
+    assert 150 < halves.count("test") < 250                       # about half each
+    assert halves == [half_of(f"item {i}") for i in range(400)]    # a pure function of the key
+    s = Example({"state": {"b": 1, "a": 2}, "questions": {}}, {}, "x/typed")
+    assert half_key("seen_wording", s) == '{"a": 2, "b": 1}'
+    r = Example({"state": "long text", "questions": {}}, {}, "realistic/invoice")
+    assert half_key("realistic", r) == "realistic/invoice"
+
+
+def test_with_halves_lines_records_up_with_questions():
+    exs = [Example({"state": f"state {i}", "questions": {"a": {}, "b": {}}}, {}, "src") for i in range(3)]
+    recs = [{"question": q} for _ in exs for q in ("a", "b")]
+    out = with_halves("seen_wording", exs, recs)
+    assert [r["half"] for r in out] == [half_of(f'"state {i}"') for i in range(3) for _ in "ab"]
+    with pytest.raises(ValueError, match="does not match"):
+        with_halves("seen_wording", exs, recs[1:] + recs[:1])
+    with pytest.raises(ValueError, match="more than questions"):
+        with_halves("seen_wording", exs, recs + [{"question": "a"}])
+
+
+def _noul(split, source, question, p_yes, truth, half="test"):
+    return {"split": split, "source": source, "question": question, "type": "noul", "probs": [p_yes, 1 - p_yes],
+            "gold": 0 if truth else 1, "target": [1.0, 0.0] if truth else [0.0, 1.0], "half": half}
+
+
+def test_reading_targets_hand_computed():
+    recs = [_noul("absurd", "absurd/typed", "q0", 0.1, False), _noul("absurd", "absurd/typed", "q1", 0.3, False),
+            _noul("absurd", "absurd/typed", "q2", 0.9, True),          # a yes-question: not an absurd one
+            _noul("contrast", "contrast/x/0", "q0", 0.8, True), _noul("contrast", "contrast/x/0", "n0", 0.15, False),
+            _noul("contrast", "contrast/x/1", "q0", 0.6, False), _noul("contrast", "contrast/x/1", "n0", 0.7, True),
+            _noul("heldout_source", "rotten/noul", "q", 0.7, True), _noul("heldout_source", "rotten/noul", "q", 0.7, False)]
+    summ = {"contrast_apart": {"both_right": 0.5, "questions": 4}}
+    t = reading_targets(recs, summ)
+    assert t["absurd_p_yes_below_0.2"] == {"value": 0.5, "target": 0.95, "n": 2, "met": False}
+    # pairs: (0.8, 0.15) sums to 0.95 (within 0.1), not both yes; (0.6, 0.7) sums to 1.3, both yes
+    assert len(coherence_pairs(recs)) == 2
+    assert t["negation_sum_within_0.1"]["value"] == 0.5 and t["opposites_not_both_yes"]["value"] == 0.5
+    assert t["heldout_source_noul_accuracy"]["value"] == 0.5 and t["heldout_source_noul_accuracy"]["met"] is False
+    assert t["contrast_apart_both_right"] == {"value": 0.5, "target": 0.75, "n": 4, "met": False}
+    assert t["realistic_accuracy"]["value"] is None and t["realistic_accuracy"]["met"] is None
+    # unseen: contrast q0 (2, one right) and the two held-out source questions (one right); absurd not counted
+    assert t["unseen_accuracy"]["n"] == 4 and t["unseen_accuracy"]["value"] == 0.5
+
+
+def test_realistic_pairs_and_absurd_tags_feed_the_targets():
+    exs = realistic_examples()
+    ex = next(e for e in exs if e.source == "realistic/incident_cert_expiry")
+    # answer every question with its gold at 0.9: accuracy 1, every pair coherent, absurd P(yes) 0.1
+    recs = []
+    for qid, target in ex.targets.items():
+        gi = target.index(1.0)
+        probs = [0.9 if i == gi else 0.1 / (len(target) - 1) for i in range(len(target))]
+        recs.append({"split": "realistic", "source": ex.source, "question": qid, "type": ex.request["questions"][qid]["type"],
+                     "probs": probs, "gold": gi, "target": target, "half": "test"})
+    t = reading_targets(recs, {})
+    assert t["realistic_accuracy"]["value"] == 1.0 and t["realistic_accuracy"]["met"] is True
+    pairs = coherence_pairs(recs)
+    assert pairs and t["negation_sum_within_0.1"]["value"] == 1.0
+    assert t["absurd_p_yes_below_0.2"]["value"] == 1.0
+
+
+def test_summary_has_both_halves_and_the_report_shows_them():
+    pairs = {"contrast": [{"id": "x", "states": ["a", "b"], "questions": [{"q": "Q", "neg": "N", "a": True}]}]}
+    h = half_of("contrast/x")
+    recs = [_noul("contrast", "contrast/x/0", "q0", 0.9, True, h), _noul("contrast", "contrast/x/0", "n0", 0.1, False, h),
+            _noul("contrast", "contrast/x/1", "q0", 0.2, False, h), _noul("contrast", "contrast/x/1", "n0", 0.8, True, h),
+            _noul("heldout_source", "rotten/noul", "q", 0.7, True, "validation"),
+            _noul("heldout_source", "rotten/noul", "q", 0.7, True, "test")]
+    summ = generalization_summary(recs, pairs)
+    n = {k: sum(s["n"] for s in summ["halves"][k]["splits"].values()) for k in ("validation", "test")}
+    assert n["validation"] + n["test"] == sum(s["n"] for s in summ["splits"].values()) == 4   # contrast q-forms + 2
+    assert summ["halves"][h]["contrast"]["both_right"] == 1.0
+    other = "test" if h == "validation" else "validation"
+    assert "contrast" not in summ["halves"][other]
+    md = report_tables(summ)
+    assert "## Validation half" in md and "## Test half" in md and "## Both halves" in md
