@@ -4,7 +4,8 @@ Requests wait in a bounded queue; one worker collects up to ``max_batch`` of the
 most ``max_wait_s`` after the first, and keeping ``batch size × longest request`` within
 ``max_batch_tokens``), runs :meth:`Engine.run` on a single model thread (off the event loop), and
 resolves each request's future. A full queue is refused at once (the server answers 429); a
-request whose future was cancelled (its client timed out) is skipped.
+request whose future was cancelled (its client timed out or disconnected) is dropped before its forward
+pass, without taking a place in a batch, and counted in :attr:`Batcher.dropped`.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Batcher:
         self._busy = False
         self.batches = 0      # forward passes run
         self.batched = 0      # requests answered
+        self.dropped = 0      # requests dropped before their forward pass (future cancelled: client gone or timed out)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -79,11 +81,22 @@ class Batcher:
     def waiting(self) -> int:
         return self.queue.qsize() + (self._carry is not None)
 
+    def _live(self, item: _Item) -> bool:
+        """Whether ``item`` is still wanted; a cancelled one is counted as dropped."""
+        if item.future.done():
+            self.dropped += 1
+            return False
+        return True
+
     async def _next(self) -> _Item:
         if self._carry is not None:
             item, self._carry = self._carry, None
-            return item
-        return await self.queue.get()
+            if self._live(item):
+                return item
+        while True:
+            item = await self.queue.get()
+            if self._live(item):
+                return item
 
     async def _collect(self) -> list[_Item]:
         loop = asyncio.get_running_loop()
@@ -99,6 +112,8 @@ class Batcher:
                     break
                 await asyncio.sleep(min(0.001, remaining))
                 continue
+            if not self._live(item):
+                continue
             longest_if = max(longest, item.n_tokens)
             if longest_if * (len(batch) + 1) > self.max_batch_tokens:
                 self._carry = item  # first in the next batch
@@ -110,7 +125,7 @@ class Batcher:
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = [i for i in await self._collect() if not i.future.done()]
+            batch = [i for i in await self._collect() if self._live(i)]   # cancelled while the batch filled
             if not batch:
                 continue
             self._busy = True

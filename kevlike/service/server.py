@@ -14,6 +14,13 @@ yields a 5xx. Every response carries ``x-request-id``; a request with unknown to
 (ignored, as Jev ignores them) gets ``x-kevlike-ignored-fields`` naming them. One log line per request (id, model,
 status, tokens, latency); the state text is never logged.
 
+Clients (:class:`ClientHygiene`, uvicorn's h11 protocol with deadlines): a connection must deliver its
+request headers within ``header_timeout_s`` of opening (or of the first byte of its next request) and its body
+within ``body_timeout_s`` of the headers, else it gets 408 (``error_type`` ``timeout``) and is closed; past
+``max_connections`` open connections a new one gets 503 (``Retry-After``) and is closed. A request whose client
+disconnects before its answer is dropped: not computed if its forward pass has not started, never recorded
+(logged with status 499).
+
 Replicas are stateless (the model is read-only, nothing is kept between requests), so scaling
 out is running more ``kevlike serve`` processes behind any HTTP load balancer.
 """
@@ -23,17 +30,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import os
 import signal
 import socket
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
+import h11
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from kevlike.data.labelled import answer_target
 from kevlike.model.backbones import MODELS, SetupError
@@ -73,6 +86,161 @@ def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
     return ", ".join(parts)
 
 
+HEADER_TIMEOUT_S = 10.0     # a request's headers, from the connection's start (or its next request's first byte)
+BODY_TIMEOUT_S = 30.0       # a request's body, from its headers (8 MiB, the default body limit, at >= 280 kB/s)
+MAX_CONNECTIONS = 512       # open connections; the next one gets 503 and is closed
+
+
+class ClientHygiene(H11Protocol):
+    """uvicorn's h11 HTTP protocol with receipt deadlines and a bound on open connections (uvicorn bounds
+    neither: its keep-alive timeout restarts on every byte, and its ``limit_concurrency`` counts connections only
+    once their headers have arrived, so connections that never finish them are not bounded; both measured on
+    uvicorn 0.55).
+
+    - Headers: within :attr:`header_timeout_s` of the connection's start, or of the first byte of a later
+      request on a kept-alive connection (idle time between requests is uvicorn's keep-alive timeout, 5 s).
+      A trickle of bytes does not extend it.
+    - Body: within :attr:`body_timeout_s` of the headers.
+    - Past either: 408 ``{"detail": {"error_type": "timeout", ...}}`` (unless a response has started; nothing
+      on a connection that never sent a byte), then the connection is closed; a request body cut off this way
+      reaches the app as a disconnect.
+    - More than :attr:`max_connections` open: the new connection is answered 503 (``Retry-After: 1``) at once,
+      shut for writing, and closed after at most 1 s (long enough for the client to read the answer).
+
+    Configure with :func:`client_protocol`, which sets the three class attributes.
+    """
+
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    max_connections: int = MAX_CONNECTIONS
+    _refused_since_log = 0
+    _refusal_logged_at = -math.inf
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._phase: str | None = None
+        self._deadline = None
+        self._refused = False
+        if len(self.connections) > self.max_connections:
+            self._refuse()
+        else:
+            self._arm("headers")
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:   # answered already; the rest is read and dropped until the close
+            return
+        super().data_received(data)
+        self._follow()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._follow()
+
+    def connection_lost(self, exc) -> None:
+        self._arm(None)
+        super().connection_lost(exc)
+
+    def _follow(self) -> None:
+        """Arm the deadline of the phase the client is in: its headers (part of a request received, or a fresh
+        connection), its body, or none (a whole request received; idle between requests)."""
+        state = self.conn.their_state
+        if state is h11.SEND_BODY:
+            phase = "body"
+        elif state is h11.IDLE and (self._phase == "headers" or self.conn.trailing_data[0]):
+            phase = "headers"
+        else:
+            phase = None
+        if phase != self._phase:
+            self._arm(phase)
+
+    def _arm(self, phase: str | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._phase = phase
+        if phase is not None:
+            limit = self.header_timeout_s if phase == "headers" else self.body_timeout_s
+            self._deadline = self.loop.call_later(limit, self._expired, phase, limit)
+
+    def _expired(self, phase: str, limit: float) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        silent = phase == "headers" and not self.conn.trailing_data[0]   # nothing sent at all: just closed
+        cycle = self.cycle if phase == "body" else None
+        if cycle is not None:
+            silent = silent or cycle.response_started
+            cycle.disconnected = True   # the app reads a disconnect; a late answer of its own goes nowhere
+        log.info("closed connection from %s: request %s not received within %g s", _peer(self.client), phase, limit)
+        if not silent:
+            self._answer(408, "timeout", f"request {phase} not received within {limit:g} s; the connection is closed")
+        self.transport.close()
+        if cycle is not None:
+            cycle.message_event.set()
+
+    def _refuse(self) -> None:
+        self._refused = True
+        cls = type(self)
+        cls._refused_since_log += 1
+        now = time.monotonic()
+        if now - cls._refusal_logged_at >= 10:   # a flood: one line per 10 s
+            log.warning("connection limit: %d open (max_connections %d); refused %d connection(s) with 503 "
+                        "since the last such line", len(self.connections) - 1, self.max_connections,
+                        cls._refused_since_log)
+            cls._refused_since_log, cls._refusal_logged_at = 0, now
+        self._answer(503, "unknown", f"the server has {len(self.connections) - 1} open connections (the limit is "
+                                     f"{self.max_connections}); retry later", retry_after=1)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._deadline = self.loop.call_later(1.0, self.transport.close)
+
+    def eof_received(self):
+        if self._refused:
+            self.transport.close()
+        return super().eof_received()
+
+    def _answer(self, status: int, kind: str, message: str, retry_after: int | None = None) -> None:
+        """Write a complete ``Connection: close`` response directly (no request cycle owns the connection)."""
+        body = json.dumps({"detail": {"error_type": kind, "message": message}}).encode()
+        head = (f"HTTP/1.1 {status} {'Request Timeout' if status == 408 else 'Service Unavailable'}\r\n"
+                f"content-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n"
+                + (f"retry-after: {retry_after}\r\n" if retry_after is not None else "") + "\r\n")
+        self.transport.write(head.encode("ascii") + body)
+
+
+def _peer(client) -> str:
+    return f"{client[0]}:{client[1]}" if client else "?"
+
+
+def client_protocol(header_timeout_s: float = HEADER_TIMEOUT_S, body_timeout_s: float = BODY_TIMEOUT_S,
+                    max_connections: int = MAX_CONNECTIONS) -> type:
+    """:class:`ClientHygiene` with these limits, for ``uvicorn.Config(http=...)``.
+
+    Raises:
+        ValueError: a timeout that is not a finite number of seconds > 0, or ``max_connections`` < 1.
+    """
+    for name, v in (("header_timeout_s", header_timeout_s), ("body_timeout_s", body_timeout_s)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise ValueError(f"{name} must be a finite number of seconds > 0, got {v!r}")
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
+        raise ValueError(f"max_connections must be an integer >= 1, got {max_connections!r}")
+    return type("ClientHygiene", (ClientHygiene,), {"header_timeout_s": float(header_timeout_s),
+                                                    "body_timeout_s": float(body_timeout_s),
+                                                    "max_connections": max_connections})
+
+
+class ClientGone(Exception):
+    """The client of a request disconnected before its answer (logged as status 499; nothing is sent)."""
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Returns when the client of ``request`` (its body already read) disconnects: the ASGI server's next
+    message after the body is ``http.disconnect``."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)   # not expected after the body; never a busy loop
+
+
 def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None,
                store=None, record_state: bool = False):
     """Build the FastAPI app.
@@ -97,6 +265,8 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         raise ValueError(f"default model {default!r} is not served ({', '.join(engines)})")
     aliases = {a: default for a in JEV_ALIASES if a not in engines}
     batchers: dict[str, Batcher] = {}
+    # reports run on their own thread: a slow report never holds the default executor that tokenizes decisions
+    reports = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kevlike-report")
 
     @asynccontextmanager
     async def lifespan(app):
@@ -158,6 +328,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "unknown")
         return _error(exc.status_code, kind, f"{exc.detail}: {request.method} {request.url.path}"[:300],
                       dict(exc.headers or {}))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_disconnected(request: Request, exc: ClientDisconnect):  # the body was cut off: nobody to answer
+        return gone()
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):  # a server bug, never a client error
@@ -221,9 +395,11 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             except QueueFullError as e:
                 return _error(429, "unknown", f"server busy: {e}; retry later", {"Retry-After": "1"})
             try:
-                response = await asyncio.wait_for(fut, config.timeout_s)
+                response = await answer_unless_gone(request, fut)
             except asyncio.TimeoutError:
                 return _error(503, "timeout", f"not answered within {config.timeout_s:g} s", {"Retry-After": "5"})
+            except ClientGone:
+                return gone()
             if recorder is not None:
                 recorder.submit(request.state.request_id, name, _answers(engine, req, response),
                                 render_text(req.state) if record_state else None)
@@ -328,7 +504,31 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
 
-        return await asyncio.get_running_loop().run_in_executor(None, report, store, model)
+        return await asyncio.get_running_loop().run_in_executor(reports, report, store, model)
+
+    async def answer_unless_gone(request: Request, fut: asyncio.Future) -> dict:
+        """The response ``fut`` resolves to, unless the client disconnects first: then ``fut`` is cancelled (its
+        batcher drops it before its forward pass) and nothing is recorded.
+
+        Raises:
+            asyncio.TimeoutError: not answered within ``config.timeout_s`` (``fut`` cancelled).
+            ClientGone: the client disconnected before the answer (or while its batch ran).
+        """
+        watch = asyncio.ensure_future(_until_disconnected(request))
+        try:
+            done, _ = await asyncio.wait({fut, watch}, timeout=config.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        if watch in done:
+            fut.cancel()
+            raise ClientGone
+        if fut not in done:
+            fut.cancel()
+            raise asyncio.TimeoutError
+        return fut.result()
+
+    def gone() -> JSONResponse:
+        return _error(499, "client_closed_request", "the client disconnected before its answer")
 
     def _request_error(e: RequestError):
         if e.status == 422:
@@ -345,9 +545,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
     @app.get("/health")
     async def health():
-        """Liveness, and the requests waiting per model."""
-        return {"status": "ok", "models": {n: {"waiting": b.waiting, "batches": b.batches, "answered": b.batched}
-                                           for n, b in batchers.items()}}
+        """Liveness; per model the requests waiting, forward passes run, requests answered, and requests dropped
+        because their client had gone before their forward pass."""
+        return {"status": "ok", "models": {n: {"waiting": b.waiting, "batches": b.batches, "answered": b.batched,
+                                               "dropped": b.dropped} for n, b in batchers.items()}}
 
     # HEAD for monitors that probe with it: the same handlers, left out of the OpenAPI document (one
     # operation id per path and method there)
@@ -360,7 +561,8 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
           log_level: str = "info",
           script_policy: str = "annotate", option_orders: int | None = None, threads: int | str | None = None,
           option_mode: str | None = None, record: str | None = None, record_state: bool = False,
-          sock: socket.socket | None = None) -> None:
+          sock: socket.socket | None = None, header_timeout_s: float | None = None,
+          body_timeout_s: float | None = None, max_connections: int | None = None) -> None:
     """Listen on ``config.host:config.port`` (or on ``sock``, already listening), load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
     normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.model.engine.Engine`
@@ -371,17 +573,23 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
     :mod:`kevlike.model.state_cache` (0 = off; models without a pointer head or with sliding-window layers
     are served without it).
 
+    ``header_timeout_s``, ``body_timeout_s``, ``max_connections``: see :class:`ClientHygiene`; None: the
+    environment's ``KEVLIKE_HEADER_TIMEOUT_S``, ``KEVLIKE_BODY_TIMEOUT_S``, ``KEVLIKE_MAX_CONNECTIONS``, else
+    10 s, 30 s and 512.
+
     The socket is bound and listening before any model loads (:func:`listen_socket`): a busy port
     fails at once, not after the load, and no other process can take the port in between.
 
     Raises:
         kevlike.service.listen.ListenError: cannot listen on ``host:port`` (nothing is loaded then).
-        ValueError: a bad dtype, quantize setting, script policy or ``option_orders``.
+        ValueError: a bad dtype, quantize setting, script policy or ``option_orders``; a client limit (argument or
+            environment variable) out of range (checked before anything loads).
         kevlike.model.backbones.ModelNotFoundError: a model cannot be found.
         kevlike.model.backbones.SetupError: a model cannot be set up, or the server's startup failed
             (details in the log).
     """
 
+    protocol = client_protocol(*_client_limits(header_timeout_s, body_timeout_s, max_connections))
     host = config.host
     sock = sock or listen_socket(host, config.port)
     port = sock.getsockname()[1]  # the port given, or the one the system chose for port 0
@@ -414,7 +622,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
                 raise SetupError(f"--record {record}: {e}") from None
         app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=record_state)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                                               timeout_graceful_shutdown=int(config.timeout_s) + 5))
+                                               timeout_graceful_shutdown=int(config.timeout_s) + 5, http=protocol))
 
         # uvicorn handles SIGINT/SIGTERM while it runs, then restores the handlers it found and
         # raises the signal again; with the default handlers that kills the process (exit 143)
@@ -442,3 +650,26 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
                 signal.signal(sig, handler)
     finally:
         sock.close()
+
+
+def _client_limits(header_timeout_s, body_timeout_s, max_connections) -> tuple:
+    """The arguments, else their environment variables, else the defaults.
+
+    Raises:
+        ValueError: an environment variable that is not a number, or a limit out of range (naming it).
+    """
+    limits = {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s,
+              "max_connections": max_connections}
+    for name, kind in (("header_timeout_s", float), ("body_timeout_s", float), ("max_connections", int)):
+        var = f"KEVLIKE_{name.upper()}"
+        if limits[name] is None and os.environ.get(var, "").strip():
+            try:
+                limits[name] = kind(os.environ[var])
+                client_protocol(**{name: limits[name]})
+            except ValueError as e:
+                raise ValueError(f"{var}={os.environ[var]!r}: {e}") from None
+    limits = {k: v for k, v in limits.items() if v is not None}
+    client_protocol(**limits)
+    return tuple(limits.get(k, d) for k, d in (("header_timeout_s", HEADER_TIMEOUT_S),
+                                               ("body_timeout_s", BODY_TIMEOUT_S),
+                                               ("max_connections", MAX_CONNECTIONS)))

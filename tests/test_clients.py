@@ -1,0 +1,156 @@
+"""Client hygiene of the HTTP server (issue 32), on a real `kevlike serve` serving a tiny random Llama: a
+request whose client has gone is dropped before its forward pass and never recorded; headers and bodies
+have receipt deadlines (408, then the connection is closed); open connections are bounded (503)."""
+
+import json
+import socket
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from test_server import NOUL, Server
+from tiny import REQUEST, save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "llama")
+
+
+def raw_request(body: dict, rid: str) -> bytes:
+    data = json.dumps(body).encode()
+    return (f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-request-id: {rid}\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+
+
+def read_all(sock: socket.socket, timeout: float = 10.0) -> bytes:
+    """Everything the server sends until it closes the connection (fails past ``timeout``)."""
+    sock.settimeout(timeout)
+    out = b""
+    while chunk := sock.recv(65536):
+        out += chunk
+    return out
+
+
+def health(server) -> dict:
+    return next(iter(json.loads(server.request("GET", "/health")[2])["models"].values()))
+
+
+def test_abandoned_requests_are_dropped_before_their_forward_pass_and_never_recorded(model_dir, tmp_path):
+    """Issue 32: five clients that disconnect while another request computes were all computed, and recorded as
+    answered. Now: none of the five reaches a forward pass, none is recorded, the server answers on."""
+    db = tmp_path / "fb.db"
+    s = Server(model_dir, "--max-batch", "1", "--record", f"sqlite:///{db}")
+    try:
+        before = health(s)
+        big = {"state": "the lazy dog and the quick fox " * 100,
+               "questions": {f"q{i}": REQUEST["questions"]["team"] for i in range(600)}}
+        box = {}
+        slow = threading.Thread(target=lambda: box.setdefault("r", s.post(big, {"x-request-id": "slow"})))
+        slow.start()
+        time.sleep(0.3)
+        gone = []
+        for i in range(5):   # queued behind the slow request, then their clients go
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(raw_request({"state": "the lazy dog", "questions": {"q": NOUL}}, f"gone-{i}"))
+            gone.append(c)
+        time.sleep(0.5)      # read, tokenized and queued
+        for c in gone:
+            c.close()
+        time.sleep(0.2)
+        assert "r" not in box, "the slow request finished before the clients left: make it slower"
+        slow.join(120)
+        assert box["r"][0] == 200
+        assert s.post({"state": "the lazy dog", "questions": {"q": NOUL}}, {"x-request-id": "after"})[0] == 200
+        after = health(s)
+        assert after["dropped"] - before["dropped"] == 5
+        assert after["answered"] - before["answered"] == 2              # the slow one and the one after
+        assert after["batches"] - before["batches"] == 2
+        deadline = time.time() + 10
+        while time.time() < deadline:   # records are written off the response path
+            ids = {r for (r,) in sqlite3.connect(db).execute("select request_id from kevlike_requests")}
+            if "after" in ids:
+                break
+            time.sleep(0.1)
+        assert ids == {"slow", "after"}
+        assert s.request("POST", "/v1/feedback", {"request_id": "gone-0", "outcomes": {"q": True}})[0] == 404
+    finally:
+        s.stop()
+
+
+def test_slow_clients_are_cut_off_and_open_connections_are_bounded(model_dir):
+    s = Server(model_dir, env={"KEVLIKE_HEADER_TIMEOUT_S": "1", "KEVLIKE_BODY_TIMEOUT_S": "1.5",
+                               "KEVLIKE_MAX_CONNECTIONS": "12"})
+    try:
+        # headers trickled a byte at a time: the deadline runs from the connection's start, bytes do not extend it
+        head = socket.create_connection(("127.0.0.1", s.port))
+        t0 = time.monotonic()
+        for b in b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n":
+            try:
+                head.send(bytes([b]))
+            except OSError:
+                break
+            time.sleep(0.1)
+            if time.monotonic() - t0 > 3:
+                break
+        raw = read_all(head)
+        took = time.monotonic() - t0
+        assert raw.startswith(b"HTTP/1.1 408 ") and b"connection: close" in raw.lower(), raw
+        detail = json.loads(raw.split(b"\r\n\r\n", 1)[1])["detail"]
+        assert detail == {"error_type": "timeout", "message": "request headers not received within 1 s; the "
+                                                              "connection is closed"}
+        assert 0.9 <= took < 2.5, took
+        # a connection that never sends a byte: closed, nothing said
+        idle = socket.create_connection(("127.0.0.1", s.port))
+        t0 = time.monotonic()
+        assert read_all(idle) == b"" and 0.9 <= time.monotonic() - t0 < 2.5
+        # a body that stops halfway
+        body = socket.create_connection(("127.0.0.1", s.port))
+        body.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"state\": ")
+        t0 = time.monotonic()
+        raw = read_all(body)
+        assert raw.startswith(b"HTTP/1.1 408 ") and b"request body not received within 1.5 s" in raw, raw
+        assert 1.4 <= time.monotonic() - t0 < 3
+        assert s.post({"state": "dog", "questions": {"q": NOUL}})[0] == 200   # the server answers on
+        # the bound: 12 open connections at most; the 13th and later are answered 503 at once and closed
+        held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(12)]
+        time.sleep(0.2)
+        extra = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(3)]
+        t0 = time.monotonic()
+        for c in extra:
+            raw = read_all(c, 5)
+            assert raw.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in raw.lower(), raw
+            detail = json.loads(raw.split(b"\r\n\r\n", 1)[1])["detail"]
+            assert detail["error_type"] == "unknown" and "(the limit is 12)" in detail["message"]
+        assert time.monotonic() - t0 < 0.9   # at once, not at the header deadline
+        # the slow ones go at their header deadline; then the server has room again
+        for c in held:
+            assert read_all(c) == b""
+        status, _, out, _ = s.post({"state": "dog", "questions": {"q": NOUL}})
+        assert status == 200 and "q" in out["answers"]
+        assert s.proc.poll() is None
+    finally:
+        s.stop()
+
+
+def test_client_limits_come_from_arguments_or_the_environment_and_are_checked(monkeypatch):
+    from kevlike.service.server import _client_limits
+
+    assert _client_limits(None, None, None) == (10.0, 30.0, 512)
+    monkeypatch.setenv("KEVLIKE_HEADER_TIMEOUT_S", "2.5")
+    monkeypatch.setenv("KEVLIKE_MAX_CONNECTIONS", "64")
+    assert _client_limits(None, 7, None) == (2.5, 7, 64)
+    assert _client_limits(1, None, 8) == (1, 30.0, 8)          # an argument wins over the environment
+    for var, value, message in (("KEVLIKE_HEADER_TIMEOUT_S", "nan", "header_timeout_s must be a finite number"),
+                                ("KEVLIKE_BODY_TIMEOUT_S", "0", "body_timeout_s must be a finite number of seconds > 0"),
+                                ("KEVLIKE_MAX_CONNECTIONS", "lots", "invalid literal"),
+                                ("KEVLIKE_MAX_CONNECTIONS", "0", "max_connections must be an integer >= 1, got 0")):
+        monkeypatch.setenv(var, value)
+        with pytest.raises(ValueError, match=f"{var}='{value}': .*{message}"):
+            _client_limits(None, None, None)
+        monkeypatch.delenv(var)
+    with pytest.raises(ValueError, match="body_timeout_s must be a finite number of seconds > 0, got inf"):
+        _client_limits(None, float("inf"), None)
