@@ -183,6 +183,33 @@ def test_trainable_parameters_are_lora_delimiters_and_head(tiny_dir):
     assert delta.shape == (5, model.causal_lm().config.hidden_size)
 
 
+def test_phase_head_trains_the_head_alone_with_no_backward_through_the_backbone(tiny_dir):
+    """phase: head (the design's phase A): only the head's parameters require grad, the backbone's forward runs
+    without autograd (its hidden states carry no graph), one optimizer step moves the head and nothing else,
+    and the head alone can still fit a batch."""
+    cfg = _cfg(tiny_dir, "phase=head")
+    model, tok, _ = build_model(cfg)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert names and all(n.startswith("head.") for n in names)
+    batch, aux = make_batch(_examples(), Encoder(tok), "cpu")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+    model.train()
+    first = None
+    for _ in range(60):
+        terms = loss_terms(model(batch), batch, aux, cfg)
+        first = first if first is not None else terms["ce"].item()
+        terms["loss"].backward()
+        assert all(p.grad is None for n, p in model.named_parameters() if not n.startswith("head."))
+        opt.step()
+        opt.zero_grad()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert changed == {n for n in before if n.startswith("head.")}
+    assert terms["ce"].item() < first * 0.7, (first, terms)
+    with pytest.raises(ConfigError, match="phase"):
+        _cfg(tiny_dir, "phase=lora")
+
+
 def test_save_load_is_bit_identical_and_merged_equals_unmerged(tiny_dir, tmp_path):
     from kevlike import Engine
     from kevlike.request.schema import validate_request

@@ -31,6 +31,10 @@ DEFAULTS: dict = {
     "head": {"d_head": None,               # None: the backbone's hidden size
              "scale_init": True},          # a fresh head (no init_from) divided by RMS of the final norm weight
     "train_delimiters": True,              # the five delimiter embedding rows are trainable
+    "phase": "full",                       # "full": LoRA, delimiter rows and head; "head": phase A of the design,
+                                           # the pointer head alone on a frozen backbone (LoRA and delimiter rows
+                                           # frozen, their forward under no_grad, no backward through them):
+                                           # the cheap check that the pipeline learns at all
     # task -> sampling weight and augmentation (kevlike.data.sources.make_example)
     "tasks": {
         "banking77": {"weight": 1.0, "negatives": 23, "full_set": 0.0, "perm_twin": 0.25,
@@ -160,6 +164,7 @@ RULES: dict[str, Rule] = {
     "head.d_head": _int(1, null=True),
     "head.scale_init": Rule("bool"),
     "train_delimiters": Rule("bool"),
+    "phase": Rule("choice", choices=("full", "head")),
     "loss.perm": _num(0),
     "loss.ord": _num(0),
     "set_share": _SHARE,

@@ -64,19 +64,21 @@ class DecisionModel(nn.Module):
     ``forward(batch)`` returns pointer logits ``[B, NB, K]`` (float32, ``-inf`` on padded options).
     """
 
-    def __init__(self, lm: nn.Module, head: PointerHead, backend: str = "sdpa"):
+    def __init__(self, lm: nn.Module, head: PointerHead, backend: str = "sdpa", head_only: bool = False):
         super().__init__()
         self.lm = lm
         self.head = head
         self.backend = backend
+        self.head_only = head_only   # phase A: the backbone's forward without autograd, only the head learns
 
     def causal_lm(self):
         """The HF causal LM inside the peft wrapper (LoRA layers injected in place)."""
         return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        hidden = backbone_hidden(self.causal_lm(), self.backend, batch.input_ids, batch.segment_ids, batch.position_ids,
-                                 batch.option_ids)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.head_only):
+            hidden = backbone_hidden(self.causal_lm(), self.backend, batch.input_ids, batch.segment_ids,
+                                     batch.position_ids, batch.option_ids)
         return pointer_logits(self.head, hidden, batch)
 
 
@@ -123,7 +125,11 @@ def build_model(cfg: dict, device: str | None = None):
         head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"]})
     elif cfg["head"]["scale_init"]:
         scale_fresh_head(head, model)
-    return DecisionModel(lm, head), tok, resolved
+    head_only = cfg.get("phase", "full") == "head"
+    if head_only:   # phase A: nothing of the backbone side learns
+        for p in lm.parameters():
+            p.requires_grad_(False)
+    return DecisionModel(lm, head, head_only=head_only), tok, resolved
 
 
 @torch.no_grad()
@@ -368,10 +374,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     head_params = list(model.head.parameters())
     lora_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" in n]
     token_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" not in n]
-    optimizer = torch.optim.AdamW([
-        {"params": lora_params, "lr": o["lr"]},
-        {"params": head_params + token_params, "lr": o["head_lr"]},
-    ], weight_decay=o["weight_decay"])
+    groups = [{"params": lora_params, "lr": o["lr"]}, {"params": head_params + token_params, "lr": o["head_lr"]}]
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=o["weight_decay"])
     scheduler = get_linear_schedule_with_warmup(optimizer, int(o["warmup"] * cfg["max_steps"]), cfg["max_steps"])
     model, optimizer = accelerator.prepare(model, optimizer)
     inner = accelerator.unwrap_model(model)
