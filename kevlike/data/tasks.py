@@ -17,7 +17,8 @@ from kevlike.request.render import render_text
 from kevlike.request.writing_systems import detect_script
 
 LEGACY_TASKS = ("banking77", "clinc150", "hwu64", "spam", "sentiment")
-FAMILY_KEYS = ("max_questions", "distractor", "negation", "augment", "coherence", "wrap_negation", "insert_not")
+FAMILY_KEYS = ("max_questions", "distractor", "negation", "augment", "coherence", "wrap_negation", "insert_not",
+               "soft_scores")
 
 
 def _family_sources() -> tuple[str, ...]:
