@@ -79,13 +79,43 @@ def _safe_streams() -> None:
 def _print_json(obj, indent: int | None) -> None:
     """Write ``obj`` as one JSON document and a newline to stdout. Non-ASCII text is written as is when
     stdout's encoding can represent all of it, else as ``\\uXXXX`` escapes (``ensure_ascii``), so the
-    output is valid JSON, with the same keys and strings, under any terminal encoding."""
-    text = json.dumps(obj, indent=indent, ensure_ascii=False)
+    output is valid JSON, with the same keys and strings, under any terminal encoding. Strict JSON: a NaN or
+    an infinity is never written.
+
+    Raises:
+        ValueError: ``obj`` holds a float that is NaN or infinite (nothing is written).
+    """
+    text = json.dumps(obj, indent=indent, ensure_ascii=False, allow_nan=False)
     try:
         text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
     except (UnicodeEncodeError, LookupError):
-        text = json.dumps(obj, indent=indent, ensure_ascii=True)
+        text = json.dumps(obj, indent=indent, ensure_ascii=True, allow_nan=False)
     sys.stdout.write(text + "\n")
+
+
+def _profile_error(model: str | None, profile: str | None) -> str | None:
+    """The one-line error of calibration profile ``profile`` of ``model`` when its file is invalid
+    (:func:`kevlike.model.temperatures.read_temperatures`: names the file and the field), before the model
+    loads. None when it is valid, or when the model or the profile cannot be found (loading says why)."""
+    if profile is None:
+        return None
+    from kevlike.model.backbones import resolve_model
+    from kevlike.model.modeldir import check_profile_name, profile_path
+    from kevlike.model.temperatures import ProfileError, read_temperatures
+
+    try:
+        resolved = resolve_model(model)
+        check_profile_name(profile)
+    except Exception:  # an unknown model or a bad name: Engine.from_pretrained reports it
+        return None
+    if resolved.artifact_dir is None or not (path := profile_path(resolved.artifact_dir, resolved.name,
+                                                                  profile)).is_file():
+        return None
+    try:
+        read_temperatures(path)
+    except ProfileError as e:
+        return f"calibration profile {profile!r} refused: {e}"
+    return None
 
 
 def _option_orders_error(args) -> str | None:
@@ -139,6 +169,8 @@ def _cmd_decide(args) -> int:
     from kevlike.model.backbones import ModelNotFoundError, SetupError  # torch: only once the request is valid
     from kevlike.model.engine import Engine
 
+    if (err := _profile_error(args.model, args.profile)) is not None:
+        return _fail(err)
     t0 = time.perf_counter()
     try:
         engine = Engine.from_pretrained(args.model, dtype=args.dtype,
@@ -157,7 +189,10 @@ def _cmd_decide(args) -> int:
     except RequestError as e:
         return _fail(f"invalid request: {e.one_line()}")
     t2 = time.perf_counter()
-    _print_json(response, indent=None if args.compact else 2)
+    try:
+        _print_json(response, indent=None if args.compact else 2)
+    except ValueError as e:  # a NaN or an infinity: never printed as (invalid) JSON
+        return _fail(f"the answer holds a number that is not finite ({e}); nothing printed", EXIT_SETUP)
     if args.timing:
         print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.dtype} "
               f"[{engine.dtype_reason}], "
@@ -362,6 +397,8 @@ def _cmd_eval(args) -> int:
         from kevlike.eval.owndata import evaluate_data
         from kevlike.data.labelled import LabelledDataError
 
+        if args.url is None and (err := _profile_error(args.model, args.profile)) is not None:
+            return _fail(err)
         try:
             evaluate_data(args.model, args.data, args.out, costs=args.costs, url=args.url, batch_size=args.batch,
                           quiet=args.quiet, option_mode=args.option_mode, profile=args.profile, dtype=args.dtype)

@@ -39,7 +39,7 @@ from kevlike.eval.probes import threshold_economics
 from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import records_from_logits, summarize
 from kevlike.model.engine import Engine
-from kevlike.model.modeldir import check_profile_name, save_profile
+from kevlike.model.modeldir import check_profile_name, load_temperatures, save_profile
 from kevlike.model.temperatures import calibration_type, fit_table
 from kevlike.runs import git_commit
 
@@ -191,7 +191,8 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
                 engine=None, dtype: str = "auto") -> tuple[Path, dict]:
     """``kevlike calibrate MODEL --data FILE --profile NAME``: fit temperatures per (type, K-bucket) on the
     labelled questions (:func:`kevlike.model.temperatures.fit_table`: a bucket or type under ``min_count``
-    questions, or without errors, falls back) and store them as profile ``NAME``
+    questions, or without errors, falls back to its type's fitted temperature, else to the model's own
+    temperatures from its ``calibration.json``, never to T = 1 in their place) and store them as profile ``NAME``
     (:func:`kevlike.model.modeldir.save_profile`). ``records``: already answered records (``logits``, ``gold``,
     ``type``), e.g. from the feedback store; then ``data`` only names their origin. Returns the
     profile's path and the fit report. ``dtype``: the weight precision the logits are computed in (as
@@ -213,8 +214,11 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     counts = defaultdict(int)
     for r in records:
         counts[r["type"]] += 1
+    # a type or bucket too small to fit keeps the model's own (fitted) temperature, not T = 1
+    own = load_temperatures(engine.artifact_dir)
     table, fit = fit_table(records, min_count, f"profile {profile!r}: fitted on {data} "
-                                               f"({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))})")
+                                               f"({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}); "
+                                               f"elsewhere the model's own temperatures", base=own)
     if getattr(engine, "dtype", None) is not None:       # the precision the logits were computed in
         fit["dtype"] = f"{engine.dtype} ({engine.dtype_reason})"
     path = save_profile(engine.artifact_dir, engine.name.split("@")[0], profile, table, fit)

@@ -4,13 +4,19 @@ carries fitted values every temperature is 1 (the table says so in ``source``)."
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 BUCKETS = ((2, 2), (3, 5), (6, 20), (21, 255))
+BUCKET_LABELS = ("2", "3-5", "6-20", "21-255", "256+")
+TYPES = ("noul", "choice", "score", "choice:set")     # the keys a temperature is stored under (calibration_type)
+T_LIMITS = (0.01, 100.0)        # a temperature outside these is refused (fits stay within T_MIN, T_MAX below)
+PROFILE_FORMAT = 1              # the "format" of a calibration file (absent: 1, the files written before it existed)
 
 
 def bucket_of(k: int) -> str:
@@ -34,14 +40,105 @@ def calibration_type(qtype: str, option_mode: str = "list") -> str:
     return f"{qtype}:set" if option_mode == "set" and qtype == "choice" else qtype
 
 
+class ProfileError(ValueError):
+    """A temperature table, calibration file or profile that cannot be served. ``str()`` is one line naming the
+    file (when read from one), the field and the rule, e.g.
+    ``profiles/ops.json: by_type.noul: temperature must be a finite number from 0.01 to 100, got -1``."""
+
+
+def check_temperature(where: str, t) -> float:
+    """``t`` as a float if it is a finite number within :data:`T_LIMITS` (a bool, a string or NaN is not).
+
+    Raises:
+        ProfileError: ``where: temperature must be …, got …``.
+    """
+    lo, hi = T_LIMITS
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not (lo <= t <= hi):
+        raise ProfileError(f"{where}: temperature must be a finite number from {lo:g} to {hi:g}, got {t!r}")
+    return float(t)
+
+
 @dataclass(frozen=True)
 class TemperatureTable:
     """``by_bucket[(type, bucket)]``, else ``by_type[type]``, else 1. Set-mode choice questions look up
-    ``choice:set`` first and fall back to ``choice``'s entries."""
+    ``choice:set`` first and fall back to ``choice``'s entries.
+
+    Every temperature is checked on construction (:func:`check_temperature`; types from :data:`TYPES`, buckets
+    from :data:`BUCKET_LABELS`), so no table can serve a NaN, an infinity, a sign flip or a division by zero.
+
+    Raises:
+        ProfileError: a temperature, type or bucket outside those rules (the message names the field).
+    """
 
     by_bucket: dict = field(default_factory=dict)
     by_type: dict = field(default_factory=dict)
     source: str = "default: T = 1 (not fitted)"
+
+    def __post_init__(self):
+        if not isinstance(self.by_type, dict) or not isinstance(self.by_bucket, dict):
+            raise ProfileError("by_type and by_bucket must be mappings")
+        for t, v in self.by_type.items():
+            if t not in TYPES:
+                raise ProfileError(f"by_type.{t}: unknown question type (known: {', '.join(TYPES)})")
+            check_temperature(f"by_type.{t}", v)
+        for key, v in self.by_bucket.items():
+            if not (isinstance(key, tuple) and len(key) == 2):
+                raise ProfileError(f"by_bucket: key {key!r} is not a (type, bucket) pair")
+            t, b = key
+            if t not in TYPES:
+                raise ProfileError(f"by_bucket[{t}/{b}]: unknown question type (known: {', '.join(TYPES)})")
+            if b not in BUCKET_LABELS:
+                raise ProfileError(f"by_bucket[{t}/{b}]: unknown bucket (known: {', '.join(BUCKET_LABELS)})")
+            check_temperature(f"by_bucket[{t}/{b}]", v)
+        if not isinstance(self.source, str):
+            raise ProfileError(f"source must be a string, got {self.source!r}")
+
+    def to_json(self) -> dict:
+        """The calibration-file form (``calibration.json``, ``profiles/NAME.json``), without the fit report."""
+        return {"format": PROFILE_FORMAT, "source": self.source, "by_type": dict(self.by_type),
+                "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in self.by_bucket.items()]}
+
+    @classmethod
+    def from_json(cls, obj, where: str = "calibration file") -> "TemperatureTable":
+        """Parse and check a calibration file's JSON object: ``format`` (optional, :data:`PROFILE_FORMAT`),
+        ``by_type`` ``{type: T}`` and ``by_bucket`` ``[{"type", "bucket", "temperature"}]`` (required),
+        ``source`` (optional text) and ``fit`` (optional, the fit report; not read). Unknown fields are refused.
+
+        Raises:
+            ProfileError: one line, ``WHERE: FIELD: what is wrong``.
+        """
+        known = ("format", "source", "by_type", "by_bucket", "fit")
+        if not isinstance(obj, dict):
+            raise ProfileError(f"{where}: must be a JSON object with by_type and by_bucket, got {type(obj).__name__}")
+        for k in obj:
+            if k not in known:
+                raise ProfileError(f"{where}: {k}: unknown field (known: {', '.join(known)})")
+        fmt = obj.get("format", PROFILE_FORMAT)
+        if isinstance(fmt, bool) or fmt != PROFILE_FORMAT:
+            raise ProfileError(f"{where}: format: unsupported calibration-file format {fmt!r} (this version reads "
+                               f"{PROFILE_FORMAT})")
+        for k in ("by_type", "by_bucket"):
+            if k not in obj:
+                raise ProfileError(f"{where}: {k}: required field missing")
+        if not isinstance(obj["by_type"], dict):
+            raise ProfileError(f"{where}: by_type: must be an object {{type: temperature}}")
+        if not isinstance(obj["by_bucket"], list):
+            raise ProfileError(f"{where}: by_bucket: must be a list of {{type, bucket, temperature}}")
+        by_bucket = {}
+        for i, row in enumerate(obj["by_bucket"]):
+            if not (isinstance(row, dict) and set(row) == {"type", "bucket", "temperature"}):
+                raise ProfileError(f"{where}: by_bucket[{i}]: must be an object with exactly type, bucket and "
+                                   f"temperature")
+            if not (isinstance(row["type"], str) and isinstance(row["bucket"], str)):
+                raise ProfileError(f"{where}: by_bucket[{i}]: type and bucket must be strings")
+            if (row["type"], row["bucket"]) in by_bucket:
+                raise ProfileError(f"{where}: by_bucket[{i}]: {row['type']}/{row['bucket']} appears twice")
+            by_bucket[(row["type"], row["bucket"])] = row["temperature"]
+        source = obj.get("source", f"calibration file {where}")
+        try:
+            return cls(by_bucket=by_bucket, by_type=dict(obj["by_type"]), source=source)
+        except ProfileError as e:
+            raise ProfileError(f"{where}: {e}") from None
 
     def lookup(self, qtype: str, k: int, option_mode: str = "list") -> float:
         """The temperature of a ``qtype`` question with ``k`` options read in ``option_mode``."""
@@ -52,6 +149,41 @@ class TemperatureTable:
         if key != qtype:
             return self.lookup(qtype, k)
         return 1.0
+
+
+def read_temperatures(path: str | Path) -> TemperatureTable:
+    """Read and check a calibration file or profile (``calibration.json``, ``profiles/NAME.json``); JSON's
+    ``NaN``/``Infinity`` are refused like any other non-finite temperature.
+
+    Raises:
+        ProfileError: one line naming the file and the field (unreadable file, invalid JSON, a missing or
+            unknown field, an unknown format, a temperature that is not a finite number within :data:`T_LIMITS`).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+
+    def constant(name):
+        raise ProfileError(f"{path}: {name} is not a number (temperatures must be finite)")
+    try:
+        obj = json.loads(text, parse_constant=constant)
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"{path}: not valid JSON: {e}") from None
+    return TemperatureTable.from_json(obj, str(path))
+
+
+def with_fallback(fitted: TemperatureTable, base: TemperatureTable, source: str | None = None) -> TemperatureTable:
+    """``fitted`` where it has a temperature, else ``base`` (e.g. the model's own, for a profile fitted on a small
+    file): per (type, bucket) the fitted bucket, else the fitted type, else the base's bucket, else the base's
+    type, else 1. A type fitted in ``fitted`` drops the base's buckets of that type (the profile's own type
+    temperature is the better fallback for them)."""
+    by_type = {**base.by_type, **fitted.by_type}
+    by_bucket = {k: v for k, v in base.by_bucket.items() if k[0] not in fitted.by_type}
+    by_bucket.update(fitted.by_bucket)
+    return TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source or fitted.source)
+
 
 # --- fitting (DESIGN.md §9) -------------------------------------------------------------------
 
@@ -90,12 +222,14 @@ def fit_temperature(logits: list, golds: list[int], lo: float = T_MIN, hi: float
     return math.exp((a + b) / 2)
 
 
-def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "fitted") -> tuple[TemperatureTable, dict]:
+def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "fitted",
+              base: TemperatureTable | None = None) -> tuple[TemperatureTable, dict]:
     """Temperatures per (type, K-bucket) from held-out records (``{"type", "logits", "gold"}``).
 
     Fallbacks, recorded in the returned report: a bucket with fewer than ``min_count`` questions or
     no errors gets no entry (its type's temperature applies); a type with fewer than ``min_count``
-    questions or no errors gets none either (T = 1 applies).
+    questions or no errors gets none either: then ``base``'s temperatures apply (:func:`with_fallback`;
+    a calibration profile passes the model's own), or T = 1 without a ``base``.
     """
 
     groups, types = defaultdict(list), defaultdict(list)
@@ -113,6 +247,8 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
         if len(rs) >= min_count and entry["errors"]:
             by_type[t] = fit_temperature(z, g)
             entry.update(temperature=by_type[t], nll_fitted=nll_at(z, g, by_type[t]))
+        elif base is not None:
+            entry["fallback"] = "the model's own temperatures (too few questions or no errors)"
         else:
             entry["fallback"] = "T = 1 (too few questions or no errors)"
         report["types"][t] = entry
@@ -123,6 +259,14 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
             by_bucket[(t, b)] = fit_temperature(z, g)
             entry["temperature"] = by_bucket[(t, b)]
         else:
-            entry["fallback"] = f"type {t}'s temperature" if t in by_type else "T = 1"
+            entry["fallback"] = (f"type {t}'s temperature" if t in by_type else
+                                 f"the model's own temperature (T = {base.lookup(t, _bucket_k(b)):.3g})"
+                                 if base is not None else "T = 1")
         report["buckets"][f"{t}/{b}"] = entry
-    return TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source), report
+    table = TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source)
+    return (table if base is None else with_fallback(table, base)), report
+
+
+def _bucket_k(label: str) -> int:
+    """An option count inside bucket ``label`` (its lower end)."""
+    return int(label.split("-")[0].rstrip("+"))

@@ -59,9 +59,29 @@ class ServerConfig:
 
 
 def api_keys_from_env(path: str | None = None) -> frozenset:
-    """Keys from ``KEVLIKE_API_KEYS`` (comma-separated) and/or a file (one key per line)."""
-    keys = {k.strip() for k in os.environ.get("KEVLIKE_API_KEYS", "").split(",") if k.strip()}
+    """Keys from ``KEVLIKE_API_KEYS`` (comma-separated) and/or a file (one key per line; blank lines and lines
+    whose first non-blank character is ``#`` are skipped). Empty: neither is given, authentication is off.
+
+    Fails closed: a source that is given but holds no key (an unpopulated secret mount, a variable set to
+    ``""`` or ``" , "``) would silently turn authentication off, so it is refused.
+
+    Raises:
+        ValueError: ``KEVLIKE_API_KEYS`` is set but holds no key, or the file holds no key (one line, naming
+            the variable or the file).
+        OSError: the file cannot be read.
+    """
+    keys: set[str] = set()
+    env = os.environ.get("KEVLIKE_API_KEYS")
+    if env is not None:
+        keys = {k.strip() for k in env.split(",") if k.strip()}
+        if not keys:
+            raise ValueError("KEVLIKE_API_KEYS is set but holds no key (comma-separated keys expected); refusing to "
+                             "start with authentication off (unset it to serve without keys)")
     if path:
         with open(path, encoding="utf-8") as f:
-            keys |= {line.strip() for line in f if line.strip() and not line.startswith("#")}
+            from_file = {line.strip() for line in f if line.strip() and not line.strip().startswith("#")}
+        if not from_file:
+            raise ValueError(f"--api-keys-file {path}: no key in it (only blank lines and comments); refusing to "
+                             f"start with authentication off")
+        keys |= from_file
     return frozenset(keys)

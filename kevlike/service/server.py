@@ -51,9 +51,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from kevlike.data.labelled import answer_target
 from kevlike.model.backbones import MODELS, SetupError
 from kevlike.model.engine import Engine
-from kevlike.model.modeldir import list_profiles
+from kevlike.model.modeldir import list_profiles, profile_path
 from kevlike.model.state_cache import StateCache
-from kevlike.model.temperatures import calibration_type
+from kevlike.model.temperatures import ProfileError, calibration_type, read_temperatures
 from kevlike.request.render import render_text
 from kevlike.request.schema import RequestError, parse_request, request_json_schema
 from kevlike.service.batcher import Batcher, QueueFullError
@@ -567,6 +567,8 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
     normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.model.engine.Engine`
     (None: each model's own setting). ``dtype``, ``quantize``: see :meth:`kevlike.model.engine.Engine.from_pretrained`.
+    Every calibration profile of a served model is checked before it is served
+    (:func:`kevlike.model.temperatures.read_temperatures`); one bad profile file refuses the start.
     ``record``: a SQLAlchemy URL to record answered requests in and to
     take outcome feedback for (:mod:`kevlike.service.feedback`); ``record_state`` also keeps the state texts. ``threads``: torch's CPU threads, ``"auto"``, N or None
     (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.model.threads`). ``config.state_cache_mb``: per model, see
@@ -608,6 +610,11 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
             if eng.artifact_dir is not None:   # calibration profiles: the same model as MODEL@PROFILE
 
                 for prof in list_profiles(eng.artifact_dir, eng.name):
+                    try:          # a bad profile file stops the start, naming the file and the field
+                        read_temperatures(profile_path(eng.artifact_dir, eng.name, prof))
+                    except ProfileError as e:
+                        raise ProfileError(f"calibration profile {prof!r} of model {eng.name} refused (fix or remove "
+                                           f"the file): {e}") from None
                     pe = eng.with_profile(prof)
                     engines[pe.name] = pe
                     info[pe.name] = {"description": f"{info[eng.name]['description']}; temperatures of calibration "
@@ -639,6 +646,12 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
             first = next(iter(engines.values()))
             first.thread_policy.apply(force=True)
             log.info("CPU threads: %s", first.thread_policy.describe())
+            if config.api_keys:
+                log.info("authentication: on, %d bearer key%s (/health stays open)", len(config.api_keys),
+                         "" if len(config.api_keys) == 1 else "s")
+            else:
+                log.warning("authentication: off (no --api-keys-file, no KEVLIKE_API_KEYS): every endpoint answers "
+                            "without a key")
             for eng in engines.values():
                 log.info("model %s: %s (%s); state cache %s", eng.name, eng.dtype, eng.dtype_reason,
                          f"{eng.state_cache.max_bytes / 2 ** 20:g} MiB" if eng.state_cache is not None else "off")
