@@ -192,3 +192,19 @@ def test_snli_fetch_refuses_a_wrong_hash_and_missing_data_names_the_command(tmp_
     finally:
         snli._premises.cache_clear()
         snli.rows.cache_clear()
+
+
+def test_long_pads_a_typed_state_into_a_page_and_keeps_its_answers():
+    from kevlike.data import facts
+    req, gold = facts.rows("validation")[0]
+    plain = family_example("facts", (req, gold), random.Random(3))
+    assert plain.request["state"] == req["state"]                          # long = 0: unchanged
+    lengths = []
+    for seed in range(20):
+        ex = family_example("facts", (req, gold), random.Random(seed), long=1.0)
+        st = ex.request["state"]
+        assert req["state"] in st and ex.gold == gold and ex.targets == plain.targets
+        paras = st.split("\n\n")
+        assert 5 <= len(paras) <= 13 and all(p in reading.PADDING for p in paras if p != req["state"])
+        lengths.append(len(st.split()))
+    assert min(lengths) > 100 and len({st for st in lengths}) > 5          # pages of several lengths

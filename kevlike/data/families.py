@@ -672,7 +672,7 @@ def polar(src: Source, rating: float) -> bool | None:
 def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: int = 4, wordings: str = "train",
                    distractor: float = 0.15, perm_twin: float = 0.1, negation: bool = True,
                    augment: bool = True, coherence: float = 0.0, wrap_negation: float = 0.0,
-                   insert_not: float = 0.0, soft_scores: bool = False) -> Example:
+                   insert_not: float = 0.0, soft_scores: bool = False, long: float = 0.0) -> Example:
     """One training request on a row of source ``name``: 1–``max_questions`` questions of mixed families.
 
     ``negation=False`` drops negated phrasings (ablation); ``augment=False`` keeps one wording per family,
@@ -690,6 +690,9 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
     Neither draws from ``rng`` when 0, so evaluation items are unchanged.
     ``soft_scores``: a score question on a row that keeps its raters' ratings (VADER) gets their share per level
     as its target (:func:`soft_levels`) instead of one-hot on the mean's level; the gold key is unchanged.
+    ``long``: probability that a typed request's text state is padded into a page with unrelated paragraphs
+    before and after it (:func:`kevlike.data.reading.pad`; answers unchanged: the paragraphs state nothing
+    the questions ask). Not drawn from ``rng`` when 0.
     """
     src = SOURCES[name]
     if src.kind == "typed":
@@ -698,6 +701,9 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
         if name == "facts" and coherence:
             req, gold, twins = facts.with_twins(req, gold, rng, coherence)
         qs = dict(req["questions"])
+        state = req["state"]
+        if long and isinstance(state, str):
+            state = reading.pad(rng, state, long)
         targets = {}
         for qid, q in qs.items():
             if q["type"] == "noul":
@@ -706,7 +712,7 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
                 targets[qid] = [1.0 if str(i) == gold[qid] else 0.0 for i in range(len(q["criteria"]))]
             else:
                 targets[qid] = [1.0 if k == gold[qid] else 0.0 for k in q["criteria"]]
-        return Example({"state": req["state"], "questions": qs}, targets, name, dict(gold), twins)
+        return Example({"state": state, "questions": qs}, targets, name, dict(gold), twins)
     if not augment:
         wordings = "first"
     text = row[0]

@@ -145,11 +145,13 @@ PADDING = (
 )
 
 
-def _pad(rng: random.Random, body: str) -> str:
-    """``body`` with unrelated paragraphs before and after (with probability :data:`LONG_SHARE`)."""
-    if rng.random() >= LONG_SHARE:
+def pad(rng: random.Random, body: str, share: float = LONG_SHARE, paragraphs: tuple[int, int] = (4, 12)) -> str:
+    """``body`` with ``paragraphs`` (a range) unrelated paragraphs (:data:`PADDING`) placed before and after it,
+    with probability ``share`` (else ``body`` as it is): a page in which the sentences that decide the answer sit
+    anywhere. ``documents`` rows use 3–7 (as stage 15 trained on them), the ``long`` task option 4–12."""
+    if rng.random() >= share:
         return body
-    paras = rng.sample(PADDING, rng.randint(3, 7))
+    paras = rng.sample(PADDING, rng.randint(*paragraphs))
     k = rng.randint(0, len(paras))
     return "\n\n".join(paras[:k] + [body] + paras[k:])
 
@@ -391,7 +393,7 @@ def document(rng: random.Random, form: list | None = None) -> tuple[dict, dict, 
     q.trim(rng.randint(4, 8))
     if form is not None:
         form.append(DOCUMENT_FORMS[kind])
-    return {"state": _pad(rng, body), "questions": q.questions}, q.gold, q.twins
+    return {"state": pad(rng, body, paragraphs=(3, 7)), "questions": q.questions}, q.gold, q.twins
 
 
 # --- absurd -------------------------------------------------------------------------------------------------

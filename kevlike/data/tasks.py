@@ -18,7 +18,7 @@ from kevlike.request.writing_systems import detect_script
 
 LEGACY_TASKS = ("banking77", "clinc150", "hwu64", "spam", "sentiment")
 FAMILY_KEYS = ("max_questions", "distractor", "negation", "augment", "coherence", "wrap_negation", "insert_not",
-               "soft_scores")
+               "soft_scores", "long")
 
 
 def _family_sources() -> tuple[str, ...]:

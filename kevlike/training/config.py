@@ -197,6 +197,7 @@ TASK_RULES: dict[str, Rule] = {
     "max_questions": _int(1),
     "distractor": _SHARE, "coherence": _SHARE, "wrap_negation": _SHARE, "insert_not": _SHARE,
     "negation": Rule("bool"), "augment": Rule("bool"), "soft_scores": Rule("bool"),
+    "long": _SHARE,
 }
 _OPEN = ("tasks", "data")   # top-level keys checked below, not by RULES
 
