@@ -411,6 +411,8 @@ def _cmd_eval(args) -> int:
         return _fail("--costs and --profile go with --data FILE.jsonl")
     if args.reuse is not None and not (Path(args.reuse) / "records.jsonl").is_file():
         return _fail(f"--reuse {args.reuse}: not an eval run directory (no records.jsonl; use a runs/eval-… directory)")
+    if args.half is not None and not args.suite.startswith("generalization"):
+        return _fail(f"--half goes with --suite generalization or generalization-quick, not {args.suite!r}")
     if args.url is not None and args.reuse is not None:
         return _fail("--url and --reuse exclude each other (a served model's temperatures are its own)")
     if args.url is not None and not args.url.startswith(("http://", "https://")):
@@ -418,7 +420,7 @@ def _cmd_eval(args) -> int:
     try:
         run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
                   url=args.url, probes=args.probes, option_orders=args.option_orders, bigbench=args.bigbench,
-                  quantize=args.quantize, option_mode=args.option_mode, dtype=args.dtype)
+                  quantize=args.quantize, option_mode=args.option_mode, dtype=args.dtype, half=args.half)
     except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
         return _fail(str(e))
     except SetupError as e:
@@ -696,6 +698,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="heldout (the default), calibration (>= 1,000 questions per type), quick, full, or "
                         "generalization: unseen wordings, unseen sources, BIG-bench, contrast pairs and coherence "
                         "(generalization-quick: a few items of each; see kevlike/eval/generalization.py)")
+    e.add_argument("--half", choices=("validation", "test"), default=None,
+                   help="generalization suites: answer only this half's items (every choice reads the validation "
+                        "half; the test half is for reporting; kevlike/eval/generalization.py) (default: both)")
     e.add_argument("--bigbench", default=None, metavar="ARCHIVE",
                    help="generalization suite: BIG-bench's source archive (pip download --no-deps bigbench==1.0.0); "
                         "default $KEVLIKE_HOME/bigbench-1.0.0.tar.gz, skipped when absent")

@@ -354,7 +354,23 @@ def test_generalization_suite_through_the_cli(tmp_path):
     metrics = json.loads((ev_dir / "metrics.json").read_text())
     gen = metrics["generalization"]
     assert {"seen_wording", "heldout_wording", "heldout_source", "target/banking77_all77", "target/spam_balanced",
-            "target/sentiment5", "contrast", "contrast_apart"} <= set(gen["splits"])
+            "target/sentiment5", "contrast", "contrast_apart", "realistic", "absurd", "documents"} <= set(gen["splits"])
+    # two halves that partition the run, each with its targets; the report shows both
+    halves = gen["halves"]
+    assert sum(s["n"] for h in ("validation", "test") for s in halves[h]["splits"].values()) == \
+        sum(s["n"] for s in gen["splits"].values())
+    assert halves["test"]["targets"]["realistic_accuracy"]["target"] == 0.8
+    assert "## Test half" in (ev_dir / "report.md").read_text()
+    val = run("eval", "--model", str(art), "--suite", "generalization-quick", "--n", "1", "--half", "validation",
+              "--out", str(tmp_path / "val"), "--quiet")
+    assert val.returncode == 0, val.stderr.decode()[-3000:]
+    (val_dir,) = (tmp_path / "val").iterdir()
+    recs = [json.loads(x) for x in (val_dir / "records.jsonl").read_text().splitlines()]
+    assert recs and {r["half"] for r in recs} == {"validation"}
+    assert len(recs) == sum(s["n"] for s in halves["validation"]["splits"].values()) + \
+        sum(1 for r in recs if r["split"] in ("contrast", "contrast_apart") and not r["question"].startswith("q"))
+    bad = run("eval", "--model", str(art), "--suite", "quick", "--half", "test")
+    assert bad.returncode == 2 and "--half goes with" in bad.stderr.decode()
     for split in ("contrast", "contrast_apart"):
         assert gen[split]["pairs"] >= 25 and 0.0 <= gen[split]["both_right"] <= 1.0
         assert gen["splits"][split]["n"] == 2 * gen[split]["questions"]       # noul form, both states

@@ -338,8 +338,10 @@ def generalization_summary(records: list[dict], pairs: dict[str, list[dict]], ha
         seen_same = [r for r in records if r["split"] == "seen_wording" and not r["source"].startswith("sys1_")]
         out["wording_gap"] = summary(seen_same)["accuracy"] - h["accuracy"]
     for split in CONTRAST_SPLITS:
-        if any(r["split"] == split for r in records):
-            out[split] = contrast_metrics([r for r in records if r["split"] == split], pairs[split], split)
+        recs = [r for r in records if r["split"] == split]
+        if recs:   # the pairs answered (a run of one half answers that half's pairs)
+            asked = {r["source"].split("/")[1] for r in recs}
+            out[split] = contrast_metrics(recs, [p for p in pairs[split] if p["id"] in asked], split)
     out["targets"] = reading_targets(records, out)
     return out
 

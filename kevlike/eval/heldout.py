@@ -20,7 +20,8 @@ import torch
 
 from kevlike.data.tasks import eval_examples
 from kevlike.eval.generalization import (
-    CONTRAST_SPLITS, contrast_pairs, generalization_sets, generalization_summary, report_tables, with_halves
+    CONTRAST_SPLITS, HALVES, contrast_pairs, generalization_sets, generalization_summary, half_key, half_of,
+    report_tables, with_halves
 )
 from kevlike.eval.probes import run_probes
 from kevlike.eval.remote import RemoteEngine
@@ -137,7 +138,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
               batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
               url: str | None = None, probes: int = 0, option_orders: int | None = None,
               bigbench: str | Path | None = None, quantize: str | None = "none", dtype: str = "auto",
-              option_mode: str | None = None) -> Path:
+              option_mode: str | None = None, half: str | None = None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
     ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
@@ -146,6 +147,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     ``option_orders``: override the model's option orders (:class:`kevlike.model.engine.Engine`; local models).
     ``bigbench``: BIG-bench's source archive for the generalization suites (default: ``$KEVLIKE_HOME``).
     ``quantize``, ``dtype``, ``option_mode``: as :meth:`kevlike.model.engine.Engine.from_pretrained` (local models).
+    ``half``: generalization suites only — answer only the items of this half (``validation`` or ``test``).
 
     Raises:
         ValueError: unknown suite, an option mode the model was not trained for, or a model without a trained pointer head.
@@ -156,6 +158,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
 
     if suite not in SUITES and suite not in GENERALIZATION_SUITES:
         raise ValueError(f"unknown suite {suite!r} (known: {', '.join([*SUITES, *GENERALIZATION_SUITES])})")
+    if half is not None and (suite not in GENERALIZATION_SUITES or half not in HALVES):
+        raise ValueError(f"half {half!r}: one of {HALVES}, with a generalization suite (not {suite!r})")
     if reuse is not None:
         return _rescore_run(model, Path(reuse), Path(out), quiet)
     if engine is None and url is not None:
@@ -166,7 +170,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     if engine.readout.name == "lm":
         raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
     if suite in GENERALIZATION_SUITES:
-        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench)
+        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench, half)
     sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
     run_dir = Path(out) / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
@@ -272,11 +276,13 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
 
 
 def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size: int, quiet: bool,
-                        url: str | None, bigbench) -> Path:
+                        url: str | None, bigbench, half: str | None = None) -> Path:
 
-    run_dir = out / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir = out / f"eval-{suite}{'-' + half if half else ''}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
     sets = generalization_sets(quick=suite.endswith("quick"), n=n, bigbench=bigbench)
+    if half is not None:
+        sets = {split: [e for e in exs if half_of(half_key(split, e)) == half] for split, exs in sets.items()}
     records, timing = [], {}
     for split, examples in sets.items():
         t0 = time.perf_counter()
@@ -291,7 +297,7 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     if url is None:
         summary["generalization_uncalibrated"] = generalization_summary(rescore(records, TemperatureTable()), pairs,
                                                                         halves=False)
-    meta = {"model": engine.name, "suite": suite, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,
+    meta = {"model": engine.name, "suite": suite, "half": half, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,
             "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing,
             "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None),
