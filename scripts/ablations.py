@@ -13,6 +13,7 @@ removing an ingredient from a model already trained with it measures mostly noth
 ``full``        the recipe as it is
 ``no_perm``     ``loss.perm=0``: no permutation/twin KL term (twins are still drawn, their CE kept)
 ``no_ord``      ``loss.ord=0``: no ranked-probability term on score questions
+``ce_only``     ``loss.perm=0 loss.ord=0``: cross-entropy alone (the control every ablation table carries)
 ``no_negation`` ``negation=false`` on every family source: no negated yes/no phrasings, no negation
                 twins, no negation frames
 ``no_augment``  ``augment=false`` on every family source: one wording per family, word keys, no
@@ -32,6 +33,13 @@ only a checkpoint resumes from it (``kevlike train --resume``), one with an eval
     python scripts/ablations.py --extract-stage2
     python scripts/ablations.py --steps 50 --eval-n 8 --jobs 1      # the model card's run
     python scripts/ablations.py --steps 200 --jobs 2                # a larger budget, full suite
+
+Issue 31's ablation of the coherence (twin) term runs the reading mix from the shipped model and scores
+the validation half only (no choice may read the test half):
+
+    python scripts/ablations.py --config configs/reading.yaml --start kevlike/models/default \
+        --variants full,no_perm,ce_only,start --steps 150 --lr 1e-4 --half validation --jobs 1 \
+        --out runs/ablations_reading
 
 The same script compares backbones (the model card's "Backbone comparison"): the full recipe from each
 bare backbone (``--start ''``), same data, seed, steps and learning rate, the fresh pointer head scaled
@@ -61,7 +69,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "configs" / "negation.yaml")
-VARIANTS = ("full", "no_perm", "no_ord", "no_negation", "no_augment")
+VARIANTS = ("full", "no_perm", "no_ord", "ce_only", "no_negation", "no_augment")
 
 
 def overrides(variant: str, steps: int, out: Path, tasks: dict, start: str = "runs/stage2",
@@ -78,7 +86,7 @@ def overrides(variant: str, steps: int, out: Path, tasks: dict, start: str = "ru
               f"optim.lr={lr}", f"optim.head_lr={2.5 * lr}", "optim.warmup=0.1", "max_minutes=null", "set_share=0",
               "validation.n=1", f"eval_every={steps}", "patience=100", "checkpoint_every=10"]
     family = [t for t in tasks if not t.startswith("sys1_")]          # sys1bench rows are typed requests
-    change = {"full": [], "no_perm": ["loss.perm=0"], "no_ord": ["loss.ord=0"],
+    change = {"full": [], "no_perm": ["loss.perm=0"], "no_ord": ["loss.ord=0"], "ce_only": ["loss.perm=0", "loss.ord=0"],
               "no_negation": [f"tasks.{t}.negation=false" for t in family],
               "no_augment": [f"tasks.{t}.augment=false" for t in family]}
     if variant == "start":
@@ -126,7 +134,7 @@ def run_variant(variant: str, args, tasks: dict, backbone: str) -> dict:
             started = latest(str(out / "train" / f"{variant}-*" / "checkpoint" / "state.pt"))
             fresh = overrides(variant, args.steps, out, tasks, args.start, args.lr, args.backbone)
             cmd = (["kevlike", "train", "--resume", str(started.parent.parent), "--quiet"] if started is not None else
-                   ["kevlike", "train", CONFIG, *fresh, "--quiet"])
+                   ["kevlike", "train", args.config, *fresh, "--quiet"])
             with open(out / f"{variant}.train.log", "w") as log:
                 subprocess.run(cmd, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
             art = latest(str(out / "train" / f"{variant}-*" / "artifact"))
@@ -134,7 +142,8 @@ def run_variant(variant: str, args, tasks: dict, backbone: str) -> dict:
     metrics = latest(str(ev_dir / "eval-*" / "metrics.json"))
     if metrics is None:
         cmd = ["kevlike", "eval", "--model", str(art), "--suite", "generalization", "--option-mode", "list",
-               "--out", str(ev_dir), "--quiet", *(["--n", str(args.eval_n)] if args.eval_n else [])]
+               "--out", str(ev_dir), "--quiet", *(["--n", str(args.eval_n)] if args.eval_n else []),
+               *(["--half", args.half] if args.half else [])]
         with open(out / f"{variant}.eval.log", "w") as log:
             subprocess.run(cmd, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
         metrics = latest(str(ev_dir / "eval-*" / "metrics.json"))
@@ -165,12 +174,18 @@ def summarize(variant: str, m: dict, art: Path, records: list[dict] = ()) -> dic
     row["contrast_apart_both_right"] = g["contrast_apart"]["both_right"] if "contrast_apart" in g else float("nan")
     row["negated_seen"] = negated_accuracy(records, "seen_wording")
     row["negated_heldout"] = negated_accuracy(records, "heldout_wording")
+    t = g.get("targets", {})            # issue 31's targets (suites since the halves)
+    for key, col in TARGET_COLUMNS.items():
+        row[col] = t[key]["value"] if key in t and t[key]["value"] is not None else float("nan")
     return row
 
 
+TARGET_COLUMNS = {"realistic_accuracy": "realistic", "absurd_p_yes_below_0.2": "absurd_below_0.2",
+                  "negation_sum_within_0.1": "negation_sum_0.1", "opposites_not_both_yes": "opposites_ok",
+                  "unseen_accuracy": "unseen"}
 COLUMNS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "heldout_source_nll",
            "heldout_source_ece", "wording_gap", "negated_seen", "negated_heldout", "spam_balanced", "sentiment5",
-           "contrast_both_right", "coherence_negation", "contrast_apart_both_right")
+           "contrast_both_right", "coherence_negation", "contrast_apart_both_right", *TARGET_COLUMNS.values())
 
 
 def table(rows: list[dict]) -> str:
@@ -193,13 +208,16 @@ def main(argv=None) -> int:
                         "backbone comparison")
     p.add_argument("--lr", type=float, default=2e-4, help="LoRA learning rate (the head's is 2.5x)")
     p.add_argument("--eval-n", type=int, default=None, help="kevlike eval --n: items per source (default: the suite's)")
+    p.add_argument("--config", default=CONFIG, help="the training config every variant runs (default: %(default)s)")
+    p.add_argument("--half", choices=("validation", "test"), default=None,
+                   help="kevlike eval --half: score one half of the suite (choices read the validation half)")
     p.add_argument("--extract-stage2", action="store_true", help="write stage 2's weights to runs/stage2 and stop")
     args = p.parse_args(argv)
     if args.extract_stage2:
         extract_stage2(ROOT / "runs" / "stage2")
         return 0
     variants = args.variants.split(",")
-    config = yaml.safe_load(Path(CONFIG).read_text())
+    config = yaml.safe_load(Path(args.config).read_text())
     tasks, backbone = config["tasks"], args.backbone or config["backbone"]
     for v in variants:
         try:                                                                       # fail before any work

@@ -1,0 +1,35 @@
+"""scripts/ablations.py: each variant's overrides change one thing; the table reads issue 31's targets."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from ablations import COLUMNS, overrides, summarize, table  # noqa: E402
+
+
+def test_variants_share_the_budget_and_differ_in_one_change(tmp_path):
+    tasks = {"facts": {}, "sys1_log_triage": {}}
+    full = overrides("full", 150, tmp_path, tasks, "kevlike/models/default", 1e-4)
+    for v, change in (("no_perm", ["loss.perm=0"]), ("ce_only", ["loss.perm=0", "loss.ord=0"]),
+                      ("no_negation", ["tasks.facts.negation=false"])):
+        o = overrides(v, 150, tmp_path, tasks, "kevlike/models/default", 1e-4)
+        assert [x for x in o if not x.startswith("name=")] == [x for x in full if not x.startswith("name=")] + change
+    assert "max_steps=150" in full and "optim.head_lr=0.00025" in full and "init_from=kevlike/models/default" in full
+    assert overrides("start", 150, tmp_path, tasks, "x") == []
+    with pytest.raises(ValueError, match="unknown variant"):
+        overrides("no_such", 150, tmp_path, tasks)
+
+
+def test_summarize_reads_the_targets_and_the_table_prints_them():
+    split = {"accuracy": 0.5, "nll": 0.7, "ece": 0.1}
+    g = {"splits": {k: split for k in ("seen_wording", "heldout_wording", "heldout_source", "target/spam_balanced",
+                                        "target/sentiment5")},
+         "wording_gap": 0.0, "contrast": {"both_right": 0.4, "coherence": {"negation": 0.3}},
+         "targets": {"realistic_accuracy": {"value": 0.61}, "unseen_accuracy": {"value": None}}}
+    row = summarize("full", {"generalization_uncalibrated": g, "overall": {"n": 10}}, Path("a"))
+    assert row["realistic"] == 0.61 and math.isnan(row["unseen"]) and math.isnan(row["bigbench"])
+    md = table([row])
+    assert md.splitlines()[0].count("|") == len(COLUMNS) + 2 and "| full | 0.500 |" in md and "0.610" in md
