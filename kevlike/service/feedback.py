@@ -46,7 +46,7 @@ from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text
                         select)
 from sqlalchemy.exc import OperationalError
 
-from kevlike.metrics import summary
+from kevlike.metrics import ece
 from kevlike.request.schema import Option, Question
 
 log = logging.getLogger("kevlike.service.feedback")
@@ -410,16 +410,39 @@ class Recorder:
 
 def report(store: FeedbackStore, model: str | None = None) -> dict:
     """``GET /v1/feedback/report``: per type (and overall), the outcomes counted, accuracy, ECE and the
-    confident-error rate of the recorded answers (:mod:`kevlike.metrics`)."""
+    confident-error rate of the recorded answers (definitions of :mod:`kevlike.metrics`).
 
+    Linear in the outcomes: one query, then one pass per group (:func:`_report_metrics`; without the
+    bootstrap interval of :func:`kevlike.metrics.summary`, 200 more passes, which the report never showed).
+    Measured on the 2-core EPYC (SQLite file): 100,000 outcomes in 3.3–5.7 s, 2.6–2.7 s of it the query and
+    JSON decoding of :meth:`FeedbackStore.records` (README, "Outcome feedback"); the server runs it on a thread
+    of its own.
+
+    Raises:
+        StoreBusy: the store is locked past the busy timeout, or unreachable.
+    """
     recs = store.records(model)
     by_type: dict[str, list] = {}
     for r in recs:
         by_type.setdefault(r["type"].split(":")[0], []).append(r)
+    return {"model": model, "overall": _report_metrics(recs),
+            "per_type": {t: _report_metrics(rs) for t, rs in sorted(by_type.items())}}
 
-    def short(rs):
-        s = summary(rs)
-        return {"outcomes": s["n"], **({k: s[k] for k in ("accuracy", "ece", "ece_bins", "confident_error")}
-                                       if s["n"] else {})}
 
-    return {"model": model, "overall": short(recs), "per_type": {t: short(rs) for t, rs in sorted(by_type.items())}}
+def _report_metrics(records: list[dict]) -> dict:
+    """``{"outcomes"}``, and with any: ``accuracy``, ``ece``, ``ece_bins`` (counts) and ``confident_error`` (top
+    probability >= 0.9 and wrong, share of all), each as :func:`kevlike.metrics.summary` defines it."""
+    n = len(records)
+    if not n:
+        return {"outcomes": 0}
+    correct = wrong_confident = 0
+    for r in records:
+        p = r["probs"]
+        k = max(range(len(p)), key=lambda i: (p[i], -i))   # the top label; ties: the lowest index
+        if k == r["gold"]:
+            correct += 1
+        elif p[k] >= 0.9:
+            wrong_confident += 1
+    e, bins = ece(records)
+    return {"outcomes": n, "accuracy": correct / n, "ece": e, "ece_bins": [b["count"] for b in bins],
+            "confident_error": wrong_confident / n}
