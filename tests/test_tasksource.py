@@ -238,3 +238,15 @@ def test_arithmetic_golds_recomputed_from_the_state():
                     assert gold["went_negative"] == ("true" if lowest < 0 else "false"), state
                     checked["went_negative"] += 1
     assert min(checked.values()) > 100, checked
+
+
+@needs_package
+def test_choice_options_are_shuffled_so_the_gold_has_no_favourite_position():
+    firsts, n = 0, 0
+    for gen in ("instruction_execution", "goal_directed_planning"):
+        for req, gold in ts.rows(gen, "train")[:400]:
+            for qid, q in req["questions"].items():
+                if q["type"] == "choice":
+                    n += 1
+                    firsts += list(q["criteria"]).index(gold[qid]) == 0
+    assert n > 200 and firsts / n < 0.45, firsts / n

@@ -152,6 +152,11 @@ def convert(generator: str, problem) -> tuple[dict, dict] | None:
             if g not in opts or probs.get(g) != 1.0 or not 2 <= len(opts) <= 255:
                 continue
             crit = {str(k): (None if v is None or v == k else v) for k, v in opts.items()}
+            # the generators often list the gold first (instruction_execution's deferred_registration 88 %):
+            # a seeded shuffle per (state, question) keeps the labels and removes the position habit
+            keys = list(crit)
+            random.Random(f"kevlike-ts-order:{state}:{qid}").shuffle(keys)
+            crit = {k: crit[k] for k in keys}
         elif kind == "score":
             levels = list(spec["criteria"])
             level = answer["score"]
