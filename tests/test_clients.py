@@ -3,8 +3,11 @@ request whose client has gone is dropped before its forward pass and never recor
 have receipt deadlines (408, then the connection is closed); open connections are bounded (503)."""
 
 import json
+import os
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 
@@ -154,3 +157,9 @@ def test_client_limits_come_from_arguments_or_the_environment_and_are_checked(mo
         monkeypatch.delenv(var)
     with pytest.raises(ValueError, match="body_timeout_s must be a finite number of seconds > 0, got inf"):
         _client_limits(None, float("inf"), None)
+    # through `kevlike serve`: one line naming the variable, exit 2, before any model loads
+    p = subprocess.run([sys.executable, "-m", "kevlike", "serve", "--model", "no-such-model", "--port", "0"],
+                       capture_output=True, timeout=120, env={**os.environ, "KEVLIKE_MAX_CONNECTIONS": "0"})
+    err = p.stderr.decode().strip()
+    assert p.returncode == 2 and err == ("kevlike: error: KEVLIKE_MAX_CONNECTIONS='0': max_connections must be an "
+                                         "integer >= 1, got 0"), err
