@@ -34,24 +34,30 @@ def test_a_variable_without_a_key_is_refused(monkeypatch, value):
         api_keys_from_env(None)
 
 
-def test_serve_refuses_to_start_with_exit_2_and_one_line(tmp_path, monkeypatch, capsys):
-    from kevlike import cli
+def _serve(*args, env=None):
+    """``kevlike serve ARGS`` in a subprocess that must end within 120 s (before the fix it served on)."""
+    import os
+    import subprocess
+    import sys
 
-    monkeypatch.delenv("KEVLIKE_API_KEYS", raising=False)
+    environ = {k: v for k, v in os.environ.items() if k != "KEVLIKE_API_KEYS"}
+    return subprocess.run([sys.executable, "-m", "kevlike", "serve", "--port", "0", *args], env={**environ, **(env or {})},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_serve_refuses_to_start_with_exit_2_and_one_line(tmp_path):
     keys = tmp_path / "keys"
     keys.write_text("# TODO: mount the secret here\n")
     # before: the server started with authentication off, and said nothing about it
-    assert cli.main(["serve", "--api-keys-file", str(keys), "--port", "0"]) == 2
-    err = capsys.readouterr().err
-    assert err == (f"kevlike: error: --api-keys-file {keys}: no key in it (only blank lines and comments); refusing "
-                   f"to start with authentication off\n")
-    monkeypatch.setenv("KEVLIKE_API_KEYS", "")
-    assert cli.main(["serve", "--port", "0"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("kevlike: error: KEVLIKE_API_KEYS is set but holds no key") and err.count("\n") == 1
-    monkeypatch.delenv("KEVLIKE_API_KEYS")
-    assert cli.main(["serve", "--api-keys-file", str(tmp_path / "missing"), "--port", "0"]) == 2
-    assert "No such file or directory" in capsys.readouterr().err
+    r = _serve("--api-keys-file", str(keys))
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"kevlike: error: --api-keys-file {keys}: no key in it (only blank lines and comments); "
+                        f"refusing to start with authentication off\n")
+    r = _serve(env={"KEVLIKE_API_KEYS": " , "})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("kevlike: error: KEVLIKE_API_KEYS is set but holds no key")
+    r = _serve("--api-keys-file", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "No such file or directory" in r.stderr and r.stderr.count("\n") == 1
 
 
 def test_the_start_log_says_whether_auth_is_on_and_with_how_many_keys(tmp_path):
