@@ -59,14 +59,17 @@ def test_a_bad_profile_file_is_one_line_naming_the_file_and_the_field(tmp_path, 
     assert str(e.value).startswith(f"{path}: ") and "\n" not in str(e.value)
 
 
-def test_an_old_profile_without_source_or_format_still_loads(tmp_path):
+def test_a_profile_written_before_the_format_field_still_loads(tmp_path):
     path = tmp_path / "old.json"
-    path.write_text(json.dumps({"by_type": {"noul": 0.8}, "by_bucket": []}))
+    path.write_text(json.dumps({"source": "old", "by_type": {"noul": 0.8}, "by_bucket": [], "fit": {"n": [1, 2]}}))
     table = read_temperatures(path)
-    assert table.lookup("noul", 2) == 0.8 and table.source == f"calibration file {path}"
-    path.write_text(json.dumps({**GOOD, "format": 1, "fit": {"anything": [1, 2]}}))
+    assert table.lookup("noul", 2) == 0.8 and table.source == "old"
+    path.write_text(json.dumps({**GOOD, "format": 1}))
     assert read_temperatures(path).lookup("choice", 4) == 1.5
     assert TemperatureTable.from_json(TemperatureTable(by_type={"score": 2.0}).to_json()).lookup("score", 3) == 2.0
+    path.write_text(json.dumps({"by_type": {"noul": 0.8}, "by_bucket": []}))      # before: a KeyError at start-up
+    with pytest.raises(ProfileError, match=rf"^{path}: source: required field missing$"):
+        read_temperatures(path)
 
 
 def _artifact(tmp_path, temperatures=None):

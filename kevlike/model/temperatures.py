@@ -100,9 +100,9 @@ class TemperatureTable:
 
     @classmethod
     def from_json(cls, obj, where: str = "calibration file") -> "TemperatureTable":
-        """Parse and check a calibration file's JSON object: ``format`` (optional, :data:`PROFILE_FORMAT`),
-        ``by_type`` ``{type: T}`` and ``by_bucket`` ``[{"type", "bucket", "temperature"}]`` (required),
-        ``source`` (optional text) and ``fit`` (optional, the fit report; not read). Unknown fields are refused.
+        """Parse and check a calibration file's JSON object: ``source`` (text), ``by_type`` ``{type: T}`` and
+        ``by_bucket`` ``[{"type", "bucket", "temperature"}]`` (required); ``format`` (optional,
+        :data:`PROFILE_FORMAT`) and ``fit`` (optional, the fit report; not read). Unknown fields are refused.
 
         Raises:
             ProfileError: one line, ``WHERE: FIELD: what is wrong``.
@@ -117,9 +117,11 @@ class TemperatureTable:
         if isinstance(fmt, bool) or fmt != PROFILE_FORMAT:
             raise ProfileError(f"{where}: format: unsupported calibration-file format {fmt!r} (this version reads "
                                f"{PROFILE_FORMAT})")
-        for k in ("by_type", "by_bucket"):
+        for k in ("source", "by_type", "by_bucket"):
             if k not in obj:
                 raise ProfileError(f"{where}: {k}: required field missing")
+        if not isinstance(obj["source"], str):
+            raise ProfileError(f"{where}: source: must be a string")
         if not isinstance(obj["by_type"], dict):
             raise ProfileError(f"{where}: by_type: must be an object {{type: temperature}}")
         if not isinstance(obj["by_bucket"], list):
@@ -134,9 +136,8 @@ class TemperatureTable:
             if (row["type"], row["bucket"]) in by_bucket:
                 raise ProfileError(f"{where}: by_bucket[{i}]: {row['type']}/{row['bucket']} appears twice")
             by_bucket[(row["type"], row["bucket"])] = row["temperature"]
-        source = obj.get("source", f"calibration file {where}")
         try:
-            return cls(by_bucket=by_bucket, by_type=dict(obj["by_type"]), source=source)
+            return cls(by_bucket=by_bucket, by_type=dict(obj["by_type"]), source=obj["source"])
         except ProfileError as e:
             raise ProfileError(f"{where}: {e}") from None
 
