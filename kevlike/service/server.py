@@ -236,9 +236,15 @@ class ClientGone(Exception):
 
 async def _until_disconnected(request: Request) -> None:
     """Returns when the client of ``request`` (its body already read) disconnects: the ASGI server's next
-    message after the body is ``http.disconnect``."""
-    while (await request.receive())["type"] != "http.disconnect":
-        await asyncio.sleep(0.05)   # not expected after the body; never a busy loop
+    message after the body is ``http.disconnect``. If the server's ``receive`` fails, the client is never
+    taken for gone (this waits until cancelled)."""
+    try:
+        while (await request.receive())["type"] != "http.disconnect":
+            await asyncio.sleep(0.05)   # not expected after the body; never a busy loop
+    except Exception:
+        log.debug("cannot watch the client of request id=%s for a disconnect", request.state.request_id,
+                  exc_info=True)
+        await asyncio.Event().wait()
 
 
 def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(), model_info: dict | None = None,
@@ -265,11 +271,14 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         raise ValueError(f"default model {default!r} is not served ({', '.join(engines)})")
     aliases = {a: default for a in JEV_ALIASES if a not in engines}
     batchers: dict[str, Batcher] = {}
-    # reports run on their own thread: a slow report never holds the default executor that tokenizes decisions
-    reports = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kevlike-report")
+    # reports run on their own thread (made at start, shut at stop): a slow report never holds the default
+    # executor that tokenizes decisions
+    reports: ThreadPoolExecutor | None = None
 
     @asynccontextmanager
     async def lifespan(app):
+        nonlocal reports
+        reports = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kevlike-report")
         if store is not None:
             app.state.recorder = Recorder(store, config.record_queue)
         for name, eng in engines.items():
@@ -282,6 +291,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         yield
         for b in batchers.values():  # uvicorn has already let in-flight requests finish
             await b.stop()
+        reports.shutdown(wait=False, cancel_futures=True)   # a report still queued is dropped; a running one ends
         if app.state.recorder is not None:   # the answered requests still queued: written, for at most 5 s
             await asyncio.get_running_loop().run_in_executor(None, app.state.recorder.close, 5.0)
 
