@@ -474,7 +474,7 @@ def _cmd_recalibrate(args) -> int:
         from sqlalchemy.exc import SQLAlchemyError
 
         from kevlike.eval.owndata import fit_profile
-        from kevlike.service.feedback import FeedbackStore
+        from kevlike.service.feedback import FeedbackStore, StoreBusy
 
         model = args.model or "kevlike-default"
         store = FeedbackStore(args.db)
@@ -485,6 +485,8 @@ def _cmd_recalibrate(args) -> int:
                     quiet=args.quiet, records=records)
     except (ModelNotFoundError, ValueError, SQLAlchemyError) as e:
         return _fail(str(e).splitlines()[0])
+    except StoreBusy as e:  # another process holds the store's lock: transient, try again
+        return _fail(f"{args.db}: {e}; try again", EXIT_SETUP)
     except SetupError as e:
         return _fail(str(e), EXIT_SETUP)
     return 0

@@ -200,3 +200,23 @@ def test_locked_store_over_http_503_with_retry_after_and_no_record_lost(tmp_path
         assert call(port, "GET", f"/v1/feedback/report?model={eng.name}")[2]["overall"]["outcomes"] == 3
         assert call(port, "GET", "/v1/feedback/report?model=TINY-LLAMA")[2]["overall"]["outcomes"] == 0
         assert (app.state.recorder.written, app.state.recorder.failed) == (3, 0)
+
+
+def test_recalibrate_on_a_locked_store_is_one_line(tmp_path, capsys):
+    from kevlike import cli
+
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}")
+    store.record("r0", "M", NOUL)
+    store.add_outcomes("r0", {"q": [1.0, 0.0]})
+    store.engine.dispose()
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("PRAGMA locking_mode=EXCLUSIVE")                      # even readers wait (WAL lets them in otherwise)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "M", "--profile", "p", "--quiet"]) == 1
+    finally:
+        other.close()
+    err = capsys.readouterr().err
+    assert err == (f"kevlike: error: sqlite:///{db}: the outcome store is busy or unreachable: database is locked; "
+                   f"try again\n")
