@@ -14,6 +14,7 @@ import pytest
 
 from kevlike.service.feedback import FeedbackStore, Recorder, RecorderFull, StoreBusy, report
 
+from stores import store_url  # noqa: F401  (the fixture: a SQLite file, then a PostgreSQL database)
 from tiny import REQUEST
 
 NOUL = [{"question_id": "q", "type": "noul", "probabilities": [0.7, 0.3], "temperature": 1.0,
@@ -81,8 +82,8 @@ def test_a_writer_lock_is_store_busy_and_the_recorder_retries_until_it_lands(tmp
         FeedbackStore("sqlite://", busy_timeout_s=float("nan"))
 
 
-def test_model_filter_is_exact_and_case_exact():
-    store = FeedbackStore("sqlite://")
+def test_model_filter_is_exact_and_case_exact(store_url):
+    store = FeedbackStore(store_url)
     names = ["kevlike-default", "kevlike-default@ops", "kevlike_default", "KEVLIKE-DEFAULT", "kevlike-defaultX",
              "kevlike-default@", "%", "x@kevlike-default", "Kevlike-default@ops"]
     for i, name in enumerate(names):
@@ -102,8 +103,8 @@ def test_model_filter_is_exact_and_case_exact():
     assert report(store, "kevlike_default")["overall"]["outcomes"] == 1
 
 
-def test_nothing_non_finite_is_stored_and_an_old_nan_does_not_break_the_report():
-    store = FeedbackStore("sqlite://")
+def test_nothing_non_finite_is_stored_and_an_old_nan_does_not_break_the_report(store_url):
+    store = FeedbackStore(store_url)
     bad = [dict(NOUL[0], probabilities=[float("nan"), 0.5])]
     with pytest.raises(ValueError, match=r"request 'r0', question 'q': probabilities and temperature must be finite"):
         store.record("r0", "M", bad)

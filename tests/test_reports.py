@@ -12,6 +12,7 @@ from kevlike.metrics import summary
 from kevlike.service import feedback as fb
 from kevlike.service.feedback import FeedbackStore, report
 
+from stores import store_url  # noqa: F401  (the fixture: a SQLite file, then a PostgreSQL database)
 from test_feedback import call, running
 from tiny import REQUEST
 
@@ -40,8 +41,8 @@ def fill(store: FeedbackStore, n_requests: int, model: str = "m", seed: int = 0)
         conn.execute(fb.outcomes_table.insert(), outs)
 
 
-def test_the_report_is_metrics_summary_in_one_pass(tmp_path):
-    store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.db'}")
+def test_the_report_is_metrics_summary_in_one_pass(store_url):
+    store = FeedbackStore(store_url)
     fill(store, 3000)
     t0 = time.perf_counter()
     rep = report(store, "m")

@@ -2,8 +2,11 @@
 --record DB_URL``, ``POST /v1/feedback``, ``GET /v1/feedback/report``, ``kevlike recalibrate``).
 
 The store is a relational database through SQLAlchemy Core: a SQLite file by default
-(``sqlite:///feedback.db``), any SQLAlchemy URL (``postgresql://…``) when a team outgrows one machine.
-The tables are created on first use::
+(``sqlite:///feedback.db``), or PostgreSQL (``postgresql+psycopg://USER:PASSWORD@HOST/DB``, driver
+``pip install "psycopg[binary]"``) when a team outgrows one machine: several ``kevlike serve`` processes may
+record into one store (tested with two processes on both backends: nothing lost, nothing twice). The tables
+are created on first use, by one process at a time (SQLite: under the write lock; PostgreSQL: under a
+transaction-level advisory lock), so replicas starting together do not race::
 
     kevlike_requests   request_id TEXT PK · model TEXT · created_at FLOAT (Unix seconds, UTC) ·
                        state TEXT NULL (only with --record-state)
@@ -19,6 +22,11 @@ a long report — never makes a write fail), with a busy timeout (``busy_timeout
 another *writer* holds, and write transactions begin ``IMMEDIATE`` (they take the write lock first, so a
 read-then-write transaction never fails on a snapshot another process made stale). A lock still held
 after the busy timeout raises :class:`StoreBusy` (HTTP 503 with ``Retry-After``), never a server error.
+**PostgreSQL** runs each write at READ COMMITTED, and a write first takes a transaction-level advisory lock on
+its request id: two processes writing one request at once (a client that reuses a request id across replicas,
+or posts its outcomes to two replicas) take turns, so neither fails on the key or deadlocks, and the last write
+wins as on SQLite; writes of different requests never wait for each other. A write that still loses a race on
+a key (another backend) is tried again (:data:`CONFLICT_RETRIES` times).
 
 Answered requests are recorded off the response path by a :class:`Recorder`: a bounded queue and one
 writer thread that retries a busy store until the write lands, so a lock loses no record; when the
@@ -43,8 +51,8 @@ import threading
 import time
 
 from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, event, func,
-                        select)
-from sqlalchemy.exc import OperationalError
+                        select, text)
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from kevlike.metrics import ece
 from kevlike.request.schema import Option, Question
@@ -55,13 +63,13 @@ metadata = MetaData()
 requests_table = Table(
     "kevlike_requests", metadata,
     Column("request_id", String(128), primary_key=True),
-    Column("model", String(512), nullable=False, index=True),
+    Column("model", Text, nullable=False, index=True),   # a model directory's path: no length cap
     Column("created_at", Float, nullable=False),
     Column("state", Text, nullable=True))
 answers_table = Table(
     "kevlike_answers", metadata,
     Column("request_id", String(128), ForeignKey("kevlike_requests.request_id"), primary_key=True),
-    Column("question_id", String(1024), primary_key=True),
+    Column("question_id", Text, primary_key=True),   # no length cap (a VARCHAR(n) is enforced by PostgreSQL)
     Column("type", String(16), nullable=False),
     Column("probabilities", Text, nullable=False),
     Column("temperature", Float, nullable=False),
@@ -69,9 +77,15 @@ answers_table = Table(
 outcomes_table = Table(
     "kevlike_outcomes", metadata,
     Column("request_id", String(128), ForeignKey("kevlike_requests.request_id"), primary_key=True),
-    Column("question_id", String(1024), primary_key=True),
+    Column("question_id", Text, primary_key=True),
     Column("target", Text, nullable=False),
     Column("created_at", Float, nullable=False))
+
+
+CONFLICT_RETRIES = 3
+"""How often a write that lost a race on a key to another process (PostgreSQL) is tried again."""
+
+_CREATE_LOCK = 0x6B65766C   # PostgreSQL advisory lock id held while the tables are created ("kevl")
 
 
 class UnknownRequest(LookupError):
@@ -102,7 +116,8 @@ class FeedbackStore:
 
     Raises:
         sqlalchemy.exc.ArgumentError: a malformed URL.
-        ValueError: a busy timeout that is not a finite number >= 0.
+        ValueError: a busy timeout that is not a finite number >= 0, or the URL's database driver is not
+            installed (one line naming it).
         StoreBusy: the tables could not be created because the store is locked or unreachable.
     """
 
@@ -112,14 +127,20 @@ class FeedbackStore:
         self.url = url
         self.busy_timeout_s = float(busy_timeout_s)
         self.sqlite = url.startswith("sqlite")
-        if self.sqlite:
-            self.engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s})
-            self._sqlite_pragmas()
-        else:
-            self.engine = create_engine(url, pool_pre_ping=True)
+        try:
+            if self.sqlite:
+                self.engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s})
+                self._sqlite_pragmas()
+            else:
+                self.engine = create_engine(url, pool_pre_ping=True)
+        except ModuleNotFoundError as e:   # e.g. postgresql:// on SQLAlchemy 2.0 without psycopg2
+            raise ValueError(f"{url.split('://')[0]}://: its database driver {e.name!r} is not installed (PostgreSQL: "
+                             f"pip install \"psycopg[binary]\" and postgresql+psycopg://USER:PASSWORD@HOST/DB)") from None
         self._lock = threading.Lock()
-        with self._busy():
-            metadata.create_all(self.engine)
+        with self._write() as conn:   # one process at a time checks for and creates the tables
+            if self.engine.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})")
+            metadata.create_all(conn)
 
     def _sqlite_pragmas(self) -> None:
         """WAL, the busy timeout, and SQLAlchemy's recipe for explicit transactions in pysqlite (the driver's own
@@ -148,6 +169,23 @@ class FeedbackStore:
         """A write transaction (in-process serialised; SQLite: ``BEGIN IMMEDIATE``)."""
         return _WriteTransaction(self)
 
+    def _lock_request(self, conn, request_id: str) -> None:
+        """PostgreSQL: hold a transaction-level advisory lock on ``request_id`` (writes of one request take turns
+        across processes). SQLite needs none: a write transaction holds the database's write lock."""
+        if self.engine.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": request_id})
+
+    def _retrying(self, write, *args):
+        """``write(*args)``, tried again (at most :data:`CONFLICT_RETRIES` more times) when another process
+        inserted the same key meanwhile (a backend without :meth:`_lock_request`)."""
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                return write(*args)
+            except IntegrityError:
+                if attempt == CONFLICT_RETRIES:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+
     def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> None:
         """Store one answered request; ``answers``: ``{"question_id", "type", "probabilities", "temperature",
         "option_keys"}`` each. A request id seen before is replaced (a client that reuses ids gets the
@@ -161,7 +199,11 @@ class FeedbackStore:
             if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in [*a["probabilities"], a["temperature"]]):
                 raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: probabilities and temperature "
                                  f"must be finite numbers, got {a['probabilities']!r} at T = {a['temperature']!r}")
+        self._retrying(self._record, request_id, model, answers, state)
+
+    def _record(self, request_id: str, model: str, answers: list[dict], state: str | None) -> None:
         with self._write() as conn:
+            self._lock_request(conn, request_id)
             conn.execute(outcomes_table.delete().where(outcomes_table.c.request_id == request_id))
             conn.execute(answers_table.delete().where(answers_table.c.request_id == request_id))
             conn.execute(requests_table.delete().where(requests_table.c.request_id == request_id))
@@ -197,8 +239,12 @@ class FeedbackStore:
             UnknownRequest: no such request id.
             StoreBusy: the store stayed locked past the busy timeout, or is unreachable (nothing written).
         """
+        return self._retrying(self._add_outcomes, request_id, targets)
+
+    def _add_outcomes(self, request_id: str, targets: dict[str, list[float]]) -> int:
         now = time.time()
         with self._write() as conn:
+            self._lock_request(conn, request_id)
             if conn.execute(select(requests_table.c.request_id).where(requests_table.c.request_id == request_id)).first() is None:
                 raise UnknownRequest(request_id)
             conn.execute(outcomes_table.delete().where((outcomes_table.c.request_id == request_id)
