@@ -270,6 +270,22 @@ def _quantize_error(args) -> str | None:
     return None
 
 
+def _client_limits(args) -> dict:
+    """``--header-timeout``, ``--body-timeout``, ``--max-connections``, each else its environment variable
+    (:func:`kevlike.service.config.client_limits_from_env`), else :class:`ServerConfig`'s default.
+
+    Raises:
+        ValueError: a value that is not a number in range (one line naming the flag or the variable).
+    """
+    from kevlike.service.config import CLIENT_LIMITS, client_limits_from_env, parse_client_limit
+
+    given = {name: flag for name, (flag, _var, _kind) in CLIENT_LIMITS.items() if getattr(args, name) is not None}
+    env = {var: os.environ[var] for name, (_flag, var, _kind) in CLIENT_LIMITS.items()
+           if name not in given and var in os.environ}            # a variable a flag overrides is not read
+    return {**client_limits_from_env(env), **{name: parse_client_limit(name, getattr(args, name), flag)
+                                              for name, flag in given.items()}}
+
+
 def _cmd_serve(args) -> int:
     from kevlike.service.config import api_keys_from_env
     from kevlike.service.listen import ListenError, listen_socket
@@ -288,7 +304,8 @@ def _cmd_serve(args) -> int:
         config = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                               queue_size=args.queue_size, timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
                               state_cache_mb=args.state_cache_mb, api_keys=api_keys_from_env(args.api_keys_file),
-                              limits=_limits(args, max_request_tokens=args.max_request_tokens))
+                              limits=_limits(args, max_request_tokens=args.max_request_tokens),
+                              **_client_limits(args))
         sock = listen_socket(config.host, config.port)   # before torch is imported: a busy port fails in ~0.1 s
         from kevlike.service.server import serve
 
@@ -652,6 +669,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-keys-file", default=None,
                    help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated; "
                         "default: no keys, no authentication)")
+    s.add_argument("--header-timeout", dest="header_timeout_s", default=None, metavar="S",
+                   help=f"seconds a connection has to send a request's headers, from its start or its next request's "
+                        f"first byte (then 408 and closed; default: $KEVLIKE_HEADER_TIMEOUT_S, else "
+                        f"{ServerConfig.header_timeout_s:g})")
+    s.add_argument("--body-timeout", dest="body_timeout_s", default=None, metavar="S",
+                   help=f"seconds a request's body may take after its headers (then 408 and closed; default: "
+                        f"$KEVLIKE_BODY_TIMEOUT_S, else {ServerConfig.body_timeout_s:g})")
+    s.add_argument("--max-connections", dest="max_connections", default=None, metavar="N",
+                   help=f"open connections; the next one is answered 503 (Retry-After: 1) and closed (default: "
+                        f"$KEVLIKE_MAX_CONNECTIONS, else {ServerConfig.max_connections})")
     s.add_argument("--record", default=None, metavar="DB_URL",
                    help="record every answered request (id, model, time, each question's id, type and probabilities) "
                         "in this database and accept outcomes on POST /v1/feedback; a SQLAlchemy URL, e.g. "

@@ -148,7 +148,7 @@ def test_cli_defaults_are_the_library_defaults():
     from kevlike.model.engine import Engine
     from kevlike.request.limits import Limits
     from kevlike.eval.bench import run as bench_run
-    from kevlike.service.config import ServerConfig
+    from kevlike.service.config import CLIENT_LIMITS, ServerConfig
     from kevlike.service.server import serve
 
     rename = {"batch": "batch_size", "timeout": "timeout_s", "records": "records_path"}
@@ -176,6 +176,10 @@ def test_cli_defaults_are_the_library_defaults():
             if not a.option_strings or table is None:
                 continue
             checked += 1
+            if name == "serve" and key in CLIENT_LIMITS:   # default: its environment variable, else the config's
+                if a.default is not None or f"${CLIENT_LIMITS[key][1]}, else {table[key]:g}" not in a.help:
+                    wrong.append(f"kevlike serve {a.option_strings[0]}: {a.default!r}, {a.help!r} vs {table[key]!r}")
+                continue
             if a.default != table[key]:
                 wrong.append(f"kevlike {name} {a.option_strings[0]}: {a.default!r} vs {table[key]!r}")
     assert not wrong, wrong

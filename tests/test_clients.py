@@ -84,8 +84,9 @@ def test_abandoned_requests_are_dropped_before_their_forward_pass_and_never_reco
 
 
 def test_slow_clients_are_cut_off_and_open_connections_are_bounded(model_dir):
-    s = Server(model_dir, env={"KEVLIKE_HEADER_TIMEOUT_S": "1", "KEVLIKE_BODY_TIMEOUT_S": "1.5",
-                               "KEVLIKE_MAX_CONNECTIONS": "12"})
+    # the limits as flags, and as the environment's defaults (a flag wins over its variable: 30 -> 1)
+    s = Server(model_dir, "--header-timeout", "1", "--max-connections", "12",
+               env={"KEVLIKE_HEADER_TIMEOUT_S": "30", "KEVLIKE_BODY_TIMEOUT_S": "1.5"})
     try:
         # headers trickled a byte at a time: the deadline runs from the connection's start, bytes do not extend it
         head = socket.create_connection(("127.0.0.1", s.port))
@@ -139,27 +140,54 @@ def test_slow_clients_are_cut_off_and_open_connections_are_bounded(model_dir):
         s.stop()
 
 
-def test_client_limits_come_from_arguments_or_the_environment_and_are_checked(monkeypatch):
-    from kevlike.service.server import _client_limits
+def test_client_limits_come_from_flags_or_the_environment_and_are_checked(monkeypatch):
+    from kevlike.cli import _client_limits, build_parser
+    from kevlike.service.config import ServerConfig, client_limits_from_env
+    from kevlike.service.server import client_protocol
 
-    assert _client_limits(None, None, None) == (10.0, 30.0, 512)
-    monkeypatch.setenv("KEVLIKE_HEADER_TIMEOUT_S", "2.5")
+    def limits(*flags):
+        return ServerConfig(**_client_limits(build_parser().parse_args(["serve", *flags])))
+
+    for var in ("KEVLIKE_HEADER_TIMEOUT_S", "KEVLIKE_BODY_TIMEOUT_S", "KEVLIKE_MAX_CONNECTIONS"):
+        monkeypatch.delenv(var, raising=False)
+    c = limits()
+    assert (c.header_timeout_s, c.body_timeout_s, c.max_connections) == (10.0, 30.0, 512)
+    c = limits("--header-timeout", "2.5", "--body-timeout", "7", "--max-connections", "64")
+    assert (c.header_timeout_s, c.body_timeout_s, c.max_connections) == (2.5, 7.0, 64)
+    monkeypatch.setenv("KEVLIKE_HEADER_TIMEOUT_S", " 4 ")
     monkeypatch.setenv("KEVLIKE_MAX_CONNECTIONS", "64")
-    assert _client_limits(None, 7, None) == (2.5, 7, 64)
-    assert _client_limits(1, None, 8) == (1, 30.0, 8)          # an argument wins over the environment
-    for var, value, message in (("KEVLIKE_HEADER_TIMEOUT_S", "nan", "header_timeout_s must be a finite number"),
-                                ("KEVLIKE_BODY_TIMEOUT_S", "0", "body_timeout_s must be a finite number of seconds > 0"),
-                                ("KEVLIKE_MAX_CONNECTIONS", "lots", "invalid literal"),
-                                ("KEVLIKE_MAX_CONNECTIONS", "0", "max_connections must be an integer >= 1, got 0")):
-        monkeypatch.setenv(var, value)
-        with pytest.raises(ValueError, match=f"{var}='{value}': .*{message}"):
-            _client_limits(None, None, None)
-        monkeypatch.delenv(var)
-    with pytest.raises(ValueError, match="body_timeout_s must be a finite number of seconds > 0, got inf"):
-        _client_limits(None, float("inf"), None)
-    # through `kevlike serve`: one line naming the variable, exit 2, before any model loads
-    p = subprocess.run([sys.executable, "-m", "kevlike", "serve", "--model", "no-such-model", "--port", "0"],
-                       capture_output=True, timeout=120, env={**os.environ, "KEVLIKE_MAX_CONNECTIONS": "0"})
-    err = p.stderr.decode().strip()
-    assert p.returncode == 2 and err == ("kevlike: error: KEVLIKE_MAX_CONNECTIONS='0': max_connections must be an "
-                                         "integer >= 1, got 0"), err
+    monkeypatch.setenv("KEVLIKE_BODY_TIMEOUT_S", "")                       # blank: unset
+    c = limits("--max-connections", "8")                                   # a flag wins over its variable
+    assert (c.header_timeout_s, c.body_timeout_s, c.max_connections) == (4.0, 30.0, 8)
+    monkeypatch.setenv("KEVLIKE_MAX_CONNECTIONS", "lots")
+    c = limits("--max-connections", "3")                                   # an overridden variable is not read
+    assert c.max_connections == 3
+    with pytest.raises(ValueError) as e:
+        limits()
+    assert str(e.value) == "KEVLIKE_MAX_CONNECTIONS must be an integer >= 1, got 'lots'"
+    monkeypatch.delenv("KEVLIKE_MAX_CONNECTIONS")
+    for flag, value, message in (("--header-timeout", "nan", "a finite number of seconds > 0"),
+                                 ("--header-timeout", "inf", "a finite number of seconds > 0"),
+                                 ("--body-timeout", "0", "a finite number of seconds > 0"),
+                                 ("--body-timeout", "-1", "a finite number of seconds > 0"),
+                                 ("--max-connections", "0", "an integer >= 1"),
+                                 ("--max-connections", "2.5", "an integer >= 1"),
+                                 ("--max-connections", "lots", "an integer >= 1")):
+        with pytest.raises(ValueError) as e:
+            limits(flag, value)
+        assert str(e.value) == f"{flag} must be {message}, got {value!r}"
+    assert client_limits_from_env({"KEVLIKE_BODY_TIMEOUT_S": "0.5"}) == {"body_timeout_s": 0.5}
+    for field, value in (("header_timeout_s", float("nan")), ("body_timeout_s", 0), ("max_connections", True),
+                         ("max_connections", 0)):                            # the config itself refuses them too
+        with pytest.raises(ValueError, match=f"^{field} must be "):
+            ServerConfig(**{field: value})
+        with pytest.raises(ValueError, match=f"^{field} must be "):
+            client_protocol(**{field: value})
+    # through `kevlike serve`: one line naming the flag or the variable, exit 2, before any model loads
+    for argv, env, line in ((["--max-connections", "0"], {}, "--max-connections must be an integer >= 1, got '0'"),
+                            ([], {"KEVLIKE_BODY_TIMEOUT_S": "nan"},
+                             "KEVLIKE_BODY_TIMEOUT_S must be a finite number of seconds > 0, got 'nan'")):
+        p = subprocess.run([sys.executable, "-m", "kevlike", "serve", "--model", "no-such-model", "--port", "0", *argv],
+                           capture_output=True, timeout=120, env={**os.environ, **env})
+        err = p.stderr.decode()
+        assert p.returncode == 2 and err == f"kevlike: error: {line}\n", err

@@ -28,10 +28,16 @@ class ServerConfig:
         record_queue: answered requests that may wait to be written to the outcome store (``--record``;
             :class:`~kevlike.service.feedback.Recorder`); when full, decisions get 503 before they are computed.
         limits: request :class:`~kevlike.request.limits.Limits`.
+        header_timeout_s: seconds a connection has to deliver a request's headers, from its start or from the
+            first byte of its next request (then 408 and closed; ``--header-timeout``).
+        body_timeout_s: seconds a request's body may take after its headers (then 408; ``--body-timeout``).
+        max_connections: open connections; the next one is answered 503 and closed (``--max-connections``).
+            The three: :class:`kevlike.service.server.ClientHygiene`; ``kevlike serve`` takes their defaults from
+            :func:`client_limits_from_env`.
 
     Raises:
         ValueError: a count < 1, a port outside 0–65535, a timeout that is not a finite number > 0, a wait
-            or cache size that is not a finite number >= 0.
+            or cache size that is not a finite number >= 0 (one line naming the field).
     """
 
     host: str = "127.0.0.1"
@@ -45,6 +51,9 @@ class ServerConfig:
     api_keys: frozenset = field(default_factory=frozenset)
     record_queue: int = 1024
     limits: Limits = DEFAULT_LIMITS
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 512
 
     def __post_init__(self):
         if self.max_batch < 1 or self.queue_size < 1 or self.max_batch_tokens < 1 or self.record_queue < 1:
@@ -56,6 +65,60 @@ class ServerConfig:
                              f"{self.timeout_s} and {self.max_wait_ms}")
         if not 0 <= self.state_cache_mb < math.inf:
             raise ValueError(f"state_cache_mb must be a finite number >= 0, got {self.state_cache_mb}")
+        for name in ("header_timeout_s", "body_timeout_s", "max_connections"):
+            if (err := client_limit_error(name, getattr(self, name))) is not None:
+                raise ValueError(f"{name} {err}")
+
+
+CLIENT_LIMITS = {"header_timeout_s": ("--header-timeout", "KEVLIKE_HEADER_TIMEOUT_S", float),
+                 "body_timeout_s": ("--body-timeout", "KEVLIKE_BODY_TIMEOUT_S", float),
+                 "max_connections": ("--max-connections", "KEVLIKE_MAX_CONNECTIONS", int)}
+"""The client limits of :class:`ServerConfig`: field -> (``kevlike serve`` flag, environment variable, type)."""
+
+
+def client_limit_error(name: str, value) -> str | None:
+    """Why ``value`` is no valid client limit ``name`` (a :data:`CLIENT_LIMITS` field): ``"must be ..., got ..."``;
+    None when it is valid (a timeout: a finite number of seconds > 0; ``max_connections``: an integer >= 1)."""
+    if CLIENT_LIMITS[name][2] is int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"must be an integer >= 1, got {value!r}"
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        return f"must be a finite number of seconds > 0, got {value!r}"
+    return None
+
+
+def parse_client_limit(name: str, text: str, where: str) -> int | float:
+    """The client limit ``name`` written as ``text`` (a flag's or an environment variable's value).
+
+    Raises:
+        ValueError: not a number of the field's type, or out of range: one line starting with ``where`` (the
+            flag or the variable), e.g. ``--max-connections must be an integer >= 1, got '0'``.
+    """
+    kind = CLIENT_LIMITS[name][2]
+    try:
+        value = kind(text.strip())
+    except ValueError:
+        value = None
+    if value is None or client_limit_error(name, value) is not None:
+        what = "an integer >= 1" if kind is int else "a finite number of seconds > 0"
+        raise ValueError(f"{where} must be {what}, got {text!r}")
+    return value
+
+
+def client_limits_from_env(environ=None) -> dict:
+    """The client limits set in the environment (``KEVLIKE_HEADER_TIMEOUT_S``, ``KEVLIKE_BODY_TIMEOUT_S``,
+    ``KEVLIKE_MAX_CONNECTIONS``; unset or blank: left out), as :class:`ServerConfig` fields: the defaults of
+    ``kevlike serve``'s ``--header-timeout``, ``--body-timeout`` and ``--max-connections``.
+
+    Raises:
+        ValueError: a variable that is not a number in range (one line naming it).
+    """
+    environ = os.environ if environ is None else environ
+    out = {}
+    for name, (_flag, var, _kind) in CLIENT_LIMITS.items():
+        if environ.get(var, "").strip():
+            out[name] = parse_client_limit(name, environ[var], var)
+    return out
 
 
 def api_keys_from_env(path: str | None = None) -> frozenset:

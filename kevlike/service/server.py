@@ -31,7 +31,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import signal
 import socket
 import threading
@@ -57,7 +56,7 @@ from kevlike.model.temperatures import ProfileError, calibration_type, read_temp
 from kevlike.request.render import render_text
 from kevlike.request.schema import RequestError, parse_request, request_json_schema
 from kevlike.service.batcher import Batcher, QueueFullError
-from kevlike.service.config import ServerConfig
+from kevlike.service.config import ServerConfig, client_limit_error
 from kevlike.service.listen import listen_socket
 from kevlike.service.feedback import FeedbackStore, Recorder, RecorderFull, StoreBusy, UnknownRequest, report
 
@@ -86,9 +85,11 @@ def ignored_fields_header(names: tuple[str, ...], limit: int = 1000) -> str:
     return ", ".join(parts)
 
 
-HEADER_TIMEOUT_S = 10.0     # a request's headers, from the connection's start (or its next request's first byte)
-BODY_TIMEOUT_S = 30.0       # a request's body, from its headers (8 MiB, the default body limit, at >= 280 kB/s)
-MAX_CONNECTIONS = 512       # open connections; the next one gets 503 and is closed
+# the defaults (ServerConfig's; `kevlike serve --header-timeout/--body-timeout/--max-connections`)
+HEADER_TIMEOUT_S = ServerConfig.header_timeout_s   # a request's headers, from the connection's start (or its next
+#                                                    request's first byte)
+BODY_TIMEOUT_S = ServerConfig.body_timeout_s       # a request's body, from its headers (8 MiB at >= 280 kB/s)
+MAX_CONNECTIONS = ServerConfig.max_connections     # open connections; the next one gets 503 and is closed
 
 
 class ClientHygiene(H11Protocol):
@@ -220,11 +221,10 @@ def client_protocol(header_timeout_s: float = HEADER_TIMEOUT_S, body_timeout_s: 
     Raises:
         ValueError: a timeout that is not a finite number of seconds > 0, or ``max_connections`` < 1.
     """
-    for name, v in (("header_timeout_s", header_timeout_s), ("body_timeout_s", body_timeout_s)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
-            raise ValueError(f"{name} must be a finite number of seconds > 0, got {v!r}")
-    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
-        raise ValueError(f"max_connections must be an integer >= 1, got {max_connections!r}")
+    for name, v in (("header_timeout_s", header_timeout_s), ("body_timeout_s", body_timeout_s),
+                    ("max_connections", max_connections)):
+        if (err := client_limit_error(name, v)) is not None:
+            raise ValueError(f"{name} {err}")
     return type("ClientHygiene", (ClientHygiene,), {"header_timeout_s": float(header_timeout_s),
                                                     "body_timeout_s": float(body_timeout_s),
                                                     "max_connections": max_connections})
@@ -571,8 +571,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
           log_level: str = "info",
           script_policy: str = "annotate", option_orders: int | None = None, threads: int | str | None = None,
           option_mode: str | None = None, record: str | None = None, record_state: bool = False,
-          sock: socket.socket | None = None, header_timeout_s: float | None = None,
-          body_timeout_s: float | None = None, max_connections: int | None = None) -> None:
+          sock: socket.socket | None = None) -> None:
     """Listen on ``config.host:config.port`` (or on ``sock``, already listening), load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
     normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.model.engine.Engine`
@@ -585,23 +584,22 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
     :mod:`kevlike.model.state_cache` (0 = off; models without a pointer head or with sliding-window layers
     are served without it).
 
-    ``header_timeout_s``, ``body_timeout_s``, ``max_connections``: see :class:`ClientHygiene`; None: the
-    environment's ``KEVLIKE_HEADER_TIMEOUT_S``, ``KEVLIKE_BODY_TIMEOUT_S``, ``KEVLIKE_MAX_CONNECTIONS``, else
-    10 s, 30 s and 512.
+    ``config.header_timeout_s``, ``config.body_timeout_s``, ``config.max_connections``: see :class:`ClientHygiene`
+    (``kevlike serve`` takes them from its flags, else from ``KEVLIKE_HEADER_TIMEOUT_S``, ``KEVLIKE_BODY_TIMEOUT_S``,
+    ``KEVLIKE_MAX_CONNECTIONS``, else 10 s, 30 s and 512; :func:`kevlike.service.config.client_limits_from_env`).
 
     The socket is bound and listening before any model loads (:func:`listen_socket`): a busy port
     fails at once, not after the load, and no other process can take the port in between.
 
     Raises:
         kevlike.service.listen.ListenError: cannot listen on ``host:port`` (nothing is loaded then).
-        ValueError: a bad dtype, quantize setting, script policy or ``option_orders``; a client limit (argument or
-            environment variable) out of range (checked before anything loads).
+        ValueError: a bad dtype, quantize setting, script policy or ``option_orders``.
         kevlike.model.backbones.ModelNotFoundError: a model cannot be found.
         kevlike.model.backbones.SetupError: a model cannot be set up, or the server's startup failed
             (details in the log).
     """
 
-    protocol = client_protocol(*_client_limits(header_timeout_s, body_timeout_s, max_connections))
+    protocol = client_protocol(config.header_timeout_s, config.body_timeout_s, config.max_connections)
     host = config.host
     sock = sock or listen_socket(host, config.port)
     port = sock.getsockname()[1]  # the port given, or the one the system chose for port 0
@@ -662,6 +660,8 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
             else:
                 log.warning("authentication: off (no --api-keys-file, no KEVLIKE_API_KEYS): every endpoint answers "
                             "without a key")
+            log.info("clients: headers within %g s, bodies within %g s of them, at most %d open connections",
+                     config.header_timeout_s, config.body_timeout_s, config.max_connections)
             for eng in engines.values():
                 log.info("model %s: %s (%s); state cache %s", eng.name, eng.dtype, eng.dtype_reason,
                          f"{eng.state_cache.max_bytes / 2 ** 20:g} MiB" if eng.state_cache is not None else "off")
@@ -674,25 +674,3 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
     finally:
         sock.close()
 
-
-def _client_limits(header_timeout_s, body_timeout_s, max_connections) -> tuple:
-    """The arguments, else their environment variables, else the defaults.
-
-    Raises:
-        ValueError: an environment variable that is not a number, or a limit out of range (naming it).
-    """
-    limits = {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s,
-              "max_connections": max_connections}
-    for name, kind in (("header_timeout_s", float), ("body_timeout_s", float), ("max_connections", int)):
-        var = f"KEVLIKE_{name.upper()}"
-        if limits[name] is None and os.environ.get(var, "").strip():
-            try:
-                limits[name] = kind(os.environ[var])
-                client_protocol(**{name: limits[name]})
-            except ValueError as e:
-                raise ValueError(f"{var}={os.environ[var]!r}: {e}") from None
-    limits = {k: v for k, v in limits.items() if v is not None}
-    client_protocol(**limits)
-    return tuple(limits.get(k, d) for k, d in (("header_timeout_s", HEADER_TIMEOUT_S),
-                                               ("body_timeout_s", BODY_TIMEOUT_S),
-                                               ("max_connections", MAX_CONNECTIONS)))
