@@ -155,3 +155,33 @@ def test_small_file_profile_falls_back_to_the_models_own_temperatures(tmp_path):
     assert fit["buckets"]["score/3-5"]["fallback"] == "the model's own temperature (T = 1.4)"
     assert "elsewhere the model's own temperatures" in t.source
     assert Engine.from_pretrained(art).temperatures.lookup("score", 3) == 1.4  # the model's own: untouched
+
+
+def test_python_loads_check_the_file_too_and_files_are_written_as_strict_json(tmp_path):
+    """``Engine.from_pretrained(profile=...)`` and a model's own ``calibration.json`` go through
+    :func:`read_temperatures` (before: the table's error without the file's name, or a KeyError); profiles and
+    calibration files are written with ``allow_nan=False`` (a NaN in the fit report is written as null)."""
+    from kevlike import Engine
+    from kevlike.model.modeldir import load_temperatures, save_calibration, save_profile
+
+    art = _artifact(tmp_path)
+    path = _bad_profile(art)
+    with pytest.raises(ProfileError) as e:
+        Engine.from_pretrained(art, profile="neg")
+    assert str(e.value) == f"{path}: by_type.noul: temperature must be a finite number from 0.01 to 100, got -1.0"
+    (art / "profiles" / "old.json").write_text(json.dumps({"by_type": {}, "by_bucket": []}))
+    with pytest.raises(ProfileError, match=rf"^{art / 'profiles' / 'old.json'}: source: required field missing$"):
+        load_temperatures(art / "profiles" / "old.json")                 # before: KeyError: 'source'
+    table = TemperatureTable(by_type={"noul": 0.8}, by_bucket={("choice", "3-5"): 1.5}, source="fit")
+    report = {"ece_before": math.nan, "n": 3, "types": {"noul": {"nll": [math.inf, 0.25]}}}
+    written = save_profile(art, str(art), "ok", table, report)
+    text = written.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text)["fit"] == {"ece_before": None, "n": 3, "types": {"noul": {"nll": [None, 0.25]}}}
+    back = Engine.from_pretrained(art, profile="ok").temperatures
+    assert (back.lookup("noul", 2), back.lookup("choice", 4), back.source) == (0.8, 1.5, "fit")
+    save_calibration(art, table, report)
+    assert load_temperatures(art).by_bucket == {("choice", "3-5"): 1.5}
+    (art / "calibration.json").write_text(json.dumps({**GOOD, "by_type": {"noul": math.nan}}))
+    with pytest.raises(ProfileError, match=rf"^{art / 'calibration.json'}: NaN is not a number"):
+        Engine.from_pretrained(art)

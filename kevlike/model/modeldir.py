@@ -14,6 +14,7 @@ backbone's weights (``merge_and_unload``), so serving runs the stock model with 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kevlike.model.heads import PointerHead
-from kevlike.model.temperatures import TemperatureTable
+from kevlike.model.temperatures import TemperatureTable, read_temperatures
 from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.runs import kevlike_home
 
@@ -120,13 +121,31 @@ def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, he
     return path
 
 
-def save_calibration(path: str | Path, table: TemperatureTable, report: dict | None = None) -> None:
-    """Write ``calibration.json`` (temperatures, their source and the fit report) into a decision-model dir."""
-    ModelDir(path).calibration_path.write_text(json.dumps({
+def calibration_json(table: TemperatureTable, report: dict | None = None) -> str:
+    """The text of a calibration file or profile: strict JSON (``allow_nan=False``; a non-finite number in the
+    fit report, which is informational, is written as ``null``; the temperatures are finite by
+    :class:`TemperatureTable`'s own checks), so :func:`read_temperatures` and any JSON reader accept it."""
+    return json.dumps({
         "source": table.source, "by_type": table.by_type,
         "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in table.by_bucket.items()],
-        **({"fit": report} if report else {}),
-    }, indent=2))
+        **({"fit": _finite_or_null(report)} if report else {}),
+    }, indent=2, allow_nan=False)
+
+
+def _finite_or_null(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_null(v) for v in obj]
+    return obj
+
+
+def save_calibration(path: str | Path, table: TemperatureTable, report: dict | None = None) -> None:
+    """Write ``calibration.json`` (temperatures, their source and the fit report) into a decision-model dir
+    (:func:`calibration_json`)."""
+    ModelDir(path).calibration_path.write_text(calibration_json(table, report))
 
 
 def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, PointerHead, TemperatureTable]:
@@ -169,11 +188,14 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
 
 def load_temperatures(path: str | Path) -> TemperatureTable:
     """The temperature table of a decision-model directory (its ``calibration.json``), or of a
-    calibration file itself (a profile, see :func:`profile_path`)."""
+    calibration file itself (a profile, see :func:`profile_path`), checked by :func:`read_temperatures`.
+
+    Raises:
+        kevlike.model.temperatures.ProfileError: an unreadable or invalid file (one line naming the file and the
+            field).
+    """
     path = Path(path)
-    cal = json.loads((path if path.suffix == ".json" else ModelDir(path).calibration_path).read_text())
-    return TemperatureTable(by_bucket={(r["type"], r["bucket"]): r["temperature"] for r in cal["by_bucket"]},
-                            by_type=cal["by_type"], source=cal["source"])
+    return read_temperatures(path if path.suffix == ".json" else ModelDir(path).calibration_path)
 
 
 # --- calibration profiles ------------------------------------------------------------------------
@@ -220,12 +242,9 @@ def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: Te
     """Write profile ``name`` (atomically: a server starting meanwhile never reads half a file)."""
     path = profile_path(artifact_dir, model_name, name)
     path.parent.mkdir(parents=True, exist_ok=True)
+    text = calibration_json(table, report)   # before the file is opened: a failure leaves no half file
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({
-        "source": table.source, "by_type": table.by_type,
-        "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in table.by_bucket.items()],
-        **({"fit": report} if report else {}),
-    }, indent=2))
+    tmp.write_text(text)
     tmp.replace(path)
     return path
 
