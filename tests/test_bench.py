@@ -94,3 +94,34 @@ def test_bench_cell_in_set_mode():
     assert "prefix" not in row["modes"] and row["speedup_prefix_over_packed"] is None
     assert row["cached_max_abs_dz"] <= 1e-4                     # the state cache reads sub-branches too
     assert markdown_table([row]).splitlines()[2].endswith("| — |")
+
+
+def test_bench_measures_the_models_own_option_mode_and_says_which(tmp_path):
+    """Issue 32 item 7: `kevlike bench` always measured list mode, though the default model serves set mode."""
+    from kevlike.model.modeldir import ModelDir, save_decision_model
+
+    from tiny import make_engine
+
+    tiny = make_engine("qwen2")
+    backbone = tmp_path / "backbone"
+    tiny.model.save_pretrained(backbone)
+    tiny.encoder.tokenizer.save_pretrained(backbone)
+    art = save_decision_model(tmp_path / "m", backbone=str(backbone), model=tiny.model, tokenizer=tiny.encoder.tokenizer,
+                              head=tiny.head)
+    m = ModelDir(art)
+    m.write_manifest({**m.manifest(), "option_modes": ["list", "set"], "option_mode": "set"})
+
+    def bench(model, *flags):
+        out = tmp_path / "b.json"
+        p = subprocess.run([sys.executable, "-m", "kevlike", "bench", "--model", str(model), "--S", "64", "--Q", "2",
+                            "--K", "3", "--reps", "1", "--compare", "", "--json", str(out), *flags],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        data = json.loads(out.read_text())
+        assert {r["option_mode"] for r in data["results"]} == {data["option_mode"]}
+        return data["option_mode"], data["option_mode_source"], p.stdout.splitlines()[0]
+
+    mode, source, head = bench(art)
+    assert (mode, source) == ("set", "the model's own") and "option_mode=set (the model's own)" in head
+    assert bench(art, "--option-mode", "list")[:2] == ("list", "--option-mode")
+    assert bench(backbone)[:2] == ("list", "a backbone without a decision model: list")

@@ -261,6 +261,32 @@ def test_save_load_is_bit_identical_and_merged_equals_unmerged(tiny_dir, tmp_pat
         build_model(load_config(None, [f"backbone={tiny_dir}", f"init_from={art}"]))
 
 
+def test_a_fine_tune_keeps_the_option_mode_and_orders_of_the_model_it_starts_from(tiny_dir, tmp_path):
+    """Issue 32 item 7: a fine-tune of the set-mode default model saved ``option_mode: list`` (and no option
+    orders), so it was served and benchmarked in another reading than the model it started from."""
+    from kevlike import Engine
+    from kevlike.model.modeldir import ModelDir
+
+    cfg = _cfg(tiny_dir)
+    model, tok, resolved = build_model(cfg)
+    model.eval()
+    parent = write_artifact(tmp_path / "parent", model, tok, cfg, resolved, {"nll": 1.0})
+    m = ModelDir(parent)
+    assert (m.manifest()["option_mode"], m.manifest()["option_modes"]) == ("list", ["list"])   # no init_from
+    m.write_manifest({**m.manifest(), "option_modes": ["list", "set"], "option_mode": "set", "option_orders": 3})
+    child_cfg = _cfg(tiny_dir, f"init_from={parent}")                    # set_share 0: this run trains list only
+    child_model, _, child_resolved = build_model(child_cfg)
+    child = ModelDir(write_artifact(tmp_path / "child", child_model, tok, child_cfg, child_resolved, {"nll": 0.5}))
+    man = child.manifest()
+    assert (man["option_mode"], man["option_modes"], man["option_orders"]) == ("set", ["list", "set"], 3)
+    eng = Engine.from_pretrained(child.path, threads=1)
+    assert (eng.option_mode, eng.option_orders) == ("set", 3)
+    m.write_manifest({k: v for k, v in m.manifest().items() if k not in ("option_mode", "option_orders")}
+                     | {"option_modes": ["list"]})                      # an older parent: list, orders unset
+    man = ModelDir(write_artifact(tmp_path / "child2", child_model, tok, child_cfg, child_resolved, {})).manifest()
+    assert (man["option_mode"], man["option_modes"], "option_orders" in man) == ("list", ["list"], False)
+
+
 # --- config ------------------------------------------------------------------------------------
 
 def test_every_config_file_loads():

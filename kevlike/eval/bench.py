@@ -290,7 +290,8 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
         option_mode: str | None = None, quantize: str = "none") -> list[dict]:
     """The benchmark grid; ``compare``: extra attention backends timed as ``packed-NAME`` (default
     ``["sdpa"]`` when the engine's backend is ``kevlike_packed``); ``option_mode``: how choice options are
-    read (``list``/``set``, default list; see :class:`kevlike.model.engine.Engine`); ``quantize``: as
+    read (``list``/``set``; default: the model's own, its manifest's ``option_mode``, list for a bare backbone;
+    the header line and the JSON say which and why; see :class:`kevlike.model.engine.Engine`); ``quantize``: as
     :meth:`kevlike.model.engine.Engine.from_pretrained` (with int8 the roof is the int8 Linear's rate)."""
 
     grid = dict(QUICK if quick else FULL)
@@ -299,7 +300,12 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     torch.manual_seed(0)
     head = PointerHead(eng.model.config.hidden_size).to(eng.device).eval()
     label, reason = eng.dtype, eng.dtype_reason          # "int8" is a label of the loaded engine, not of its weights
-    mode = option_mode or "list"
+    if option_mode is not None:
+        mode, mode_source = option_mode, "--option-mode"
+    elif eng.artifact_dir is not None:
+        mode, mode_source = eng.option_mode, "the model's own"
+    else:
+        mode, mode_source = "list", "a backbone without a decision model: list"
     eng = type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=eng.backend, option_mode=mode)
     eng.dtype, eng.dtype_reason = label, reason
     if compare is None:
@@ -314,7 +320,7 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     int8 = eng.dtype == "int8"
     peak = matmul_peak_gflops(torch.float32 if int8 else next(eng.model.parameters()).dtype, eng.device, int8=int8)
     print(f"model={eng.name} dtype={eng.dtype} ({eng.dtype_reason}) backend={eng.backend} option_mode={mode} "
-          f"threads={threads} reps={reps}")
+          f"({mode_source}) threads={threads} reps={reps}")
     print(f"matmul peak ({eng.dtype}, {'int8 Linear' if int8 else 'torch.mm'} 2048³, {threads} threads): {peak:.0f} GFLOP/s")
     print(f"{'S':>5} {'Q':>3} {'K':>3} {'mode':>12} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>7} {'tokens':>7} "
           f"{'peak MiB':>8} {'compiles':>8}")
@@ -343,6 +349,7 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
         Path(json_path).write_text(json.dumps({"model": eng.name, "dtype": eng.dtype, "dtype_reason": eng.dtype_reason, "threads": threads,
                                                "matmul_peak_gflops": peak,
                                                "backend": eng.backend, "compare": list(others), "reps": reps,
+                                               "option_mode": mode, "option_mode_source": mode_source,
                                                "machine": machine(), "results": results}, indent=2))
     print()
     print(markdown_table(results))

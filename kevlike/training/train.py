@@ -287,9 +287,15 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
              "training": {"config": cfg, "metrics": metrics, "git_commit": commit or git_commit()}}
     parent = _init_artifact(cfg, resolved)
     if parent is not None:  # provenance: the training record of the model this run fine-tuned
-        extra["training"]["init_from"] = {
-            "model": str(cfg["init_from"]),
-            "training": ModelDir(parent).manifest().get("training")}
+        pm = ModelDir(parent).manifest()
+        extra["training"]["init_from"] = {"model": str(cfg["init_from"]), "training": pm.get("training")}
+        # a fine-tune keeps the reading of the model it starts from: its option modes (with this run's), its
+        # served option mode and its option orders (before: a fine-tune of the set-mode default saved list)
+        modes = list(dict.fromkeys([*pm.get("option_modes", ["list"]), *modes]))
+        extra["option_modes"] = modes
+        extra["option_mode"] = pm.get("option_mode", "list") if pm.get("option_mode", "list") in modes else "list"
+        if "option_orders" in pm:
+            extra["option_orders"] = pm["option_orders"]
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
                                extra=extra, adapter=model.lm)
 
