@@ -828,6 +828,14 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--max-seconds", type=float, default=300.0, help="time bound per cell, in seconds")
     lt.add_argument("--files", nargs="*", default=None, help="request JSON files (default: examples/*.json)")
     lt.add_argument("--json", default=None, help="write the results here (default: not written)")
+    lt.add_argument("--soak", type=float, default=None, metavar="MINUTES",
+                    help="instead: start a server with a store and send it mixed traffic for MINUTES (decisions with "
+                         "repeated states, long question lists, outcome posts, report polls, abandoned and slow "
+                         "clients); prints the server's RSS over time, latency percentiles, statuses and records lost "
+                         "(default: no soak)")
+    lt.add_argument("--record", default=None, metavar="DB_URL",
+                    help="with --soak: the server's store (default: a SQLite file in a temporary folder)")
+    lt.add_argument("--threads", default=None, help="with --soak: the server's --threads (default: the server's)")
     lt.set_defaults(func=_tool("eval.loadtest"))
 
     fz = command("fuzz", "send hostile requests to a server and check: no 5xx, no dropped connection, every error "

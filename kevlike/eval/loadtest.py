@@ -1,7 +1,8 @@
-"""Load test for ``kevlike serve``: throughput and latency at several client concurrencies.
+"""Load test for ``kevlike serve``: throughput and latency at several client concurrencies; a soak.
 
     kevlike loadtest --spawn [--model NAME_OR_DIR] [--concurrency 1,8,32] [--json out.json]
     kevlike loadtest --url http://127.0.0.1:8000
+    kevlike loadtest --soak MINUTES [--model NAME_OR_DIR] [--record DB_URL] [--threads N]   (see :func:`soak`)
 
 ``--spawn`` starts the server itself twice on free loopback ports — once with batching off
 (``--max-batch 1``) and once with the default batching — and runs the same grid against both, so
@@ -82,12 +83,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(model: str | None, extra: list[str]) -> tuple[subprocess.Popen, int]:
+def _spawn(model: str | None, extra: list[str], stdout=None) -> tuple[subprocess.Popen, int]:
     port = free_port()
     cmd = [sys.executable, "-m", "kevlike", "serve", "--port", str(port), "--log-level", "warning", *extra]
     if model:
         cmd += ["--model", model]
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=None if stdout is None else subprocess.STDOUT)
     deadline = time.time() + 300
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -107,9 +108,16 @@ def run(args) -> int:
     """``kevlike loadtest``: the grid of ``args.concurrency`` × (serial, batched) with ``--spawn``, or the
     server at ``args.url``; prints one line per cell and writes ``args.json``.
 
+    With ``args.soak`` (minutes): :func:`soak` instead.
+
     Raises:
-        ValueError: neither or both of ``--url`` and ``--spawn``; no request files.
+        ValueError: neither or both of ``--url`` and ``--spawn``; no request files; a bad ``--soak``.
     """
+    if getattr(args, "soak", None) is not None:
+        if args.url:
+            raise ValueError("--soak starts its own server (it reads the server's memory): drop --url")
+        soak(args.soak, args.model, args.record, args.threads, args.json)
+        return 0
     if bool(args.url) == bool(args.spawn):
         raise ValueError("give exactly one of --url or --spawn")
     files = args.files or sorted(str(f) for f in Path("examples").glob("*.json") if not f.name.endswith(".meta.json"))
@@ -153,3 +161,283 @@ def run(args) -> int:
                                                "results": results}, indent=2))
     return 0
 
+
+
+# --- soak: mixed traffic against one spawned server with a store ---------------------------------------------
+
+SOAK_TEXTS = [
+    "Customer: I was charged twice for my March invoice and nobody answers the phone. I need the money back.",
+    "The nightly build failed again after the dependency upgrade; the linker cannot find the crypto library.",
+    "Our team loved the workshop. The room was cold, but the speaker explained everything clearly.",
+    "The package arrived two weeks late and the box was crushed, though the lamp inside still works.",
+    "Please reset my password; the reset link in the email expires before I can open it on my phone.",
+    "The quarterly report shows revenue up 4 percent while support tickets fell for the third month.",
+]
+_NOUL = {"type": "noul", "instructions": "Does this need a reply within the hour?"}
+_TEAM = {"type": "choice", "instructions": "Which team should handle this?",
+         "criteria": {"billing": "invoices, charges, refunds", "sales": None, "tech": None, "none": None}}
+_TONE = {"type": "score", "instructions": "How upset is the writer?", "criteria": ["Calm", "Annoyed", "Angry"]}
+
+
+def _soak_requests(rng, n_long: int = 40) -> dict:
+    """The request bodies of each traffic kind (``small``: one yes/no question on a short text; ``repeated``:
+    three questions on one of six page-long states, so the state cache is hit; ``long``: ``n_long`` questions)."""
+    import random as _random
+
+    rng = rng or _random.Random(0)
+    pages = [" ".join(SOAK_TEXTS[(i + j) % len(SOAK_TEXTS)] for j in range(6)) for i in range(len(SOAK_TEXTS))]
+    return {
+        "small": lambda: {"state": rng.choice(SOAK_TEXTS), "questions": {"q": _NOUL}},
+        "repeated": lambda: {"state": rng.choice(pages), "questions": {"urgent": _NOUL, "team": _TEAM, "tone": _TONE}},
+        "long": lambda: {"state": rng.choice(pages),
+                         "questions": {f"q{i}": (_TEAM if i % 2 else _NOUL) for i in range(n_long)}},
+    }
+
+
+def _percentiles(xs: list[float]) -> dict:
+    if not xs:
+        return {"n": 0}
+    ms = sorted(1000 * x for x in xs)
+
+    def at(p):
+        return ms[min(len(ms) - 1, int(p * len(ms)))]
+    return {"n": len(ms), "p50_ms": at(0.5), "p95_ms": at(0.95), "p99_ms": at(0.99), "max_ms": ms[-1]}
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def soak(minutes: float, model: str | None = None, record: str | None = None, threads: str | None = None,
+         json_path: str | None = None, header_timeout_s: float = 3.0, seed: int = 0) -> dict:
+    """``kevlike loadtest --soak MINUTES``: start ``kevlike serve --record`` on a free loopback port and send it
+    mixed traffic for ``minutes``, then stop it (SIGTERM: the recorder drains) and check the store.
+
+    Traffic (each kind its own client thread; bounded: at most 9 connections of ours at once):
+    ``small`` decisions (one yes/no question, paced at 5 per second: the latency probe), ``repeated`` decisions
+    (three questions on one of six page-long states: state-cache hits), ``long`` question lists (40 questions),
+    an outcome posted for every second answered decision, report polls by two clients in every other phase
+    (phases of ``min(30 s, run / 6)``), an abandoned client every 2 s (a long request, gone after 0.3 s),
+    a slow client every 3 s (half a header block, then silence: the server cuts it at ``header_timeout_s``).
+
+    Prints (and returns, and writes to ``json_path``): the server's RSS over time, latency percentiles per kind
+    (small decisions split by phase: idle vs under report polling), statuses per kind, 5xx, and records lost
+    (answered decisions with no record in the store) and outcomes lost (posts answered 200 with no row).
+
+    Raises:
+        ValueError: ``minutes`` not a finite number in (0, 1440].
+        SystemExit: the server did not start.
+    """
+    import math
+    import random
+    import tempfile
+
+    from sqlalchemy import select
+
+    from kevlike.service import feedback as fb
+
+    if not (isinstance(minutes, (int, float)) and 0 < minutes <= 1440 and math.isfinite(minutes)):
+        raise ValueError(f"--soak must be a number of minutes in (0, 1440], got {minutes!r}")
+    tmp = tempfile.TemporaryDirectory(prefix="kevlike-soak-")
+    record = record or f"sqlite:///{Path(tmp.name) / 'soak.db'}"
+    extra = ["--record", record, "--header-timeout", f"{header_timeout_s:g}", "--body-timeout", "3"]
+    if threads:
+        extra += ["--threads", str(threads)]
+    log_path = Path(tmp.name) / "server.log"
+    with open(log_path, "wb") as log_file:
+        proc, port = _spawn(model, extra, stdout=log_file)
+    total = 60.0 * minutes
+    phase_s = min(30.0, max(total / 6, 1.0))
+    rng = random.Random(seed)
+    bodies = _soak_requests(rng)
+    lock = threading.Lock()
+    lat: dict[str, list[float]] = {k: [] for k in ("small_idle", "small_polling", "repeated", "long", "feedback",
+                                                    "report")}
+    statuses: dict[str, dict[str, int]] = {}
+    answered: set[str] = set()
+    outcomes_stored: set[str] = set()
+    rss: list[tuple[float, float]] = []
+    counts = {"abandoned": 0}
+    t0 = time.monotonic()
+    deadline = t0 + total
+
+    def polling(t: float) -> bool:
+        return int((t - t0) / phase_s) % 2 == 1
+
+    def tally(kind: str, status) -> None:
+        with lock:
+            d = statuses.setdefault(kind, {})
+            d[str(status)] = d.get(str(status), 0) + 1
+
+    class Client:
+        def __init__(self):
+            self.conn = None
+
+        def call(self, method, path, body=None, headers=None):
+            for attempt in (0, 1):   # a kept-alive connection the server closed meanwhile: once more on a new one
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+                try:
+                    self.conn.request(method, path, body=None if body is None else json.dumps(body).encode(),
+                                      headers={"content-type": "application/json", **(headers or {})})
+                    r = self.conn.getresponse()
+                    raw = r.read()
+                    if r.getheader("connection", "").lower() == "close":
+                        self.conn.close()
+                        self.conn = None
+                    return r.status, raw
+                except (OSError, http.client.HTTPException):
+                    self.conn.close()
+                    self.conn = None
+                    if attempt:
+                        return "connection error", b""
+            return "connection error", b""
+
+    def decisions(kind: str, pace_s: float, feedback_every: int):
+        c, n = Client(), 0
+        while time.monotonic() < deadline:
+            start = time.monotonic()
+            rid = f"soak-{kind}-{n}"
+            n += 1
+            body = bodies[kind]()
+            phase = polling(start)
+            st, raw = c.call("POST", "/v1/systemone", body, {"x-request-id": rid})
+            dt = time.monotonic() - start
+            tally(kind, st)
+            if st == 200:
+                with lock:
+                    answered.add(rid)
+                    lat[f"small_{'polling' if phase else 'idle'}" if kind == "small" else kind].append(dt)
+                if feedback_every and n % feedback_every == 0:
+                    outcome = {q: {"noul": True, "choice": "billing", "score": 1}[spec["type"]]
+                               for q, spec in list(body["questions"].items())[:3]}
+                    t1 = time.monotonic()
+                    fst, _ = c.call("POST", "/v1/feedback", {"request_id": rid, "outcomes": outcome})
+                    tally("feedback", fst)
+                    if fst == 200:
+                        with lock:
+                            lat["feedback"].append(time.monotonic() - t1)
+                            outcomes_stored.add(rid)
+            time.sleep(max(0.0, pace_s - (time.monotonic() - start)))
+
+    def reports():
+        c = Client()
+        while time.monotonic() < deadline:
+            if not polling(time.monotonic()):
+                time.sleep(0.05)
+                continue
+            t1 = time.monotonic()
+            st, _ = c.call("GET", "/v1/feedback/report")
+            tally("report", st)
+            if st == 200:
+                with lock:
+                    lat["report"].append(time.monotonic() - t1)
+            time.sleep(0.05)
+
+    def abandoned():
+        n = 0
+        while time.monotonic() < deadline:
+            data = json.dumps(bodies["long"]()).encode()
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                    s.sendall(f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              f"x-request-id: soak-abandoned-{n}\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+                    time.sleep(0.3)
+                with lock:
+                    counts["abandoned"] += 1
+            except OSError:
+                tally("abandoned", "connection error")
+            n += 1
+            time.sleep(max(0.0, min(2.0, deadline - time.monotonic())))
+
+    def slow():
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=header_timeout_s + 10) as s:
+                    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n")   # and nothing more
+                    raw = b""
+                    while chunk := s.recv(65536):
+                        raw += chunk
+                st = raw.split(b" ", 2)[1].decode() if raw.startswith(b"HTTP/1.1 ") else "closed without a response"
+            except OSError as e:
+                st = f"connection error ({type(e).__name__})"
+            tally("slow", st)
+            time.sleep(max(0.0, min(3.0, deadline - time.monotonic())))
+
+    def sampler():
+        every = max(1.0, min(15.0, total / 20))
+        while True:
+            r = _rss_mib(proc.pid)
+            if r is not None:
+                rss.append((time.monotonic() - t0, r))
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(min(every, max(0.0, deadline - time.monotonic())) or 0.01)
+
+    workers = [threading.Thread(target=decisions, args=("small", 0.2, 2), daemon=True),
+               threading.Thread(target=decisions, args=("repeated", 0.0, 2), daemon=True),
+               threading.Thread(target=decisions, args=("long", 1.0, 2), daemon=True),
+               threading.Thread(target=reports, daemon=True), threading.Thread(target=reports, daemon=True),
+               threading.Thread(target=abandoned, daemon=True), threading.Thread(target=slow, daemon=True),
+               threading.Thread(target=sampler, daemon=True)]
+    print(f"soak: {minutes:g} min of mixed traffic against {model or 'kevlike-default'} (server pid {proc.pid}, "
+          f"127.0.0.1:{port}{', --threads ' + str(threads) if threads else ''}), store {record}", flush=True)
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(max(0.0, deadline - time.monotonic()) + 330)
+        health = json.loads(Client().call("GET", "/health")[1] or b"{}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    store = fb.FeedbackStore(record)
+    with store.engine.connect() as conn:
+        recorded = {r for (r,) in conn.execute(select(fb.requests_table.c.request_id))}
+        with_outcomes = {r for (r,) in conn.execute(select(fb.outcomes_table.c.request_id).distinct())}
+    store.engine.dispose()
+    lost = sorted(answered - recorded)
+    outcomes_lost = sorted(outcomes_stored - with_outcomes)
+    five = sum(v for d in statuses.values() for k, v in d.items() if k.isdigit() and k.startswith("5"))
+    settle = min(300.0, total / 4)
+    after = [r for t, r in rss if t >= settle]
+    growth = (after[-1] - after[0]) / after[0] if len(after) >= 2 else None
+    pct = {k: _percentiles(v) for k, v in lat.items()}
+    idle, busy = pct["small_idle"].get("p99_ms"), pct["small_polling"].get("p99_ms")
+    result = {"minutes": minutes, "model": model or "kevlike-default", "threads": threads, "store": record,
+              "rss_mib": [[round(t, 1), round(r, 1)] for t, r in rss], "rss_growth_after_settle": growth,
+              "settle_s": settle, "latency": pct, "p99_small_polling_over_idle": busy / idle if idle and busy else None,
+              "statuses": statuses, "abandoned_sent": counts["abandoned"], "five_xx": five,
+              "answered": len(answered), "recorded": len(recorded), "records_lost": len(lost), "lost_ids": lost[:20],
+              "outcomes_posted": len(outcomes_stored), "outcomes_lost": len(outcomes_lost),
+              "health": health, "server_exit": code}
+    print("RSS of the server (MiB) over time: " + ", ".join(f"{t:.0f}s {r:.0f}" for t, r in rss))
+    print(f"RSS growth after the first {settle:.0f} s: "
+          + ("n/a (too few samples)" if growth is None else f"{growth:+.1%} ({after[0]:.0f} -> {after[-1]:.0f} MiB)"))
+    for k, p in pct.items():
+        label = {"small_idle": "small decisions, idle", "small_polling": "small decisions, under report polling"}.get(k, k)
+        print(f"latency {label:38}" + (f" n={p['n']:5d}  p50 {p['p50_ms']:8.0f}  p95 {p['p95_ms']:8.0f}  p99 "
+                                       f"{p['p99_ms']:8.0f}  max {p['max_ms']:8.0f} ms" if p["n"] else " n=0"))
+    if result["p99_small_polling_over_idle"] is not None:
+        print(f"p99 of small decisions under report polling / idle: {result['p99_small_polling_over_idle']:.2f}x")
+    print("statuses: " + "; ".join(f"{k} {dict(sorted(v.items()))}" for k, v in sorted(statuses.items()))
+          + f"; abandoned clients {counts['abandoned']}")
+    dropped = sum(m.get("dropped", 0) for m in health.get("models", {}).values())
+    print(f"5xx: {five}; records lost: {len(lost)} of {len(answered)} answered decisions ({len(recorded)} records, "
+          f"abandoned ones answered before their client left included; {dropped} dropped as gone); outcomes lost: "
+          f"{len(outcomes_lost)} of {len(outcomes_stored)}; server exit {code}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2))
+    tmp.cleanup()
+    return result
