@@ -56,6 +56,7 @@ import json
 import random
 import tarfile
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 from kevlike.data.families import HELDOUT_SOURCES, SOURCES, SYNTHETIC_SOURCES, eval_items
@@ -188,9 +189,11 @@ def realistic_examples(path: Path = REALISTIC_FILE) -> list[Example]:
     return out
 
 
-def realistic_tags(path: Path = REALISTIC_FILE) -> dict[tuple[str, str], list[str]]:
-    """``{(source, question id): tags}`` of the realistic file (source as in :func:`realistic_examples`)."""
-    return {(f"realistic/{it['id']}", qid): list(q.get("tags", []))
+@lru_cache(maxsize=4)
+def realistic_tags(path: Path = REALISTIC_FILE) -> dict[tuple[str, str], tuple[str, ...]]:
+    """``{(source, question id): tags}`` of the realistic file (source as in :func:`realistic_examples`); read
+    once per path (every summary of a run, each half and the uncalibrated one, asks for it)."""
+    return {(f"realistic/{it['id']}", qid): tuple(q.get("tags", []))
             for it in realistic_items(path) for qid, q in it["questions"].items()}
 
 
