@@ -10,7 +10,9 @@
     ordered bins in both scale directions — and *opposite pairs* ("Did the alert fire?" / "Did the alert fail
     to fire?"), returned as coherence twins (``(qa, qb, FLIP)``) that the twin term of the loss ties together.
     With probability :data:`LONG_SHARE` the document is padded with unrelated paragraphs before and after
-    (200–800 tokens in all): users send pages.
+    (124–334 SmolLM2 tokens in all, median 222, on the validation rows; the ``long`` task option's 4–12
+    paragraphs give 129–448 around a ``facts`` state): users send pages. Issue 31 asks for 200–800 tokens;
+    :data:`PADDING` holds 16 paragraphs, so longer pages need more padding text.
 
 ``absurd``
     Questions about a property a state plainly lacks — another language, another form (a poem, a recipe), a topic
