@@ -132,6 +132,11 @@ def contrast_pairs() -> dict[str, list[dict]]:
     return {split: json.loads(path.read_text())["pairs"] for split, path in CONTRAST_SPLITS.items()}
 
 
+def _p_yes(r: dict) -> float:
+    """P(yes) of a yes/no record (``probs[0]``: P(true) for noul, P(yes) for a ``{yes, no}`` choice)."""
+    return r["probs"][0]
+
+
 def contrast_metrics(records: list[dict], pairs: list[dict], split: str = "contrast",
                      p_yes: Callable[[dict], float] | None = None) -> dict:
     """``both_right`` (share of pair questions right on both states, noul form), ``noul_accuracy`` and the
@@ -144,7 +149,7 @@ def contrast_metrics(records: list[dict], pairs: list[dict], split: str = "contr
 
     Raises:
         KeyError: a ``qN`` or ``nN`` record of a pair question is missing."""
-    p_yes = p_yes or (lambda r: r["probs"][0])
+    p_yes = p_yes or _p_yes
     by = {(r["source"], r["question"]): r for r in records if r["source"].startswith(f"{split}/")}
     both, n_q, neg_ok, choice_ok, n_choice, n_state_q, right = 0, 0, 0, 0, 0, 0, 0
     for pair in pairs:
@@ -347,10 +352,6 @@ def generalization_summary(records: list[dict], pairs: dict[str, list[dict]], ha
             out[split] = contrast_metrics(recs, [p for p in pairs[split] if p["id"] in asked], split)
     out["targets"] = reading_targets(records, out)
     return out
-
-
-def _p_yes(r: dict) -> float:
-    return r["probs"][0]
 
 
 def coherence_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
