@@ -14,7 +14,7 @@ Prints, per split and per readout (``raw``: Q alone; ``frame``: 1 − P(yes | F_
 ECE and NLL of the noul questions, and on the contrast splits the share right on both states and
 negation coherence (:mod:`kevlike.eval.generalization`); ``--out`` also writes the records (JSONL).
 
-    python scripts/frame_twins.py --quick --threads 2
+    python experiments/frame_twins.py --quick --threads 2
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ int8 GEMMs: what ``--quantize int8`` uses) and with torchao's ``Int8DynamicActiv
 of ``--reps`` calls after a warm-up, the speed-up over float32 and the largest absolute output error.
 
     pip install --no-deps torchao==0.18.0     # optional; the torchao rows are skipped without it
-    python scripts/int8_backends.py --tokens 700 --threads 1
+    python experiments/int8_backends.py --tokens 700 --threads 1
 """
 
 from __future__ import annotations

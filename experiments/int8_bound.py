@@ -12,7 +12,7 @@ share of the Linear weights, i.e. of the FLOP) the bound on the whole pass is ``
 nothing else changed. Prints one JSON object: CPU, threads, tokens, the two passes' milliseconds and
 parts, ``f``, ``s`` and the bound.
 
-    python scripts/int8_bound.py --threads 1
+    python experiments/int8_bound.py --threads 1
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ state and N short options (CLINC150's intent names, numbered past 150), answered
 or in list mode (shortlist-then-decide), on the CPU. Prints JSON: wall time per request (the median of
 ``--reps`` after one warm-up), tokens, the shortlist size, and the process's peak RSS.
 
-    python scripts/many_options.py --model runs/stage5 --options 1000 --state-tokens 500
+    python experiments/many_options.py --model runs/stage5 --options 1000 --state-tokens 500
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Data loaders: documented counts, split rules, request shapes, seeded augmentation (docs/DATA_CARD.md)."""
+"""Data loaders: documented counts, split rules, request shapes, seeded augmentation (docs/design/DATA_CARD.md)."""
 
 import random
 
@@ -18,7 +18,7 @@ def _packages():
         pytest.skip(str(e))
 
 
-COUNTS = {  # docs/DATA_CARD.md
+COUNTS = {  # docs/design/DATA_CARD.md
     "banking77": (9003, 1000, 3080), "clinc150": (18000, 2250, 2250), "hwu64": (7712, 933, 1032),
     "spam": (3653, 196, 988), "sentiment": (18087, 949, 4667),
 }

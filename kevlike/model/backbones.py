@@ -97,7 +97,7 @@ class WheelPart:
 
 @dataclass(frozen=True)
 class EmbeddedBackbone:
-    """A backbone shipped inside registry packages, pinned by hashes (docs/DATA_CARD.md).
+    """A backbone shipped inside registry packages, pinned by hashes (docs/design/DATA_CARD.md).
 
     The GGUF is the concatenation, in order, of the ``member`` files of ``parts`` (one part for the
     default; the optional Qwen2.5-Coder-0.5B is split over six wheels). ``default``: set up by a bare

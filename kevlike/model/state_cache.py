@@ -1,7 +1,7 @@
 """A state computed once: an LRU cache of the state's per-layer keys and values.
 
 Users ask several rounds of questions about the same text (a ticket, a document, a conversation
-that grows). The packed pass (docs/DESIGN.md §6) already reads the state once per request; this cache
+that grows). The packed pass (docs/design/DESIGN.md §6) already reads the state once per request; this cache
 reads it once per *state*: the keys/values of every decoder layer over the state's tokens are kept,
 keyed by the exact token ids of the state (which encode the model's tokenizer and template; one cache
 belongs to one engine, i.e. one model), and a later request runs only its branches against them:

@@ -1,4 +1,4 @@
-r"""Writing-system (script) detection of the state, outside the model (docs/DESIGN.md §12).
+r"""Writing-system (script) detection of the state, outside the model (docs/design/DESIGN.md §12).
 
 A decision model only knows the scripts it was trained on; a state in another script gets answers
 that look as confident as any other and mean little. :func:`detect_script` names the script of the
