@@ -574,16 +574,17 @@ def build_parser() -> argparse.ArgumentParser:
                   "bf16 matrix units (AMX, AVX512-BF16), float32 elsewhere; float32 is the tested reference")
     quantize_help = ("int8: SmoothQuant smoothing, then dynamic int8 in the decoder's Linear layers but down_proj (CPU, "
                      "from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.011 on 650 questions: see the "
-                     "README's int8 section); auto: int8 where the weights are float32 on the CPU (not on CUDA nor "
+                     "int8 section of docs/guide/benchmark.md); auto: int8 where the weights are float32 on the CPU (not on CUDA nor "
                      "where --dtype auto picks bfloat16); none: no quantization")
     threads_help = ("torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at "
                     "most once a second), N a fixed count (default: $KEVLIKE_THREADS, else auto)")
     mode_help = ("how a choice question's options are read: list (one after another in one branch) or set (each "
                  "option its own sub-branch: no option sees another, so adding, removing or reordering options "
                  "leaves the others' log-odds unchanged)")
-    max_options_help = ("allow choice questions with up to N options, beyond Jev's 255 (an extension): answered in one "
-                        "set-mode pass when they fit --max-request-tokens, else by shortlist-then-decide (the top 64 "
-                        "of a chunked set-mode pass decided again; the response's x_shortlist gives the size)")
+    def max_options_help(budget: str) -> str:
+        return ("allow choice questions with up to N options, beyond Jev's 255 (an extension): answered in one "
+                f"set-mode pass when they fit {budget}, else by shortlist-then-decide (the top 64 "
+                "of a chunked set-mode pass decided again; the response's x_shortlist gives the size)")
     orders_help = (f"orders each choice question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, "
                    f"M>=2 pooled (M x the choice branches' tokens), 0 as listed")
 
@@ -611,7 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--profile", default=None, metavar="NAME",
                    help="answer with the temperatures of this calibration profile (kevlike calibrate --profile; "
                         "default: the model's own)")
-    d.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N", help=max_options_help)
+    d.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N",
+                   help=max_options_help(f"the request token budget ({Limits.max_request_tokens:,} tokens)"))
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
     d.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
@@ -658,7 +660,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a state in a script the model was not trained on: annotate (report it in the response) "
                         "or refuse it (422)")
     option_reading(s, "each model's")
-    s.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N", help=max_options_help)
+    s.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N",
+                   help=max_options_help("--max-request-tokens"))
     s.add_argument("--max-batch", type=int, default=ServerConfig.max_batch, help="requests per packed forward pass")
     s.add_argument("--max-wait-ms", type=float, default=ServerConfig.max_wait_ms, help="how long a batch waits for more requests, in ms")
     s.add_argument("--queue-size", type=int, default=ServerConfig.queue_size, help="waiting requests before answering 429")
