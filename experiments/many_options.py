@@ -1,4 +1,4 @@
-"""Time one choice question with many options (``--max-options``; README, "Set mode"): a ~500-token
+"""Time one choice question with many options (``--max-options``; docs/guide/options.md, "Beyond 255 options"): a ~500-token
 state and N short options (CLINC150's intent names, numbered past 150), answered in set mode (one pass)
 or in list mode (shortlist-then-decide), on the CPU. Prints JSON: wall time per request (the median of
 ``--reps`` after one warm-up), tokens, the shortlist size, and the process's peak RSS.

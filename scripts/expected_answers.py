@@ -1,5 +1,5 @@
-"""How many of the answers listed in ``examples/expected.meta.json`` a decision model gives, the README's
-"expected answers matched" figure.
+"""How many of the answers listed in ``examples/expected.meta.json`` a decision model gives, the
+"expected answers matched" figure of docs/results/examples.md.
 
 A match is P(yes) > 0.5 for a noul question whose expected answer is true (≤ 0.5 for false), the most
 probable option for a choice question, and the most probable level for a score question (expected answers of

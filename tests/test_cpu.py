@@ -105,7 +105,7 @@ def test_dtype_auto_follows_the_cpu_units(monkeypatch, capsys):
 def test_int8_quantization_replaces_the_decoder_linears_and_stays_close():
     """SmoothQuant smoothing + dynamic int8 (per-channel weights) on a tiny Llama: every Linear but down_proj
     and lm_head replaced, answers near fp32 (a random tiny model; the shipped model's accuracy cost is
-    measured in the README)."""
+    measured in docs/guide/benchmark.md, "int8")."""
     from tiny import REQUEST, make_engine
 
     from kevlike.model.quantize import quantize_int8

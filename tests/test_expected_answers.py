@@ -1,4 +1,4 @@
-"""scripts/expected_answers.py: the README's "expected answers matched" rule (no model)."""
+"""scripts/expected_answers.py: the "expected answers matched" rule of docs/results/examples.md (no model)."""
 
 import json
 import sys

@@ -1,4 +1,4 @@
-"""The layout's rules (README, "Repository"), checked by tools rather than by eye: import-linter's
+"""The layout's rules (docs/design/layout.md), checked by tools rather than by eye: import-linter's
 contracts in pyproject.toml (layers and no cycles anywhere), and one owner per file of the
 model directory."""
 

@@ -234,7 +234,7 @@ def bench_cell(engine, enc: EncodedRequest, reps: int, batch: int, others: dict 
 
 
 def markdown_table(results: list[dict]) -> str:
-    """The README table: p50 ms per request per mode, the measured speed-ups and the FLOP model."""
+    """The table of docs/results/performance.md: p50 ms per request per mode, the measured speed-ups and the FLOP model."""
     modes = [m for m in ("packed", "packed-sdpa", "separate", "prefix") if any(m in r["modes"] for r in results)]
     head = ["S", "Q", "K", "packed tokens", *[f"{m} ms" for m in modes], "separate / packed", "FLOP model",
             "% of FLOP model", "prefix / packed"]

@@ -104,7 +104,7 @@ MAX_OPTION_ORDERS = 24
 more branch per choice question in the same forward pass (M orders cost M× the choice branches'
 tokens), and distinct orders run out at K! for K options (6 options: 720), so an unbounded value
 turns one request into minutes of CPU time. 24 = 4! reads every order of up to 4 options; pooling
-more orders changes the answers little (README, "Option order")."""
+more orders changes the answers little (docs/guide/options.md, "Option order")."""
 
 
 def check_option_orders(option_orders: int, name: str = "option_orders") -> int:

@@ -12,7 +12,7 @@ Linear group sharing an input X, per input channel j
 which leaves the fp32 function unchanged. ``X / s`` is folded into what produces X: the RMSNorm weight
 before q/k/v and before gate/up. ``max|X_j|`` is measured on :data:`CALIBRATION_REQUESTS` (a few
 hundred tokens of built-in text) through the engine itself. ``down_proj`` (its input, ``silu(gate) · up``,
-has the widest outliers) stays float32, as does ``lm_head``; measured choices in the README ("int8").
+has the widest outliers) stays float32, as does ``lm_head``; measured choices in docs/guide/benchmark.md ("int8").
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 ALPHA = 0.8
-"""SmoothQuant's migration strength α (0.5 in the paper; 0.8 measured best here, README "int8")."""
+"""SmoothQuant's migration strength α (0.5 in the paper; 0.8 measured best here, docs/guide/benchmark.md "int8")."""
 
 QUANTIZE_CHOICES = ("none", "auto", "int8")
 """What ``--quantize`` accepts (:func:`resolve_quantize`)."""
@@ -59,7 +59,7 @@ def resolve_quantize(quantize: str | None, device: str | torch.device, dtype: st
     (:func:`kevlike.model.backbones.resolve_dtype`): ``None``/``"none"`` → ``None``; ``"int8"`` → ``"int8"``;
     ``"auto"`` → ``"int8"`` on the CPU when the weights are float32 (no bf16 matrix units, or float32 asked
     for: dynamic int8 was 1.3–1.5× faster than float32 on a 2-core AVX2 AMD EPYC, accuracy −0.011 on 650
-    questions, README "int8"), else ``None`` (CUDA, or bfloat16 weights: bf16 units beat int8).
+    questions, docs/guide/benchmark.md "int8"), else ``None`` (CUDA, or bfloat16 weights: bf16 units beat int8).
 
     Raises:
         ValueError: an unknown setting, or ``"int8"`` off the CPU or on non-float32 weights.

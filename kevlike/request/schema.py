@@ -13,7 +13,7 @@ The wire schema is the pydantic models :class:`RequestBody`, :class:`NoulQuestio
 ``/openapi.json`` is generated from them (:func:`request_json_schema`). A structural pre-pass over the raw JSON
 checks what pydantic cannot see: duplicate keys, nesting depth, lone surrogates, numbers out of range.
 
-Decisions where the wire format is silent (also in the README):
+Decisions where the wire format is silent (also in docs/guide/requests.md):
 
 * an empty ``state`` (``""``, ``{}``, ``[]``) is accepted: a question may carry its own context,
   and the branch still reads the ``<state>`` delimiter;

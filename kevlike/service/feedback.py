@@ -461,7 +461,7 @@ def report(store: FeedbackStore, model: str | None = None) -> dict:
     Linear in the outcomes: one query, then one pass per group (:func:`_report_metrics`; without the
     bootstrap interval of :func:`kevlike.metrics.summary`, 200 more passes, which the report never showed).
     Measured on the 2-core EPYC (SQLite file): 100,000 outcomes in 3.3–5.7 s, 2.6–2.7 s of it the query and
-    JSON decoding of :meth:`FeedbackStore.records` (README, "Outcome feedback"); the server runs it on a thread
+    JSON decoding of :meth:`FeedbackStore.records` (docs/guide/own-data.md, "Outcome feedback"); the server runs it on a thread
     of its own.
 
     Raises:

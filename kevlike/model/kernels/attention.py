@@ -28,7 +28,7 @@ BACKENDS = ("sdpa", "flex_attention", "kevlike_packed")
 
 def default_backend(device: torch.device | str) -> str:
     """``"flex_attention"`` on CUDA, ``"kevlike_packed"`` elsewhere (chosen by ``kevlike bench``: it is
-    faster than dense ``sdpa`` at every measured size on the CPU, see README)."""
+    faster than dense ``sdpa`` at every measured size on the CPU, see docs/results/performance.md)."""
     return "flex_attention" if torch.device(device).type == "cuda" else "kevlike_packed"
 
 
