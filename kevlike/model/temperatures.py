@@ -14,7 +14,8 @@ import torch
 
 BUCKETS = ((2, 2), (3, 5), (6, 20), (21, 255))
 BUCKET_LABELS = ("2", "3-5", "6-20", "21-255", "256+")
-TYPES = ("noul", "choice", "score", "choice:set")     # the keys a temperature is stored under (calibration_type)
+TYPES = ("noul", "choice", "score", "choice:set", "abstain")  # the keys a temperature is stored under (calibration_type;
+                                                              # "abstain": x_abstain's, by_type only)
 T_LIMITS = (0.01, 100.0)        # a temperature outside these is refused (fits stay within T_MIN, T_MAX below)
 PROFILE_FORMAT = 1              # the "format" of a calibration file (absent: 1, the files written before it existed)
 
