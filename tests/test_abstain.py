@@ -278,3 +278,45 @@ def test_eval_data_reports_abstention_on_a_labelled_file(eng, tmp_path):
     assert "Abstention" in (run / "report.md").read_text()
     x = _x(eng.decide(REQUEST))
     assert ab["auroc"] == auroc([x["urgent"], x["team"], x["anger"], x["lazy"]], [False, False, True, True])
+
+
+# --- serving: the threshold, /v1/models, the recorder and the feedback report ---------------------------------
+
+def test_server_threshold_models_recorder_and_report(tmp_path):
+    from kevlike.service.config import ServerConfig
+    from kevlike.service.feedback import FeedbackStore
+    from kevlike.service.server import create_app
+
+    from test_feedback import call, running
+
+    eng = make_engine(abstain=True, abstain_above=0.5)
+    plain = make_engine()
+    plain.name = "plain"
+    store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.db'}")
+    app = create_app({eng.name: eng, "plain": plain}, eng.name, ServerConfig(), store=store)
+    body = {k: v for k, v in REQUEST.items() if k != "model"}
+    x = _x(eng.decide(body))
+    with running(app) as port:
+        st, _, models = call(port, "GET", "/v1/models")
+        assert st == 200 and {m["name"]: m["x_capabilities"] for m in models["models"]} == {
+            eng.name: ["x_abstain"], "plain": []}
+        st, _, out = call(port, "POST", "/v1/systemone", body, {"x-request-id": "r1"})
+        assert st == 200 and _x(out) == pytest.approx(x, abs=1e-6)
+        assert {k for k, a in out["answers"].items() if a.get("x_abstained")} == {k for k, v in x.items() if v > 0.5}
+        t = sorted(x.values())[0]                                   # the request's own threshold wins
+        st, _, out = call(port, "POST", "/v1/systemone", {**body, "x_abstain_above": t}, {"x-request-id": "r2"})
+        assert {k for k, a in out["answers"].items() if a.get("x_abstained")} == {k for k, v in x.items() if v > t}
+        st, _, err = call(port, "POST", "/v1/systemone", {**body, "x_abstain_above": 2})
+        assert st == 422 and err["detail"][0]["loc"] == ["body", "x_abstain_above"]
+        st, _, out = call(port, "POST", "/v1/systemone", {**body, "model": "plain"})
+        assert "x_abstain" not in json.dumps(out)
+        app.state.recorder.wait(timeout=10)
+        st, _, out = call(port, "POST", "/v1/feedback", {"request_id": "r1", "outcomes": {
+            "urgent": True, "team": "billing", "anger": {"cannot_tell": True}, "lazy": {"cannot_tell": True}}})
+        assert (st, out["stored"]) == (200, 4)
+        st, _, rep = call(port, "GET", "/v1/feedback/report")
+    recs = {r["question"]: r for r in store.records()}
+    assert recs["anger"]["cannot_tell"] and recs["team"]["x_abstain"] == pytest.approx(x["team"], abs=1e-6)
+    ab = rep["overall"]["abstention"]
+    assert rep["overall"]["outcomes"] == 2 and ab["n"] == 4 and ab["n_cannot_tell"] == 2 and "curve" not in ab
+    assert ab["auroc"] == auroc([x["urgent"], x["team"], x["anger"], x["lazy"]], [False, False, True, True])
