@@ -132,6 +132,13 @@ def _option_orders_error(args) -> str | None:
     return None
 
 
+def _abstain_above_error(args) -> str | None:
+    p = getattr(args, "abstain_above", None)
+    if p is not None and not 0 <= p <= 1:
+        return f"--abstain-above must be a probability from 0 to 1, got {p:g}"
+    return None
+
+
 def _max_options_error(args) -> str | None:
     """The error line for a bad ``--max-options`` value, or None."""
     n = getattr(args, "max_options", None)
@@ -166,6 +173,8 @@ def _cmd_decide(args) -> int:
         return _fail(err)
     if (err := _quantize_error(args)) is not None:
         return _fail(err)
+    if (err := _abstain_above_error(args)) is not None:
+        return _fail(err)
     from kevlike.model.backbones import ModelNotFoundError, SetupError  # torch: only once the request is valid
     from kevlike.model.engine import Engine
 
@@ -176,7 +185,7 @@ def _cmd_decide(args) -> int:
         engine = Engine.from_pretrained(args.model, dtype=args.dtype,
                                         script_policy=args.script_policy, option_orders=args.option_orders,
                                         threads=args.threads, quantize=args.quantize, option_mode=args.option_mode,
-                                        limits=_limits(args), profile=args.profile)
+                                        limits=_limits(args), profile=args.profile, abstain_above=args.abstain_above)
     except ModelNotFoundError as e:
         return _fail(str(e))
     except SetupError as e:
@@ -196,7 +205,8 @@ def _cmd_decide(args) -> int:
     if args.timing:
         print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.dtype} "
               f"[{engine.dtype_reason}], "
-              f"readout={engine.readout.name}, {response['usage']['input_tokens']} tokens, "
+              f"readout={engine.readout.name}{' + x_abstain' if engine.abstain else ''}, "
+              f"{response['usage']['input_tokens']} tokens, "
               f"{engine.thread_policy.describe()})", file=sys.stderr)
     return 0
 
@@ -238,9 +248,14 @@ def _cmd_fetch(args) -> int:
 def _cmd_models(args) -> int:
     from kevlike.model.backbones import EMBEDDED, MODELS, is_fetched
 
+    from kevlike.model.modeldir import ABSTAIN, ModelDir
+
     for m in MODELS.values():
         state = "ready" if is_fetched(m.backbone) else "not fetched"
         readout = "pointer head" if m.artifact else "LM readout"
+        if m.artifact and ModelDir.holds_one(m.artifact):
+            has = ABSTAIN in ModelDir(m.artifact).capabilities()
+            readout += ", x_abstain" if has else ", no x_abstain"
         print(f"{m.name}\tbackbone={m.backbone} ({state}), {readout}\t{m.description}")
     for b in EMBEDDED.values():
         if b.name in MODELS:
@@ -300,6 +315,8 @@ def _cmd_serve(args) -> int:
         return _fail(f"--port must be from 0 to 65535, got {args.port}")
     if (err := _quantize_error(args)) is not None:
         return _fail(err)
+    if (err := _abstain_above_error(args)) is not None:
+        return _fail(err)
     try:
         config = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                               queue_size=args.queue_size, timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
@@ -312,7 +329,8 @@ def _cmd_serve(args) -> int:
         serve(args.model or [None], config, dtype=args.dtype,
               quantize=args.quantize, script_policy=args.script_policy,
               option_orders=args.option_orders, option_mode=args.option_mode, log_level=args.log_level,
-              threads=args.threads, record=args.record, record_state=args.record_state, sock=sock)
+              threads=args.threads, record=args.record, record_state=args.record_state, sock=sock,
+              abstain_above=args.abstain_above)
     except ListenError as e:
         return _fail(str(e), EXIT_LISTEN)
     except Exception as e:
@@ -614,6 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the model's own)")
     d.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N",
                    help=max_options_help(f"the request token budget ({Limits.max_request_tokens:,} tokens)"))
+    d.add_argument("--abstain-above", type=float, default=None, metavar="P",
+                   help="models with x_abstain: answers whose x_abstain is above P also carry \"x_abstained\": true "
+                        "(the Jev fields stay; docs/guide/abstention.md)")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
     d.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
@@ -682,6 +703,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-connections", dest="max_connections", default=None, metavar="N",
                    help=f"open connections; the next one is answered 503 (Retry-After: 1) and closed (default: "
                         f"$KEVLIKE_MAX_CONNECTIONS, else {ServerConfig.max_connections})")
+    s.add_argument("--abstain-above", type=float, default=None, metavar="P",
+                   help="models with x_abstain: answers whose x_abstain is above P also carry \"x_abstained\": true; "
+                        "a request's x_abstain_above overrides it (docs/guide/abstention.md)")
     s.add_argument("--record", default=None, metavar="DB_URL",
                    help="record every answered request (id, model, time, each question's id, type and probabilities) "
                         "in this database and accept outcomes on POST /v1/feedback; a SQLAlchemy URL, e.g. "

@@ -15,6 +15,20 @@ Definitions (per record, then averaged):
 * coverage at a 5 % error budget — the largest share of records, taken by descending confidence,
   whose error rate is ≤ 0.05 (0 if even the most confident answer is wrong);
 * ordinal MAE (score only) — ``|Σ_i i·p_i − gold|``, in levels.
+
+Abstention (records of a model with the ``x_abstain`` capability carry ``x_abstain``; a question the state does
+not determine carries ``"cannot_tell": true`` and is left out of every metric above, which describe the answers
+to answerable questions), :func:`abstention`:
+
+* risk–coverage curve — answer when ``x_abstain < t``; for every threshold between distinct ``x_abstain``
+  values, *coverage* = share of all questions answered, *accuracy* = share of the answered ones answered right
+  (a "cannot tell" question that is answered counts as wrong), *risk* = 1 − accuracy (Geifman & El-Yaniv
+  2017, "Selective classification for deep neural networks");
+* AURC — area under the risk–coverage curve, ``Σ_g (c_g − c_{g−1}) · risk_g`` over the thresholds in
+  ascending order (with distinct values, the mean of the risk at coverage 1/N … N/N); lower is better;
+* coverage at ≤ 5 % error — the largest coverage whose risk is ≤ 0.05 (0 when none is);
+* AUROC of ``x_abstain`` for "cannot tell" vs answerable (Mann–Whitney, ties count ½) and the ECE of
+  ``x_abstain`` as a yes/no probability (as noul's, 10 bins), when both kinds are present.
 """
 
 from __future__ import annotations
@@ -91,10 +105,77 @@ def coverage_at(records: list[dict], budget: float = 0.05) -> float:
     return best / len(records) if records else 0.0
 
 
-def summary(records: list[dict]) -> dict:
-    """All metrics of the module docstring over ``records`` (``n`` included; ``mae`` only with scores)."""
-    if not records:
+def _correct(r: dict) -> bool:
+    return not r.get("cannot_tell") and _top(r)[0] == r["gold"]
+
+
+def risk_coverage(records: list[dict]) -> list[dict]:
+    """The risk–coverage curve (module docstring) of records with ``x_abstain``: one point per distinct
+    ``x_abstain`` value, ascending, ``{"threshold", "coverage", "accuracy", "risk"}``, where ``threshold`` is the
+    largest ``x_abstain`` answered (answer iff ``x_abstain ≤ threshold``, i.e. ``< t`` for any t just above it)."""
+    order = sorted(records, key=lambda r: r["x_abstain"])
+    n, out, correct = len(order), [], 0
+    for i, r in enumerate(order, 1):
+        correct += int(_correct(r))
+        if i == n or order[i]["x_abstain"] != r["x_abstain"]:
+            out.append({"threshold": r["x_abstain"], "coverage": i / n, "accuracy": correct / i,
+                        "risk": 1 - correct / i})
+    return out
+
+
+def auroc(scores: list[float], positive: list[bool]) -> float | None:
+    """Area under the ROC curve of ``scores`` for the ``positive`` ones (Mann–Whitney U / (n⁺ n⁻), ties ½);
+    None without both classes."""
+    pos = [s for s, y in zip(scores, positive) if y]
+    neg = [s for s, y in zip(scores, positive) if not y]
+    if not pos or not neg:
+        return None
+    ranks, order = {}, sorted(scores)
+    i = 0
+    while i < len(order):                      # mid-ranks of tied values
+        j = i
+        while j < len(order) and order[j] == order[i]:
+            j += 1
+        ranks[order[i]] = (i + j + 1) / 2
+        i = j
+    u = sum(ranks[s] for s in pos) - len(pos) * (len(pos) + 1) / 2
+    return u / (len(pos) * len(neg))
+
+
+def abstention(records: list[dict], budget: float = 0.05) -> dict:
+    """The abstention metrics of the module docstring over records with ``x_abstain``: ``n``,
+    ``n_cannot_tell``, ``curve`` (:func:`risk_coverage`), ``aurc``, ``coverage_at_5pct`` (at ``budget``),
+    ``accuracy_all`` (answering everything), ``nll`` (mean binary log loss of ``x_abstain`` against "cannot tell",
+    nats), ``auroc`` and ``ece`` (None without both kinds) with ``ece_bins``."""
+    rs = [r for r in records if r.get("x_abstain") is not None]
+    if not rs:
         return {"n": 0}
+    curve = risk_coverage(rs)
+    area, prev = 0.0, 0.0
+    for pt in curve:
+        area += (pt["coverage"] - prev) * pt["risk"]
+        prev = pt["coverage"]
+    cov = max((pt["coverage"] for pt in curve if pt["risk"] <= budget + 1e-12), default=0.0)
+    flags = [bool(r.get("cannot_tell")) for r in rs]
+    bce = -sum(math.log(max(r["x_abstain"] if f else 1 - r["x_abstain"], 1e-12)) for r, f in zip(rs, flags)) / len(rs)
+    out = {"n": len(rs), "n_cannot_tell": sum(flags), "aurc": area, "coverage_at_5pct": cov, "nll": bce,
+           "accuracy_all": curve[-1]["accuracy"], "auroc": auroc([r["x_abstain"] for r in rs], flags),
+           "ece": None, "ece_bins": None, "curve": curve}
+    if 0 < sum(flags) < len(rs):
+        binary = [{"probs": [r["x_abstain"], 1 - r["x_abstain"]], "gold": 0 if f else 1} for r, f in zip(rs, flags)]
+        e, bins = ece(binary)
+        out.update(ece=e, ece_bins=[b["count"] for b in bins])
+    return out
+
+
+def summary(records: list[dict]) -> dict:
+    """All metrics of the module docstring over ``records`` (``n`` included; ``mae`` only with scores): the
+    answer metrics over the answerable records, and ``abstention`` (:func:`abstention`) when records carry
+    ``x_abstain``."""
+    abst = abstention(records) if any(r.get("x_abstain") is not None for r in records) else None
+    records = [r for r in records if not r.get("cannot_tell")]
+    if not records:
+        return {"n": 0, **({"abstention": abst} if abst else {})}
     n = len(records)
     correct = [int(_top(r)[0] == r["gold"]) for r in records]
     e, bins = ece(records)
@@ -112,6 +193,8 @@ def summary(records: list[dict]) -> dict:
     scores = [r for r in records if r["type"] == "score"]
     if scores:
         out["mae"] = sum(abs(sum(i * p for i, p in enumerate(r["probs"])) - r["gold"]) for r in scores) / len(scores)
+    if abst:
+        out["abstention"] = abst
     return out
 
 
@@ -130,22 +213,36 @@ def records_from_logits(engine, examples: list, batch_size: int = 4, progress: b
                         calibrated: bool = True) -> list[dict]:
     """Answer :class:`kevlike.data.sources.Example` s with ``engine`` (packed, ``batch_size`` requests
     per forward) and return one record per question (probabilities with the engine's temperatures
-    when ``calibrated``, else ``softmax(z)``); each record also keeps its raw ``logits``."""
+    when ``calibrated``, else ``softmax(z)``); each record also keeps its raw ``logits``. A question of the
+    example's ``cannot_tell`` gets ``"cannot_tell": true``; an engine with the ``x_abstain`` capability adds
+    ``x_abstain`` (calibrated, or ``sigmoid`` of the raw logit) and ``abstain_logit``."""
 
     out = []
     it = range(0, len(examples), batch_size)
     if progress:
         it = tqdm(it, desc="evaluate", unit="batch", dynamic_ncols=True)
+    with_abstain = bool(getattr(engine, "abstain", False))
     for i in it:
         chunk = examples[i:i + batch_size]
         reqs = [validate_request(e.request) for e in chunk]
-        logits = engine.question_logits([engine.encode(r) for r in reqs])
-        for ex, req, zs in zip(chunk, reqs, logits):
+        encoded = [engine.encode(r) for r in reqs]
+        if with_abstain:
+            logits, abstain = engine.question_outputs(encoded)
+        else:
+            logits, abstain = engine.question_logits(encoded), [None] * len(reqs)
+        for ex, req, zs, az in zip(chunk, reqs, logits, abstain):
             probs = engine.probabilities(req, zs) if calibrated else [torch.softmax(z, -1) for z in zs]
-            for q, z, p in zip(req.questions, zs, probs):
+            for j, (q, z, p) in enumerate(zip(req.questions, zs, probs)):
                 t = ex.targets[q.id]
-                out.append({"source": ex.source, "type": q.type, "probs": p.tolist(), "logits": z.tolist(),
-                            "gold": max(range(len(t)), key=lambda k: t[k]), "target": list(t), "question": q.id})
+                rec = {"source": ex.source, "type": q.type, "probs": p.tolist(), "logits": z.tolist(),
+                       "gold": max(range(len(t)), key=lambda k: t[k]), "target": list(t), "question": q.id}
+                if q.id in getattr(ex, "cannot_tell", ()):
+                    rec["cannot_tell"] = True
+                if az is not None:
+                    a = float(az[j])
+                    rec["abstain_logit"] = a
+                    rec["x_abstain"] = engine.abstain_probability(a) if calibrated else float(torch.sigmoid(torch.tensor(a)))
+                out.append(rec)
     return out
 
 

@@ -24,7 +24,7 @@ GOOD = {"source": "hand-made", "by_type": {"noul": 0.8}, "by_bucket": [{"type": 
     ({"noul": math.nan}, {}, r"by_type\.noul: .* got nan"),
     ({"score": math.inf}, {}, r"by_type\.score: .* got inf"),
     ({"score": 1e-300}, {}, r"by_type\.score: .* got 1e-300"),        # z / T would overflow to inf, then NaN
-    ({"yesno": 1.0}, {}, r"by_type\.yesno: unknown question type \(known: noul, choice, score, choice:set\)"),
+    ({"yesno": 1.0}, {}, r"by_type\.yesno: unknown question type \(known: noul, choice, score, choice:set, abstain\)"),
     ({}, {("choice", "3-5"): -2.0}, r"by_bucket\[choice/3-5\]: temperature must be .* got -2\.0"),
     ({}, {("choice", "7"): 1.0}, r"by_bucket\[choice/7\]: unknown bucket \(known: 2, 3-5, 6-20, 21-255, 256\+\)"),
 ])

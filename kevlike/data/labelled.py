@@ -15,6 +15,13 @@ An answer is, by question type,
   ``{"billing": 0.7, "tech": 0.3}``, ``{"0": 0.1, "1": 0.9}`` (soft labels; unnamed answers get 0;
   the values must be ≥ 0 and sum to 1 within 1e-3, and are renormalised).
 
+* any type: **"cannot tell"** — ``{"cannot_tell": true}`` — the state does not determine the answer (the
+  gold of abstention, ``x_abstain``, docs/guide/abstention.md). It is the object with exactly the one key
+  ``cannot_tell`` and the JSON value ``true`` (not ``1``, not ``"yes"``); a distribution never has a boolean
+  value, so it cannot be mistaken for one even when an option is called ``cannot_tell``. Such a question
+  counts in the abstention metrics (``kevlike eval --data``), trains ``x_abstain`` towards 1, and is left out
+  of the answer metrics (accuracy, NLL, …) and of the option temperatures' fit.
+
 Questions without gold are allowed (partial labels): they are answered but score nothing. A line
 with no gold at all is kept (it counts as a request, not as a question). ``weight`` (default 1,
 > 0) is the line's sampling weight when the file is training data; evaluation and calibration
@@ -33,6 +40,9 @@ from pathlib import Path
 
 from kevlike.data.sources import Example
 from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError, validate_request
+
+CANNOT_TELL = "cannot_tell"
+"""The key of the "cannot tell" gold, ``{"cannot_tell": true}`` (module docstring)."""
 
 DISTRIBUTION_TOLERANCE = 1e-3
 """How far a soft label's probabilities may sum from 1 before the line is refused."""
@@ -57,6 +67,7 @@ class Labelled:
     gold: dict
     weight: float = 1.0
     line: int = 0
+    cannot_tell: frozenset = frozenset()   # ids of the questions labelled {"cannot_tell": true} (in gold, uniform)
 
 
 def answer_target(question: Question, answer) -> list[float]:
@@ -123,10 +134,21 @@ def parse_line(obj, path: str | Path, line: int, limits: Limits = DEFAULT_LIMITS
     if not isinstance(gold_in, dict):
         raise LabelledDataError(path, line, "gold", f"must be an object {{question id: answer}}, got {type(gold_in).__name__}")
     questions = {q.id: q for q in parsed.questions}
-    gold = {}
+    gold, cannot_tell = {}, set()
     for qid, answer in gold_in.items():
         if qid not in questions:
             raise LabelledDataError(path, line, f"gold.{qid}", f"no question {qid!r} in the request")
+        if isinstance(answer, dict) and CANNOT_TELL in answer:
+            if len(answer) != 1:
+                raise LabelledDataError(path, line, f"gold.{qid}", f'a "cannot tell" gold is exactly '
+                                        f'{{"cannot_tell": true}}, got the keys {", ".join(sorted(answer))}')
+            if answer[CANNOT_TELL] is not True:
+                raise LabelledDataError(path, line, f"gold.{qid}.cannot_tell",
+                                        f"must be true (the JSON literal), got {json.dumps(answer[CANNOT_TELL])}")
+            n = len(questions[qid].options)
+            gold[qid] = [1.0 / n] * n
+            cannot_tell.add(qid)
+            continue
         try:
             gold[qid] = answer_target(questions[qid], answer)
         except ValueError as e:
@@ -134,7 +156,7 @@ def parse_line(obj, path: str | Path, line: int, limits: Limits = DEFAULT_LIMITS
     weight = obj.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
         raise LabelledDataError(path, line, "weight", f"must be a number > 0, got {weight!r}")
-    return Labelled(obj["request"], parsed, gold, float(weight), line)
+    return Labelled(obj["request"], parsed, gold, float(weight), line, frozenset(cannot_tell))
 
 
 def read_labelled(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> list[Labelled]:
@@ -175,8 +197,8 @@ def to_examples(items: list[Labelled], source: str = "user"):
         request["questions"] = {k: v for k, v in it.request["questions"].items() if k in it.gold}
         gold = {}
         for q in it.parsed.questions:
-            if q.id in it.gold:
+            if q.id in it.gold and q.id not in it.cannot_tell:
                 t = it.gold[q.id]
                 gold[q.id] = q.options[max(range(len(t)), key=t.__getitem__)].key
-        out.append(Example(request, dict(it.gold), source, gold))
+        out.append(Example(request, dict(it.gold), source, gold, cannot_tell=it.cannot_tell))
     return out

@@ -60,6 +60,8 @@ class Example:
     question with the options in another order, or ``(qa, qb, {key of qa: key of qb})`` for twins whose
     options correspond through a map (a question and its negation; a yes/no and a two-option choice): the
     twin term of the loss (symmetric KL, ``loss.perm``) pulls each pair to the same aligned distribution.
+    ``cannot_tell``: ids of questions the state does not determine (their ``targets`` are uniform and train
+    nothing; their ``x_abstain`` target is 1, every other question's 0 — :mod:`kevlike.data.abstain`).
     """
 
     request: dict
@@ -67,6 +69,7 @@ class Example:
     source: str
     gold: dict = field(default_factory=dict)
     twins: list = field(default_factory=list)
+    cannot_tell: frozenset = frozenset()
 
 
 def package_dir(dist: str) -> Path:

@@ -104,7 +104,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         table = _replace(table, by_type={**{k: v for k, v in old.by_type.items() if k not in fitted}, **table.by_type},
                          by_bucket={**{k: v for k, v in old.by_bucket.items() if k[0] not in fitted}, **table.by_bucket})
     for t, e in report["types"].items():  # accuracy at T = 1 (the argmax does not depend on T)
-        rs = [r for r in records if r["type"] == t]
+        rs = [r for r in records if r["type"] == t and not r.get("cannot_tell")]
+        if not rs:                        # the abstention temperature's entry (no options)
+            continue
         e["accuracy"] = sum(max(range(len(r["logits"])), key=lambda k: r["logits"][k]) == r["gold"] for r in rs) / len(rs)
     if precision is not None:
         report["dtype"] = precision
@@ -115,7 +117,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     save_calibration(artifact, table, report)
     if not quiet:
         for t, e in report["types"].items():
-            print(f"{t}: n={e['n']} accuracy {e['accuracy']:.3f}, NLL at T=1 {e['nll_t1']:.4f}"
+            print(f"{t}: n={e['n']}" + (f" accuracy {e['accuracy']:.3f}" if "accuracy" in e else "")
+                  + f", NLL at T=1 {e['nll_t1']:.4f}"
                   + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e else f" ({e['fallback']})"))
         for b, e in report["buckets"].items():
             print(f"  {b}: n={e['n']} " + (f"T={e['temperature']:.3f}" if "temperature" in e else e["fallback"]))

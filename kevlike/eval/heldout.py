@@ -23,6 +23,7 @@ from kevlike.eval.generalization import (
     CONTRAST_SPLITS, HALVES, contrast_pairs, generalization_sets, generalization_summary, half_key, half_of,
     report_tables, with_halves
 )
+from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.probes import run_probes
 from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import N_BINS, ece, records_from_logits, summarize, summary
@@ -76,6 +77,7 @@ def reliability_plots(records: list[dict], out: Path) -> list[str]:
         return []
 
     written = []
+    records = [r for r in records if not r.get("cannot_tell")]     # "cannot tell" questions have no right option
     for qtype in sorted({r["type"] for r in records}):
         recs = [r for r in records if r["type"] == qtype]
         e, bins = ece(recs)
@@ -224,8 +226,10 @@ def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], ti
     with open(run_dir / "records.jsonl", "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
-    plots = reliability_plots(records, run_dir)
+    plots = reliability_plots(records, run_dir) + risk_coverage_plot(records, run_dir)
     md = table(summary)
+    if abst := abstention_table(summary):
+        md += "\n\nAbstention (x_abstain; answer when x_abstain < t, docs/guide/abstention.md):\n\n" + abst
     if summary.get("uncalibrated"):
         md += "\n\nThe same logits at T = 1 (uncalibrated):\n\n" + table(summary["uncalibrated"])
     if summary.get("comparison_protocol"):

@@ -5,7 +5,9 @@
 ``eval --data`` writes a run directory: ``metrics.json`` (per type and per question id: accuracy, NLL,
 Brier, ECE with bin counts and a bootstrap interval, confident errors, coverage at a 5 % error budget),
 ``records.jsonl`` (one answered question per line, with its logits), ``reliability_TYPE.png``,
-``thresholds.json`` and ``report.md``.
+``thresholds.json`` and ``report.md``; for a model with the ``x_abstain`` capability also the abstention figures
+(risk–coverage curve, its area, coverage at ≤ 5 % error, AUROC and ECE of ``x_abstain`` against the file's
+``{"cannot_tell": true}`` golds) and ``risk_coverage.png``.
 
 **Threshold economics** (every noul question id): acting on "true" when it is false costs κ_FP,
 not acting when it is true costs κ_FN (correct decisions cost 0). The expected cost of a decision at
@@ -34,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from kevlike.data.labelled import read_labelled, to_examples
+from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.heldout import reliability_plots
 from kevlike.eval.probes import threshold_economics
 from kevlike.eval.remote import RemoteEngine
@@ -82,7 +85,8 @@ def read_costs(path: str | Path | None) -> dict:
 
 def answer_records(engine, items, batch_size: int = 4, progress: bool = False, calibrated: bool = True) -> list[dict]:
     """One record per labelled question (:mod:`kevlike.metrics` format, plus ``question`` and
-    ``line``); set-mode choice questions get type ``choice:set``
+    ``line``; ``cannot_tell`` and ``x_abstain`` as :func:`kevlike.metrics.records_from_logits`); set-mode choice
+    questions get type ``choice:set``
     (:func:`kevlike.model.temperatures.calibration_type`) when ``calibrated`` is False (records to fit on)."""
 
     examples = to_examples(items)
@@ -109,7 +113,7 @@ def threshold_table(records: list[dict], costs: dict) -> dict:
 
     by_q = defaultdict(list)
     for r in records:
-        if r["type"] == "noul":
+        if r["type"] == "noul" and not r.get("cannot_tell"):
             by_q[r["question"]].append(r)
     out = {}
     for q, rs in sorted(by_q.items()):
@@ -155,8 +159,10 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
     with open(run_dir / "records.jsonl", "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
-    plots = reliability_plots(records, run_dir)
+    plots = reliability_plots(records, run_dir) + risk_coverage_plot(records, run_dir, group="question")
     md = report(summary, thresholds)
+    if abst := abstention_table(summary, "per_question"):
+        md += "\n\nAbstention (x_abstain; answer when x_abstain < t, docs/guide/abstention.md):\n\n" + abst
     (run_dir / "report.md").write_text(f"# kevlike eval --data {data}, model `{engine.name}`\n\n{len(items)} requests, "
                                        f"{len(records)} labelled questions; temperatures: {meta['temperatures']}.\n\n"
                                        f"{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
@@ -173,8 +179,8 @@ def report(summary: dict, thresholds: dict) -> str:
                 f"{s['confident_error']:.3f} | {s['coverage_at_5pct']:.3f} |")
 
     head = "| {} | n | accuracy | NLL | Brier | ECE | confident errors | coverage at 5 % |\n|---|---|---|---|---|---|---|---|\n"
-    md = head.format("type") + "\n".join(row(k, v) for k, v in summary["per_type"].items())
-    md += "\n\n" + head.format("question") + "\n".join(row(k, v) for k, v in summary["per_question"].items())
+    md = head.format("type") + "\n".join(row(k, v) for k, v in summary["per_type"].items() if v["n"])
+    md += "\n\n" + head.format("question") + "\n".join(row(k, v) for k, v in summary["per_question"].items() if v["n"])
     if thresholds:
         md += ("\n\nThreshold economics (noul; mean cost per decision; act iff P(true) > κ_FP / (κ_FP + κ_FN)):\n\n"
                "| question | n | κ_FP | κ_FN | threshold | cost there | at 0.5 | always | never | saving vs best trivial | "

@@ -16,14 +16,14 @@ from typing import Any, Sequence
 import torch
 
 from kevlike.model.backbones import DEFAULT_MODEL, load_backbone, resolve_dtype, resolve_model
-from kevlike.model.heads import PointerHead, pool_orders, readout_for
+from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
 from kevlike.model.modeldir import (
     ModelDir, check_profile_name, ensure_embedding_rows, list_profiles, load_decision_model, load_temperatures,
     profile_path
 )
 from kevlike.model.quantize import quantize_int8, resolve_quantize
-from kevlike.model.state_cache import StateCache, cached_branch_logits
+from kevlike.model.state_cache import StateCache, cached_branch_outputs
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.model.threads import ThreadPolicy
 from kevlike.request.answers import answer
@@ -124,6 +124,20 @@ def check_option_orders(option_orders: int, name: str = "option_orders") -> int:
     return option_orders
 
 
+def check_abstain_above(value, name: str = "abstain_above") -> float | None:
+    """Validate an abstention threshold (None, or a probability in [0, 1]) and return it as a float.
+    ``name`` is how the error calls the setting (``"--abstain-above"`` on the command line).
+
+    Raises:
+        ValueError: not None and not a number from 0 to 1.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a probability from 0 to 1, got {value!r}")
+    return float(value)
+
+
 def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
     """Accept a validated :class:`Request`, a decoded JSON object, or raw JSON text/bytes.
 
@@ -192,18 +206,22 @@ class Engine:
             sub-branch, so adding, removing or reordering options leaves the logits of the others
             unchanged (``option_orders`` does not apply). The LM readout scores options as sub-branches
             in either mode.
+        abstain_above: for a model with the ``x_abstain`` capability, answers whose ``x_abstain`` exceeds this
+            probability also carry ``"x_abstained": true`` (a request's ``x_abstain_above`` overrides it);
+            None (default): never. The Jev fields are never removed.
 
     Raises:
         ValueError: an unknown backend, script policy or option mode, ``option_orders`` outside
-            ``[0, MAX_OPTION_ORDERS]``, or ``kevlike_packed`` off the CPU.
+            ``[0, MAX_OPTION_ORDERS]``, ``abstain_above`` outside [0, 1], or ``kevlike_packed`` off the CPU.
     """
 
     def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
                  temperatures: TemperatureTable | None = None, backend: str | None = None,
                  limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate",
                  option_orders: int = 1, threads: int | str | None = None, state_cache_mb: float = 0,
-                 option_mode: str = "list"):
+                 option_mode: str = "list", abstain_above: float | None = None):
         check_option_orders(option_orders)
+        self.abstain_above = check_abstain_above(abstain_above)
         self.option_mode = check_option_mode(option_mode)
         self.readout = readout_for(head)
         if state_cache_mb and not self.readout.state_cache:
@@ -250,7 +268,8 @@ class Engine:
                         limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
                         option_orders: int | None = None, threads: int | str | None = None,
                         quantize: str | None = "none", state_cache_mb: float = 0,
-                        option_mode: str | None = None, profile: str | None = None) -> "Engine":
+                        option_mode: str | None = None, profile: str | None = None,
+                        abstain_above: float | None = None) -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
         ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
@@ -263,7 +282,7 @@ class Engine:
         modes its manifest lists in ``option_modes`` (``["list"]`` when absent: it was never trained on
         the set template). ``profile``: serve the temperatures of this calibration profile (``kevlike
         calibrate --data FILE --profile NAME``) instead of the model's own; the engine is then named
-        ``MODEL@NAME``.
+        ``MODEL@NAME``. ``abstain_above``: see :class:`Engine`.
 
         Raises:
             kevlike.model.backbones.ModelNotFoundError: unknown name or path.
@@ -275,6 +294,7 @@ class Engine:
         from kevlike.request.writing_systems import check_policy
 
         check_policy(script_policy)
+        check_abstain_above(abstain_above)
         if option_mode is not None:
             check_option_mode(option_mode)
         if profile is not None:
@@ -321,6 +341,7 @@ class Engine:
                          option_mode=option_mode or "list")
         engine.dtype_reason = dtype_reason if quantize_reason == "quantize none" else f"{dtype_reason}; {quantize_reason}"
         engine.artifact_dir = resolved.artifact_dir
+        engine.abstain_above = check_abstain_above(abstain_above)
         if profile is not None:
             engine = engine.with_profile(profile)
         if quantize == "int8":
@@ -382,12 +403,36 @@ class Engine:
     def question_logits(self, encoded: Sequence[EncodedRequest], padding_side: str = "right") -> list[list[torch.Tensor]]:
         """One packed forward over B encoded requests; uncalibrated logits per request, per question,
         each ``[K_q]`` float32 on CPU (pointer logits, or LM mean log-probabilities)."""
+        return self.question_outputs(encoded, padding_side)[0]
+
+    @property
+    def abstain(self) -> bool:
+        """Whether this engine's answers carry ``x_abstain`` (its pointer head has the none key)."""
+        return self.readout.abstain
+
+    @torch.inference_mode()
+    def question_outputs(self, encoded: Sequence[EncodedRequest], padding_side: str = "right"
+                         ) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]] | None]:
+        """One packed forward over B encoded requests: ``(logits, abstain)``. ``logits`` as
+        :meth:`question_logits`; ``abstain`` per request, per question, the uncalibrated abstention logit (a
+        scalar float32 tensor, :func:`kevlike.model.heads.pool_abstain`), read in the same pass — None for a
+        model without the ``x_abstain`` capability."""
         if self.device.type == "cpu":
             self.thread_policy.apply()
         batch = pack(encoded, self.encoder.pad_id, padding_side).to(self.device)
         hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids, batch.option_ids)
         z = self.readout.logits(self.model, hidden, batch)                                 # (B, NB, K)
-        return [pool_orders(enc, z[b].cpu()) for b, enc in enumerate(encoded)]
+        logits = [pool_orders(enc, z[b].cpu()) for b, enc in enumerate(encoded)]
+        z_none = self.readout.none_logits(hidden, batch)                                   # (B, NB) or None
+        if z_none is None:
+            return logits, None
+        return logits, [pool_abstain(enc, z[b].cpu(), z_none[b].cpu()) for b, enc in enumerate(encoded)]
+
+    def abstain_probability(self, a: torch.Tensor | float) -> float:
+        """``x_abstain = sigmoid(a / T_abstain)`` of an uncalibrated abstention logit ``a``; ``T_abstain`` is the
+        temperature table's ``abstain`` entry (1 when not fitted)."""
+        t = self.temperatures.lookup("abstain", 2)
+        return float(torch.sigmoid(torch.as_tensor(a, dtype=torch.float32) / t))
 
     # -- public API ------------------------------------------------------------------------
     def decide(self, request: Any, *, mode: str = "packed") -> dict:
@@ -502,21 +547,24 @@ class Engine:
             return out
         encoded = [p.encoded for p in prepared]
         cached = [None] * len(encoded)
+        abstain = [None] * len(encoded)
         if mode == "packed" and self.state_cache is not None:
             if self.device.type == "cpu":
                 self.thread_policy.apply()
-            logits, cached = zip(*(cached_branch_logits(self, e, self.state_cache) for e in encoded))
+            logits, abstain, cached = zip(*(cached_branch_outputs(self, e, self.state_cache) for e in encoded))
             tokens = [e.n_tokens for e in encoded]
         elif mode == "packed":
-            logits = self.question_logits(encoded)
+            logits, a = self.question_outputs(encoded)
+            abstain = a or abstain
             tokens = [e.n_tokens for e in encoded]
         else:
-            logits, tokens = [], []
+            logits, tokens, abstain = [], [], []
             for enc in encoded:
-                singles = [enc.only_question(q) for q in range(enc.n_questions)]
-                logits.append([self.question_logits([s])[0][0] for s in singles])
-                tokens.append(sum(s.n_tokens for s in singles))
-        return [self._respond(p, z, n, c) for p, z, n, c in zip(prepared, logits, tokens, cached)]
+                singles = [self.question_outputs([enc.only_question(q)]) for q in range(enc.n_questions)]
+                logits.append([z[0][0] for z, _ in singles])
+                abstain.append([a[0][0] for _, a in singles] if self.abstain else None)
+                tokens.append(sum(enc.only_question(q).n_tokens for q in range(enc.n_questions)))
+        return [self._respond(p, z, n, c, abstain=a) for p, z, n, c, a in zip(prepared, logits, tokens, cached, abstain)]
 
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
         """Calibrated probabilities per question: ``softmax(z / T(type, K))`` (set-mode choice
@@ -548,7 +596,8 @@ class Engine:
                           for qi, q in enumerate(request.questions))
         cut = replace(request, questions=questions)
         enc = self.encode(cut)
-        logits = self.question_logits([enc])[0]
+        logits, abstain = self.question_outputs([enc])
+        logits = logits[0]
         probs = self.probabilities(cut, logits)
         final = []
         for qi, p in enumerate(probs):
@@ -559,16 +608,22 @@ class Engine:
             mass = out[keep[qi]].sum()
             out[keep[qi]] = mass * p
             final.append(out)
-        resp = self._respond(prepared, None, plan.n_tokens + enc.n_tokens, probs=final)
+        resp = self._respond(prepared, None, plan.n_tokens + enc.n_tokens, probs=final,
+                             abstain=abstain[0] if abstain else None)
         resp["x_shortlist"] = {request.questions[qi].id: int(len(keep[qi])) for qi in plan.questions}
         return resp
 
     def _respond(self, prepared: Prepared, logits: list[torch.Tensor] | None, n_tokens: int, cached: int | None = None,
-                 probs: list[torch.Tensor] | None = None) -> dict:
+                 probs: list[torch.Tensor] | None = None, abstain: list[torch.Tensor] | None = None) -> dict:
         request, report = prepared.request, prepared.script
         if probs is None:
             probs = self.probabilities(request, logits)
-        answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
+        if abstain is None:
+            answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
+        else:
+            above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
+            answers = {q.id: answer(q, p.tolist(), x_abstain=self.abstain_probability(a), abstain_above=above)
+                       for q, p, a in zip(request.questions, probs, abstain)}
         out = {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0},
                "x_input": report.as_dict(self.script_trained(report.script))}
         if cached is not None:  # with a state cache: the input tokens whose keys/values came from it

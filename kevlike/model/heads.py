@@ -34,17 +34,39 @@ class PointerHead(nn.Module):
     question and before the options' sub-branches). Parameters are shared across positions, so one head serves any
     K and any label set. Scaled by 1/√d_head (unscaled scores drove training into denormals, DESIGN §6).
 
+    With ``abstain`` the head also scores a learned *none* key ``w_none`` ``[d_head]`` (and a bias ``b_none``)
+    against the same query: ``z_none = (W_q h_dec) · w_none / √d_head + b_none`` (:meth:`none_logit`). The
+    abstention logit of a branch is ``z_none − logsumexp_k z_k`` (:func:`abstain_logit`), so ``x_abstain =
+    sigmoid(that / T)`` is the probability of "none" in a softmax over the K options *and* none, while the
+    options' own distribution (Jev's fields) stays ``softmax(z)``, the answer given the question is answerable.
+
     Args:
         d_model: backbone hidden size d.
         d_head: projection size (default d_model).
+        abstain: add the none key and bias (the ``x_abstain`` capability); both start at 0.
     """
 
-    def __init__(self, d_model: int, d_head: int | None = None):
+    def __init__(self, d_model: int, d_head: int | None = None, abstain: bool = False):
         super().__init__()
         self.d_model = d_model
         self.d_head = d_head or d_model
         self.w_q = nn.Linear(d_model, self.d_head, bias=False)
         self.w_k = nn.Linear(d_model, self.d_head, bias=False)
+        self.abstain = bool(abstain)
+        if self.abstain:
+            self.w_none = nn.Parameter(torch.zeros(self.d_head))
+            self.b_none = nn.Parameter(torch.zeros(()))
+
+    def none_logit(self, h_decide: torch.Tensor) -> torch.Tensor:
+        """``h_decide [B, NB, d]`` -> the none key's logit ``[B, NB]`` float32.
+
+        Raises:
+            ValueError: the head has no abstain key (``abstain=False``).
+        """
+        if not self.abstain:
+            raise ValueError("this pointer head has no abstain key (it was built with abstain=False)")
+        q = self.w_q(h_decide.to(self.w_q.weight.dtype))              # (B, NB, dh)
+        return (q @ self.w_none).float() / math.sqrt(self.d_head) + self.b_none.float()
 
     def forward(self, h_decide: torch.Tensor, h_options: torch.Tensor, option_mask: torch.Tensor) -> torch.Tensor:
         """``h_decide [B, NB, d]``, ``h_options [B, NB, K, d]``, ``option_mask [B, NB, K]`` bool ->
@@ -62,6 +84,31 @@ def pointer_logits(head: PointerHead, hidden: torch.Tensor, batch: PackedBatch) 
     h_dec = gather_positions(hidden, batch.decide_index)                        # (B, NB, d)
     h_opt = gather_positions(hidden, (batch.option_end - 1).clamp_min(0))       # (B, NB, K, d)
     return head(h_dec, h_opt, batch.option_mask)
+
+
+def pointer_none_logits(head: PointerHead, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """The none key's logits ``[B, NB]`` (float32) read at each branch's ``<decide>`` (:meth:`PointerHead.none_logit`)."""
+    return head.none_logit(gather_positions(hidden, batch.decide_index))
+
+
+def abstain_logit(z: torch.Tensor, z_none: torch.Tensor) -> torch.Tensor:
+    """``z_none − logsumexp_k z_k`` over the real options: ``z [..., K]`` (``-inf`` on padding), ``z_none [...]``
+    -> ``[...]`` float32 (the log-odds of "none" in a softmax over the options and none, before the abstention
+    temperature). The options are summed in ascending order of their logits, so the value is a symmetric function
+    of the option set: reordering a question's options leaves it bit-identical."""
+    zs = torch.sort(z.float(), dim=-1).values
+    return z_none.float() - torch.logsumexp(zs, dim=-1)
+
+
+def pool_abstain(enc: EncodedRequest, z: torch.Tensor, z_none: torch.Tensor) -> list[torch.Tensor]:
+    """Per-question abstention logits (scalar tensors) of one request: ``z`` ``[NB, K]`` its branch logits,
+    ``z_none`` ``[NB]`` its none logits. A question read in M option orders takes the mean of its branches'
+    :func:`abstain_logit` (in branch order, which is a function of the option set)."""
+    per_branch = abstain_logit(z, z_none)                                       # (NB,)
+    per_q: list[list[torch.Tensor]] = [[] for _ in range(enc.n_questions)]
+    for j, br in enumerate(enc.branches):
+        per_q[br.question].append(per_branch[j])
+    return [torch.stack(v).mean() for v in per_q]
 
 
 def lm_option_scores(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Module) -> torch.Tensor:
@@ -140,9 +187,18 @@ class PointerReadout:
     def encode(self, encoder: Encoder, request: Request, option_mode: str) -> EncodedRequest:
         return encoder.encode(request, option_mode)
 
+    @property
+    def abstain(self) -> bool:
+        """Whether the head reads ``x_abstain`` (its none key, :class:`PointerHead`)."""
+        return self.head.abstain
+
     def logits(self, model: nn.Module, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """``[B, NB, K]`` float32 pointer logits, ``-inf`` on padding."""
         return pointer_logits(self.head, hidden, batch)
+
+    def none_logits(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor | None:
+        """``[B, NB]`` float32 none-key logits (:func:`pointer_none_logits`), None without the capability."""
+        return pointer_none_logits(self.head, hidden, batch) if self.head.abstain else None
 
     def temperature_mode(self, option_mode: str) -> str:
         """The option mode whose temperatures (``choice`` or ``choice:set``) calibrate its answers."""
@@ -157,6 +213,11 @@ class LMReadout:
     name = "lm"
     state_cache = False
     head = None
+    abstain = False
+
+    def none_logits(self, hidden: torch.Tensor, batch: PackedBatch) -> None:
+        """The LM readout has no abstention."""
+        return None
 
     def layout(self, option_mode: str) -> str:
         return "set"

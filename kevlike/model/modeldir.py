@@ -3,7 +3,7 @@
     kevlike.json          manifest: backbone name or path (and its hash), delimiter tokens and ids,
                           head shape, format version, training config and metrics
     adapter/              the peft LoRA adapter (optional; absent = the frozen backbone)
-    head.safetensors      pointer head weights (w_q, w_k)
+    head.safetensors      pointer head weights (w_q, w_k; with the x_abstain capability also w_none, b_none)
     delimiters.safetensors  the input-embedding rows of the delimiter ids
     calibration.json      temperatures (see :mod:`kevlike.model.temperatures`)
 
@@ -27,6 +27,8 @@ from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.runs import kevlike_home
 
 FORMAT = 1
+ABSTAIN = "x_abstain"
+"""The capability a manifest declares (``"capabilities": ["x_abstain"]``) when its head reads an abstention."""
 
 
 class ModelDir:
@@ -72,8 +74,13 @@ class ModelDir:
         (self.path / self.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
     def head_weights(self) -> dict:
-        """``{"w_q", "w_k"}`` tensors of the pointer head."""
+        """``{"w_q", "w_k"}`` tensors of the pointer head (and ``w_none``, ``b_none`` with the abstain key)."""
         return load_file(str(self.path / self.HEAD))
+
+    def capabilities(self) -> list[str]:
+        """The manifest's ``capabilities`` (``["x_abstain"]`` for a model that answers with ``x_abstain``;
+        ``[]`` when absent)."""
+        return list(self.manifest().get("capabilities", []))
 
     def delimiter_rows(self) -> torch.Tensor:
         """The input-embedding rows of the delimiter ids ``[5, d]``."""
@@ -109,15 +116,18 @@ def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, he
     ids = list(enc.delimiter_ids)
     if adapter is not None:
         adapter.save_pretrained(str(d.adapter_dir), save_embedding_layers=False)
-    save_file({"w_q": head.w_q.weight.detach().cpu().contiguous(), "w_k": head.w_k.weight.detach().cpu().contiguous()},
-              str(path / d.HEAD))
+    tensors = {"w_q": head.w_q.weight.detach().cpu().contiguous(), "w_k": head.w_k.weight.detach().cpu().contiguous()}
+    if head.abstain:
+        tensors.update(w_none=head.w_none.detach().cpu().contiguous(), b_none=head.b_none.detach().cpu().contiguous())
+    save_file(tensors, str(path / d.HEAD))
     emb = model.get_input_embeddings()
     with torch.no_grad():  # through the module, so peft's trainable-token rows are the ones read
         rows = emb(torch.tensor(ids, device=next(model.parameters()).device)).detach().float().cpu().contiguous()
     save_file({"rows": rows}, str(path / d.DELIMITERS))
     save_calibration(path, temperatures or TemperatureTable())
     d.write_manifest({"format": FORMAT, "backbone": str(backbone), "delimiters": list(DELIMITERS), "delimiter_ids": ids,
-                      "head": {"d_model": head.d_model, "d_head": head.d_head}, **(extra or {})})
+                      "head": {"d_model": head.d_model, "d_head": head.d_head},
+                      **({"capabilities": [ABSTAIN]} if head.abstain else {}), **(extra or {})})
     return path
 
 
@@ -154,7 +164,8 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
     backbone with the adapter merged into its weights).
 
     Raises:
-        ValueError: unknown format, or delimiter ids that differ from the tokenizer's.
+        ValueError: unknown format, delimiter ids that differ from the tokenizer's, or a manifest that declares
+            ``x_abstain`` over a head file without its tensors.
     """
     path = Path(path)
     d = ModelDir(path)
@@ -180,8 +191,13 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
     with torch.no_grad():
         emb[manifest["delimiter_ids"]] = rows.to(emb.dtype).to(emb.device)
     h = manifest["head"]
-    head = PointerHead(h["d_model"], h["d_head"])
-    head.load_state_dict({"w_q.weight": (w := d.head_weights())["w_q"], "w_k.weight": w["w_k"]})
+    abstain = ABSTAIN in manifest.get("capabilities", [])
+    head = PointerHead(h["d_model"], h["d_head"], abstain=abstain)
+    w = d.head_weights()
+    if abstain and not {"w_none", "b_none"} <= set(w):
+        raise ValueError(f"{path}: the manifest declares {ABSTAIN} but {d.HEAD} has no w_none/b_none")
+    head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"],
+                          **({"w_none": w["w_none"], "b_none": w["b_none"]} if abstain else {})})
     head.to(emb.device).eval()
     return model, head, d.temperatures()
 

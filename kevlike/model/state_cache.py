@@ -37,7 +37,7 @@ from types import SimpleNamespace
 
 import torch
 
-from kevlike.model.heads import pool_orders
+from kevlike.model.heads import pool_abstain, pool_orders
 from kevlike.model.kernels.masks import branch_rows_mask
 
 
@@ -148,6 +148,14 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
 
     ``engine``: an :class:`~kevlike.model.engine.Engine` with a pointer head; ``enc``: one encoded request.
     """
+    logits, _, n_cached = cached_branch_outputs(engine, enc, state_cache)
+    return logits, n_cached
+
+
+@torch.inference_mode()
+def cached_branch_outputs(engine, enc, state_cache: StateCache) -> tuple[list[torch.Tensor], list | None, int]:
+    """:func:`cached_branch_logits` plus, between them, the per-question abstention logits (as
+    :meth:`kevlike.model.engine.Engine.question_outputs` returns them; None without the capability)."""
     body = engine.model.get_decoder()
     dev = engine.device
     state = tuple(enc.state_ids)
@@ -200,4 +208,6 @@ def cached_branch_logits(engine, enc, state_cache: StateCache) -> tuple[list[tor
     rows = SimpleNamespace(decide_index=torch.tensor([decide], device=dev), option_end=option_end,
                            option_mask=option_mask)
     z = engine.readout.logits(engine.model, h[None], rows)[0]
-    return pool_orders(enc, z.float().cpu()), n_cached
+    z_none = engine.readout.none_logits(h[None], rows)
+    abstain = None if z_none is None else pool_abstain(enc, z.float().cpu(), z_none[0].cpu())
+    return pool_orders(enc, z.float().cpu()), abstain, n_cached

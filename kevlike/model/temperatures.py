@@ -14,7 +14,8 @@ import torch
 
 BUCKETS = ((2, 2), (3, 5), (6, 20), (21, 255))
 BUCKET_LABELS = ("2", "3-5", "6-20", "21-255", "256+")
-TYPES = ("noul", "choice", "score", "choice:set")     # the keys a temperature is stored under (calibration_type)
+TYPES = ("noul", "choice", "score", "choice:set", "abstain")  # the keys a temperature is stored under (calibration_type;
+                                                              # "abstain": x_abstain's, by_type only)
 T_LIMITS = (0.01, 100.0)        # a temperature outside these is refused (fits stay within T_MIN, T_MAX below)
 PROFILE_FORMAT = 1              # the "format" of a calibration file (absent: 1, the files written before it existed)
 
@@ -223,9 +224,40 @@ def fit_temperature(logits: list, golds: list[int], lo: float = T_MIN, hi: float
     return math.exp((a + b) / 2)
 
 
+def abstain_nll_at(logits: list[float], cannot_tell: list[bool], t: float) -> float:
+    """Mean binary log loss (nats) of ``x_abstain = sigmoid(a / t)`` against "cannot tell"."""
+    a = torch.as_tensor(logits, dtype=torch.float64) / t
+    y = torch.as_tensor(cannot_tell, dtype=torch.float64)
+    return float(torch.nn.functional.binary_cross_entropy_with_logits(a, y))
+
+
+def fit_abstain_temperature(logits: list[float], cannot_tell: list[bool], lo: float = T_MIN, hi: float = T_MAX,
+                            iters: int = 60) -> float:
+    """The T in [lo, hi] minimising :func:`abstain_nll_at` (golden-section search over log T, as
+    :func:`fit_temperature`; the binary log loss of a logistic model is convex in 1/T)."""
+    a, b = math.log(lo), math.log(hi)
+    g = (math.sqrt(5) - 1) / 2
+    f = lambda x: abstain_nll_at(logits, cannot_tell, math.exp(x))  # noqa: E731
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    return math.exp((a + b) / 2)
+
+
 def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "fitted",
               base: TemperatureTable | None = None) -> tuple[TemperatureTable, dict]:
-    """Temperatures per (type, K-bucket) from held-out records (``{"type", "logits", "gold"}``).
+    """Temperatures per (type, K-bucket) from held-out records (``{"type", "logits", "gold"}``), and the
+    abstention temperature (``by_type["abstain"]``) from the records that carry ``abstain_logit`` (a model with
+    the ``x_abstain`` capability): fitted when at least ``min_count`` of them are there, with both "cannot tell"
+    (``"cannot_tell": true``) and answerable ones. "Cannot tell" records take no part in the option fits.
 
     Fallbacks, recorded in the returned report: a bucket with fewer than ``min_count`` questions or
     no errors gets no entry (its type's temperature applies); a type with fewer than ``min_count``
@@ -233,6 +265,8 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     a calibration profile passes the model's own), or T = 1 without a ``base``.
     """
 
+    abst = [r for r in records if r.get("abstain_logit") is not None]
+    records = [r for r in records if not r.get("cannot_tell")]
     groups, types = defaultdict(list), defaultdict(list)
     for r in records:
         groups[(r["type"], bucket_of(len(r["logits"])))].append(r)
@@ -264,6 +298,16 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
                                  f"the model's own temperature (T = {base.lookup(t, _bucket_k(b)):.3g})"
                                  if base is not None else "T = 1")
         report["buckets"][f"{t}/{b}"] = entry
+    if abst:
+        a, y = [r["abstain_logit"] for r in abst], [bool(r.get("cannot_tell")) for r in abst]
+        entry = {"n": len(abst), "cannot_tell": sum(y), "nll_t1": abstain_nll_at(a, y, 1.0)}
+        if len(abst) >= min_count and 0 < sum(y) < len(y):
+            by_type["abstain"] = fit_abstain_temperature(a, y)
+            entry.update(temperature=by_type["abstain"], nll_fitted=abstain_nll_at(a, y, by_type["abstain"]))
+        else:
+            entry["fallback"] = ("the model's own temperature" if base is not None else "T = 1") + \
+                " (too few questions, or not both \"cannot tell\" and answerable ones)"
+        report["types"]["abstain"] = entry
     table = TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source)
     return (table if base is None else with_fallback(table, base)), report
 

@@ -8,6 +8,11 @@
   likely level (ties: lowest index) and ``D = (1/n)·Σ_i |i − (n − 1)/2|``.
 
 Confidence is arithmetic on the distribution, never a learned second estimate.
+
+kevlike extension (models with the ``x_abstain`` capability, docs/guide/abstention.md): every answer also
+carries ``x_abstain`` ∈ [0, 1], the probability that the state does not determine the answer; with a
+threshold, an answer whose ``x_abstain`` is above it also carries ``"x_abstained": true``. The Jev fields
+are never removed or changed: they stay the distribution given that the question is answerable.
 """
 
 from __future__ import annotations
@@ -33,13 +38,26 @@ def score_confidence(probs: Sequence[float]) -> float:
     return max(0.0, 1.0 - spread / D)
 
 
-def answer(question: Question, probs: Sequence[float]) -> dict:
+def answer(question: Question, probs: Sequence[float], x_abstain: float | None = None,
+           abstain_above: float | None = None) -> dict:
     """One question's answer object.
 
     Args:
         question: the validated question.
         probs: probabilities over ``question.options`` in option order (sum 1).
+        x_abstain: the probability that the state does not determine the answer (models with the
+            capability); None: no ``x_abstain`` field (the Jev answer alone).
+        abstain_above: with ``x_abstain``, add ``"x_abstained": true`` when ``x_abstain > abstain_above``.
     """
+    out = _jev_answer(question, probs)
+    if x_abstain is not None:
+        out["x_abstain"] = float(x_abstain)
+        if abstain_above is not None and x_abstain > abstain_above:
+            out["x_abstained"] = True
+    return out
+
+
+def _jev_answer(question: Question, probs: Sequence[float]) -> dict:
     probs = [float(p) for p in probs]
     if len(probs) != len(question.options):
         raise ValueError(f"question {question.id!r} has {len(question.options)} options, got {len(probs)} probabilities")

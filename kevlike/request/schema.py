@@ -77,6 +77,7 @@ class Request:
     questions: tuple[Question, ...]
     model: str | None = None
     ignored_fields: tuple[str, ...] = ()
+    x_abstain_above: float | None = None
 
 
 class RequestError(ValueError):
@@ -408,6 +409,13 @@ def _model_name(v: Any) -> Any:
     return v
 
 
+def _abstain_above(v: Any) -> Any:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1):
+        _fail("value_error", f"must be a probability from 0 to 1 (answers whose x_abstain is above it get "
+                             f"\"x_abstained\": true), got {json.dumps(v)[:60]}")
+    return v
+
+
 class RequestBody(BaseModel):
     """The body of ``POST /v1/systemone``. Unknown top-level fields are ignored (Jev does too) and named in
     the ``x-kevlike-ignored-fields`` response header; unknown fields inside a question are errors."""
@@ -418,6 +426,10 @@ class RequestBody(BaseModel):
     state: Text_ = Field(description="the text decided about: a string, or a JSON object or array")
     questions: Annotated[dict[QuestionId, AnyQuestion], BeforeValidator(_questions)] = Field(
         description="question id -> question")
+    x_abstain_above: Annotated[Optional[float], BeforeValidator(_abstain_above)] = Field(
+        None, description="kevlike extension: answers whose x_abstain is above this probability also carry "
+                          "\"x_abstained\": true (models with the x_abstain capability; default: the server's "
+                          "--abstain-above, else none)")
 
 
 _MISSING = {
@@ -500,4 +512,6 @@ def validate_request(obj: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
             options = tuple(Option(str(i), v) for i, v in enumerate(q.criteria))
         questions.append(Question(id=qid, type=q.type, instructions=q.instructions, options=options))
     ignored = tuple(k for k in obj if k not in RequestBody.model_fields)
-    return Request(state=obj["state"], questions=tuple(questions), model=body.model, ignored_fields=ignored)
+    above = None if body.x_abstain_above is None else float(body.x_abstain_above)
+    return Request(state=obj["state"], questions=tuple(questions), model=body.model, ignored_fields=ignored,
+                   x_abstain_above=above)

@@ -54,8 +54,12 @@ from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text
                         select, text)
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from kevlike.metrics import ece
+from kevlike.metrics import abstention, ece
 from kevlike.request.schema import Option, Question
+
+CANNOT_TELL_OUTCOME = {"cannot_tell": True}
+"""The stored target of an outcome ``{"cannot_tell": true}``: the state did not determine the answer (as in
+labelled files, :mod:`kevlike.data.labelled`)."""
 
 log = logging.getLogger("kevlike.service.feedback")
 
@@ -188,7 +192,7 @@ class FeedbackStore:
 
     def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> None:
         """Store one answered request; ``answers``: ``{"question_id", "type", "probabilities", "temperature",
-        "option_keys"}`` each. A request id seen before is replaced (a client that reuses ids gets the
+        "option_keys"}`` each, and ``x_abstain`` for a model with the capability. A request id seen before is replaced (a client that reuses ids gets the
         latest request, and its earlier outcomes are dropped with it).
 
         Raises:
@@ -196,7 +200,8 @@ class FeedbackStore:
             ValueError: a probability or temperature that is not a finite number (nothing written).
         """
         for a in answers:
-            if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in [*a["probabilities"], a["temperature"]]):
+            extra = [a["x_abstain"]] if a.get("x_abstain") is not None else []
+            if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in [*a["probabilities"], a["temperature"], *extra]):
                 raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: probabilities and temperature "
                                  f"must be finite numbers, got {a['probabilities']!r} at T = {a['temperature']!r}")
         self._retrying(self._record, request_id, model, answers, state)
@@ -212,7 +217,11 @@ class FeedbackStore:
             if answers:
                 conn.execute(answers_table.insert(), [{
                     "request_id": request_id, "question_id": a["question_id"], "type": a["type"],
-                    "probabilities": json.dumps(a["probabilities"], allow_nan=False),
+                    # with x_abstain the column holds {"probabilities": [...], "x_abstain": x} (no schema change:
+                    # a store written before, or by a model without it, keeps the plain list)
+                    "probabilities": json.dumps(a["probabilities"] if a.get("x_abstain") is None else
+                                                {"probabilities": a["probabilities"], "x_abstain": a["x_abstain"]},
+                                                allow_nan=False),
                     "temperature": float(a["temperature"]),
                     "option_keys": json.dumps(a["option_keys"])} for a in answers])
 
@@ -275,13 +284,22 @@ class FeedbackStore:
             rows = conn.execute(q).all()
         for r in rows:
             p = json.loads(r.probabilities)
+            x_abstain = None
+            if isinstance(p, dict):                 # recorded with x_abstain (FeedbackStore.record)
+                p, x_abstain = p["probabilities"], p.get("x_abstain")
             t = json.loads(r.target)
             # SQLite stores a NaN as NULL: a temperature of None is a NaN an older version recorded
             if r.temperature is None or not math.isfinite(r.temperature) or not all(math.isfinite(x) for x in p):
                 continue
-            out.append({"source": r.question_id, "question": r.question_id, "model": r.model, "type": r.type,
-                        "probs": p, "target": t, "gold": max(range(len(t)), key=t.__getitem__),
-                        "logits": [r.temperature * math.log(max(x, 1e-30)) for x in p]})
+            rec = {"source": r.question_id, "question": r.question_id, "model": r.model, "type": r.type}
+            if t == CANNOT_TELL_OUTCOME:            # the outcome: the state did not determine the answer
+                t = [1.0 / len(p)] * len(p)
+                rec["cannot_tell"] = True
+            rec.update(probs=p, target=t, gold=max(range(len(t)), key=t.__getitem__),
+                       logits=[r.temperature * math.log(max(x, 1e-30)) for x in p])
+            if x_abstain is not None:
+                rec["x_abstain"] = x_abstain
+            out.append(rec)
         return out
 
 
@@ -456,7 +474,10 @@ class Recorder:
 
 def report(store: FeedbackStore, model: str | None = None) -> dict:
     """``GET /v1/feedback/report``: per type (and overall), the outcomes counted, accuracy, ECE and the
-    confident-error rate of the recorded answers (definitions of :mod:`kevlike.metrics`).
+    confident-error rate of the recorded answers (definitions of :mod:`kevlike.metrics`; outcomes
+    ``{"cannot_tell": true}`` are left out of them), and, where answers carry ``x_abstain``, ``abstention``:
+    :func:`kevlike.metrics.abstention` without its curve (coverage at ≤ 5 % error, AURC, AUROC and ECE of
+    ``x_abstain`` against the "cannot tell" outcomes).
 
     Linear in the outcomes: one query, then one pass per group (:func:`_report_metrics`; without the
     bootstrap interval of :func:`kevlike.metrics.summary`, 200 more passes, which the report never showed).
@@ -471,13 +492,19 @@ def report(store: FeedbackStore, model: str | None = None) -> dict:
     by_type: dict[str, list] = {}
     for r in recs:
         by_type.setdefault(r["type"].split(":")[0], []).append(r)
-    return {"model": model, "overall": _report_metrics(recs),
-            "per_type": {t: _report_metrics(rs) for t, rs in sorted(by_type.items())}}
+    out = {"model": model, "overall": _report_metrics(recs),
+           "per_type": {t: _report_metrics(rs) for t, rs in sorted(by_type.items())}}
+    if any(r.get("x_abstain") is not None for r in recs):
+        for key, rs in [("overall", recs), *((f"per_type.{t}", rs) for t, rs in sorted(by_type.items()))]:
+            target = out["overall"] if key == "overall" else out["per_type"][key.split(".", 1)[1]]
+            target["abstention"] = {k: v for k, v in abstention(rs).items() if k != "curve"}
+    return out
 
 
 def _report_metrics(records: list[dict]) -> dict:
     """``{"outcomes"}``, and with any: ``accuracy``, ``ece``, ``ece_bins`` (counts) and ``confident_error`` (top
     probability >= 0.9 and wrong, share of all), each as :func:`kevlike.metrics.summary` defines it."""
+    records = [r for r in records if not r.get("cannot_tell")]
     n = len(records)
     if not n:
         return {"outcomes": 0}

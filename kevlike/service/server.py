@@ -1,7 +1,7 @@
 """Jev-compatible HTTP server (DESIGN.md §4) on FastAPI + uvicorn.
 
     POST /v1/systemone     answer a request (the Jev wire format)
-    GET  /v1/models        {"models": [{"name", "description", "release_date", "aliases"}]}
+    GET  /v1/models        {"models": [{"name", "description", "release_date", "aliases", "x_capabilities"}]}
     GET  /health           liveness and queue depth (HEAD too, for monitors that probe with HEAD)
     GET  /docs, /openapi.json
 
@@ -58,7 +58,7 @@ from kevlike.request.schema import RequestError, parse_request, request_json_sch
 from kevlike.service.batcher import Batcher, QueueFullError
 from kevlike.service.config import ServerConfig, client_limit_error
 from kevlike.service.listen import listen_socket
-from kevlike.service.feedback import FeedbackStore, Recorder, RecorderFull, StoreBusy, UnknownRequest, report
+from kevlike.service.feedback import CANNOT_TELL_OUTCOME, FeedbackStore, Recorder, RecorderFull, StoreBusy, UnknownRequest, report
 
 log = logging.getLogger("kevlike.service.server")
 
@@ -433,7 +433,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             probs = [a["noul"], 1 - a["noul"]] if q.type == "noul" else [a["probabilities"][o.key] for o in q.options]
             answers.append({"question_id": q.id, "type": calibration_type(q.type, mode), "probabilities": probs,
                             "temperature": engine.temperatures.lookup(q.type, len(q.options), mode),
-                            "option_keys": [o.key for o in q.options]})
+                            "option_keys": [o.key for o in q.options], "x_abstain": a.get("x_abstain")})
         return answers
 
     @app.post("/v1/feedback")
@@ -494,6 +494,9 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
                 errors.append({"loc": ["body", "outcomes", qid], "type": "unknown_question",
                                "msg": f"request {rid!r} has no question {qid!r}"[:300]})
                 continue
+            if ans == CANNOT_TELL_OUTCOME and isinstance(ans.get("cannot_tell"), bool):
+                targets[qid] = CANNOT_TELL_OUTCOME           # the state did not determine it (x_abstain's gold)
+                continue
             try:
                 targets[qid] = answer_target(questions[qid], ans)
             except ValueError as e:
@@ -551,7 +554,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         info = model_info or {}
         return {"models": [{"name": n, "description": info.get(n, {}).get("description", ""),
                             "release_date": info.get(n, {}).get("release_date", ""),
-                            "aliases": [a for a, t in aliases.items() if t == n]} for n in engines]}
+                            "aliases": [a for a, t in aliases.items() if t == n],
+                            # kevlike extension: what the answers carry beyond Jev's fields
+                            "x_capabilities": ["x_abstain"] if getattr(e, "abstain", False) else []}
+                           for n, e in engines.items()]}
 
     @app.get("/health")
     async def health():
@@ -571,10 +577,11 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
           log_level: str = "info",
           script_policy: str = "annotate", option_orders: int | None = None, threads: int | str | None = None,
           option_mode: str | None = None, record: str | None = None, record_state: bool = False,
-          sock: socket.socket | None = None) -> None:
+          sock: socket.socket | None = None, abstain_above: float | None = None) -> None:
     """Listen on ``config.host:config.port`` (or on ``sock``, already listening), load the models, and answer requests until SIGTERM or SIGINT; then
     the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
-    normally, so the process can exit 0. ``option_orders``, ``option_mode``: see :class:`kevlike.model.engine.Engine`
+    normally, so the process can exit 0. ``option_orders``, ``option_mode``, ``abstain_above`` (answers of models
+    with ``x_abstain`` above it carry ``"x_abstained": true``): see :class:`kevlike.model.engine.Engine`
     (None: each model's own setting). ``dtype``, ``quantize``: see :meth:`kevlike.model.engine.Engine.from_pretrained`.
     Every calibration profile of a served model is checked before it is served
     (:func:`kevlike.model.temperatures.read_temperatures`); one bad profile file refuses the start.
@@ -608,7 +615,8 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
         info = {}
         for m in models:
             eng = Engine.from_pretrained(m, dtype=dtype, quantize=quantize, limits=config.limits, script_policy=script_policy,
-                                         option_orders=option_orders, threads=threads, option_mode=option_mode)
+                                         option_orders=option_orders, threads=threads, option_mode=option_mode,
+                                         abstain_above=abstain_above)
             if config.state_cache_mb and eng.readout.state_cache and not eng.sliding_window:
                 eng.state_cache = StateCache(config.state_cache_mb)
             engines[eng.name] = eng

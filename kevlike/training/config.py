@@ -29,12 +29,16 @@ DEFAULTS: dict = {
                                            # bf16 matrix units (AMX, AVX512-BF16), fp32 elsewhere (resolve_precision)
     "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": LORA_TARGETS},
     "head": {"d_head": None,               # None: the backbone's hidden size
-             "scale_init": True},          # a fresh head (no init_from) divided by RMS of the final norm weight
+             "scale_init": True,           # a fresh head (no init_from) divided by RMS of the final norm weight
+             "abstain": False},            # add the none key that reads x_abstain (docs/guide/abstention.md); kept
+                                           # anyway when init_from's head has it
     "train_delimiters": True,              # the five delimiter embedding rows are trainable
     "phase": "full",                       # "full": LoRA, delimiter rows and head; "head": phase A of the design,
                                            # the pointer head alone on a frozen backbone (LoRA and delimiter rows
                                            # frozen, their forward under no_grad, no backward through them):
-                                           # the cheap check that the pipeline learns at all
+                                           # the cheap check that the pipeline learns at all; "abstain": the head's
+                                           # none key alone (w_none, b_none; needs head.abstain): every Jev answer
+                                           # of the model it starts from stays bit-identical, only x_abstain learns
     # task -> sampling weight and augmentation (kevlike.data.sources.make_example)
     "tasks": {
         "banking77": {"weight": 1.0, "negatives": 23, "full_set": 0.0, "perm_twin": 0.25,
@@ -42,7 +46,9 @@ DEFAULTS: dict = {
         "spam": {"weight": 0.2},
         "sentiment": {"weight": 0.3},
     },
-    "loss": {"perm": 0.5, "ord": 1.0},     # λ_perm (symmetric KL between twins), λ_ord (RPS)
+    "loss": {"perm": 0.5, "ord": 1.0,      # λ_perm (symmetric KL between twins), λ_ord (RPS)
+             "abstain": 0.0},              # λ_abstain: BCE of x_abstain (1: "cannot tell" questions, 0: the rest);
+                                           # > 0 needs head.abstain; the option CE then skips "cannot tell" ones
     "data": [],                            # your labelled files, mixed with the tasks above (the replay that keeps
                                            # the built-in skills): [{path: FILE.jsonl, weight: W}], W relative to the
                                            # task weights; a line's own "weight" is its sampling weight in its file
@@ -163,10 +169,12 @@ RULES: dict[str, Rule] = {
     "lora.target_modules": Rule("names"),
     "head.d_head": _int(1, null=True),
     "head.scale_init": Rule("bool"),
+    "head.abstain": Rule("bool"),
     "train_delimiters": Rule("bool"),
-    "phase": Rule("choice", choices=("full", "head")),
+    "phase": Rule("choice", choices=("full", "head", "abstain")),
     "loss.perm": _num(0),
     "loss.ord": _num(0),
+    "loss.abstain": _num(0),
     "set_share": _SHARE,
     "optim.lr": _num(0),
     "optim.head_lr": _num(0),
@@ -284,6 +292,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> di
         cfg["mixed_precision"] = "no"
     check_rules(cfg)
 
+    if cfg["phase"] == "abstain" and not (cfg["head"]["abstain"] and cfg["loss"]["abstain"] > 0):
+        raise ConfigError("phase is 'abstain' (the none key alone learns) but head.abstain is false or loss.abstain "
+                          "is 0: set head.abstain: true and loss.abstain > 0")
+    if cfg["loss"]["abstain"] > 0 and not cfg["head"]["abstain"]:
+        raise ConfigError(f"loss.abstain is {cfg['loss']['abstain']:g} but head.abstain is false: the abstention "
+                          f"loss trains the head's none key (set head.abstain: true)")
     task_keys = set(TASK_RULES)
     if not isinstance(cfg["tasks"], dict) or not cfg["tasks"]:
         raise ConfigError("tasks must map at least one task name to its settings")

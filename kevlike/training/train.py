@@ -44,7 +44,7 @@ from kevlike.data.tasks import TaskMixture, eval_examples, training_scripts
 from kevlike.metrics import choice_records, records_from_logits, summarize
 from kevlike.model.backbones import EMBEDDED, load_backbone, resolve_model
 from kevlike.model.engine import Engine, backbone_hidden
-from kevlike.model.heads import PointerHead, pointer_logits
+from kevlike.model.heads import PointerHead, abstain_logit, pointer_logits, pointer_none_logits
 from kevlike.model.modeldir import ModelDir, ensure_embedding_rows, save_decision_model
 from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
@@ -61,7 +61,8 @@ DELIMITER_INIT = {"<state>": "Text:", "<q>": "\nQuestion:", "<opt>": "\n-", "</o
 class DecisionModel(nn.Module):
     """The trainable decision model: a (peft-wrapped) causal LM and a :class:`PointerHead`.
 
-    ``forward(batch)`` returns pointer logits ``[B, NB, K]`` (float32, ``-inf`` on padded options).
+    ``forward(batch)`` returns pointer logits ``[B, NB, K]`` (float32, ``-inf`` on padded options); with a head
+    that reads ``x_abstain`` (``head.abstain``), the pair ``(logits, none logits [B, NB])``.
     """
 
     def __init__(self, lm: nn.Module, head: PointerHead, backend: str = "sdpa", head_only: bool = False):
@@ -75,11 +76,14 @@ class DecisionModel(nn.Module):
         """The HF causal LM inside the peft wrapper (LoRA layers injected in place)."""
         return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
 
-    def forward(self, batch: PackedBatch) -> torch.Tensor:
+    def forward(self, batch: PackedBatch) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.head_only):
             hidden = backbone_hidden(self.causal_lm(), self.backend, batch.input_ids, batch.segment_ids,
                                      batch.position_ids, batch.option_ids)
-        return pointer_logits(self.head, hidden, batch)
+        z = pointer_logits(self.head, hidden, batch)
+        if self.head.abstain:
+            return z, pointer_none_logits(self.head, hidden, batch)
+        return z
 
 
 def build_model(cfg: dict, device: str | None = None):
@@ -111,7 +115,8 @@ def build_model(cfg: dict, device: str | None = None):
         lm = get_peft_model(model, peft_cfg)
     d = model.config.hidden_size
     torch.manual_seed(cfg["seed"])
-    head = PointerHead(d, cfg["head"]["d_head"] or d)
+    init_abstain = init is not None and "w_none" in ModelDir(init).head_weights()
+    head = PointerHead(d, cfg["head"]["d_head"] or d, abstain=cfg["head"].get("abstain", False) or init_abstain)
     if init is not None:
         adapter = ModelDir(init).adapter_weights()
         result = set_peft_model_state_dict(lm, adapter)
@@ -122,13 +127,18 @@ def build_model(cfg: dict, device: str | None = None):
         w = ModelDir(init).head_weights()
         if w["w_q"].shape != head.w_q.weight.shape:
             raise ValueError(f"init_from {init}: head {tuple(w['w_q'].shape)} does not match d_head {head.d_head}")
-        head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"]})
+        # strict=False: a head gaining the none key (head.abstain) starts it at 0; all else must be there
+        extra = {"w_none": w["w_none"], "b_none": w["b_none"]} if init_abstain else {}
+        head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"], **extra}, strict=not head.abstain)
     elif cfg["head"]["scale_init"]:
         scale_fresh_head(head, model)
-    head_only = cfg.get("phase", "full") == "head"
+    head_only = cfg.get("phase", "full") in ("head", "abstain")
     if head_only:   # phase A: nothing of the backbone side learns
         for p in lm.parameters():
             p.requires_grad_(False)
+    if cfg.get("phase") == "abstain":   # the none key alone: the option logits stay those of init_from
+        head.w_q.weight.requires_grad_(False)
+        head.w_k.weight.requires_grad_(False)
     return DecisionModel(lm, head, head_only=head_only), tok, resolved
 
 
@@ -178,7 +188,8 @@ def _init_artifact(cfg: dict, resolved) -> Path | None:
 
 
 def make_batch(examples: list[Example], encoder, device, modes: list[str] | None = None) -> tuple[PackedBatch, dict]:
-    """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]`` and the twin pairs
+    """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]``, ``cannot_tell [B, NB]`` (1.0 for a
+    question of the example's ``cannot_tell``, the target of ``x_abstain``) and the twin pairs
     (``pairs_a``, ``pairs_b`` as ``(b, j)`` indices and ``perm [P, K]`` aligning b's options to a's: by key,
     or through a twin's key map ``{key of a: key of b}`` — a negation twin maps true ↔ false).
 
@@ -193,6 +204,7 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
     B, NB, K = batch.option_mask.shape
     targets = torch.zeros(B, NB, K)
     is_score = torch.zeros(B, NB, dtype=torch.bool)
+    cannot_tell = torch.zeros(B, NB)
     a_idx, b_idx, perms = [], [], []
     for b, (ex, req) in enumerate(zip(examples, reqs)):
         pos = {q.id: j for j, q in enumerate(req.questions)}
@@ -200,6 +212,7 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
             t = ex.targets[q.id]
             targets[b, j, :len(t)] = torch.tensor(t)
             is_score[b, j] = q.type == "score"
+            cannot_tell[b, j] = float(q.id in ex.cannot_tell)
         for qa, qb, *keymap in ex.twins:
             ja, jb = pos[qa], pos[qb]
             if modes[b] == "set" and req.questions[ja].type == req.questions[jb].type == "choice":
@@ -210,30 +223,48 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
             perms.append(perm + list(range(len(perm), K)))
             a_idx.append((b, ja))
             b_idx.append((b, jb))
-    aux = {"targets": targets.to(device), "is_score": is_score.to(device), "a": a_idx, "b": b_idx,
+    aux = {"targets": targets.to(device), "is_score": is_score.to(device), "cannot_tell": cannot_tell.to(device),
+           "a": a_idx, "b": b_idx,
            "perm": torch.tensor(perms, dtype=torch.long, device=device) if perms else None}
     return batch, aux
 
 
-def loss_terms(logits: torch.Tensor, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
-    """``{"loss", "ce", "perm", "ord"}``: mean CE over questions + λ_perm · mean symmetric KL over twin
-    pairs + λ_ord · mean RPS over score questions (0 where a batch has none)."""
+def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
+    """``{"loss", "ce", "perm", "ord", "abstain"}``: mean CE over questions + λ_perm · mean symmetric KL over twin
+    pairs + λ_ord · mean RPS over score questions (0 where a batch has none) + λ_abstain · mean binary
+    cross-entropy of the abstention logit (:func:`kevlike.model.heads.abstain_logit`) against ``cannot_tell``
+    over all questions. ``logits``: ``[B, NB, K]``, or the pair ``(logits, none logits [B, NB])`` of a head
+    with the none key; with ``loss.abstain`` > 0 the CE and RPS skip the "cannot tell" questions (their
+    options are no answer)."""
+    z_none = None
+    if isinstance(logits, tuple):
+        logits, z_none = logits
+    lam_abstain = float(cfg["loss"].get("abstain", 0.0))
     valid = batch.branch_mask
-    z = logits[valid]                                     # (N, K)
-    y = aux["targets"][valid]
-    ce = soft_cross_entropy(z, y).mean()
+    answerable = valid & (aux["cannot_tell"] < 0.5) if lam_abstain > 0 else valid
+    z = logits[answerable]                                # (N, K)
+    y = aux["targets"][answerable]
     zero = logits.new_zeros(())
+    ce = soft_cross_entropy(z, y).mean() if z.shape[0] else zero
     perm = zero
     if aux["perm"] is not None:
         za = torch.stack([logits[b, j] for b, j in aux["a"]])
         zb = torch.stack([logits[b, j] for b, j in aux["b"]]).gather(1, aux["perm"])
         perm = symmetric_kl(za, zb).mean()
     ordq = zero
-    s = aux["is_score"] & valid
+    s = aux["is_score"] & answerable
     if s.any():
         ordq = ranked_probability_score(logits[s], aux["targets"][s]).mean()
     loss = ce + cfg["loss"]["perm"] * perm + cfg["loss"]["ord"] * ordq
-    return {"loss": loss, "ce": ce.detach(), "perm": perm.detach(), "ord": ordq.detach()}
+    out = {"ce": ce.detach(), "perm": perm.detach(), "ord": ordq.detach()}
+    if lam_abstain > 0:
+        if z_none is None:
+            raise ValueError("loss.abstain > 0 needs a head with the none key (head.abstain: true)")
+        a = abstain_logit(logits[valid], z_none[valid])                         # (N,)
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(a, aux["cannot_tell"][valid])
+        loss = loss + lam_abstain * bce
+        out["abstain"] = bce.detach()
+    return {"loss": loss, **out}
 
 # --- validation ------------------------------------------------------------------------------
 
@@ -263,6 +294,25 @@ def validate(engine: Engine, examples: list[Example], batch_size: int = 4, set_e
     if set_engine is not None:
         records.extend({**r, "source": f"{r['source']}@set"} for r in choice_records(set_engine, examples, batch_size))
     return summarize(records)
+
+def _no_curves(obj):
+    """A summary without its risk–coverage curves (``abstention.curve``): metrics.jsonl keeps the figures."""
+    if isinstance(obj, dict):
+        return {k: _no_curves(v) for k, v in obj.items() if k != "curve"}
+    return obj
+
+
+def selection_score(summary: dict, cfg: dict) -> float:
+    """What a validation round is selected on (lower is better): the overall NLL of the answerable questions,
+    plus, with ``loss.abstain`` > 0, λ_abstain times the mean binary log loss of ``x_abstain`` (the validation
+    summary's ``abstention.nll``), so a run whose options are frozen (``phase: abstain``) still selects on
+    what it learns."""
+    score = summary["overall"]["nll"]
+    lam = float(cfg["loss"].get("abstain", 0.0))
+    abst = summary["overall"].get("abstention") or {}
+    if lam > 0 and abst.get("nll") is not None:
+        score += lam * abst["nll"]
+    return score
 
 # --- run directory ---------------------------------------------------------------------------
 
@@ -296,8 +346,10 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
         extra["option_mode"] = pm.get("option_mode", "list") if pm.get("option_mode", "list") in modes else "list"
         if "option_orders" in pm:
             extra["option_orders"] = pm["option_orders"]
+    # phase abstain leaves every option logit as init_from's: its fitted temperatures still hold
+    temperatures = ModelDir(parent).temperatures() if parent is not None and cfg.get("phase") == "abstain" else None
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
-                               extra=extra, adapter=model.lm)
+                               temperatures=temperatures, extra=extra, adapter=model.lm)
 
 
 def plot_metrics(run_dir: Path) -> None:
@@ -474,12 +526,12 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         last = step == cfg["max_steps"] or time.monotonic() > deadline
         if step % cfg["eval_every"] == 0 or last:
             summary = run_validation()
-            row = {"kind": "validation", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), **summary["overall"],
-                   "per_source": summary["per_source"]}
+            row = {"kind": "validation", "step": step, "elapsed_s": round(time.monotonic() - t0, 1),
+                   **_no_curves(summary["overall"]), "per_source": _no_curves(summary["per_source"])}
             log(row)
             history.append(row)
-            if summary["overall"]["nll"] < best:
-                best, bad_rounds = summary["overall"]["nll"], 0
+            if selection_score(summary, cfg) < best:
+                best, bad_rounds = selection_score(summary, cfg), 0
                 if accelerator.is_main_process:
                     write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row,
                                    json.loads((run_dir / "meta.json").read_text()).get("git_commit"))

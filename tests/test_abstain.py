@@ -1,0 +1,322 @@
+"""The abstention readout ``x_abstain`` (issue 33, docs/guide/abstention.md): one forward pass, packed ==
+separate, set-mode option-addition invariance, Jev fields unchanged, save -> load, the loss term, a tiny training
+run, the labelled "cannot tell" gold with hand-checked risk–coverage figures, and the threshold."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from kevlike.data import abstain as abstain_data
+from kevlike.data.labelled import LabelledDataError, read_labelled, to_examples
+from kevlike.data.sources import Example
+from kevlike.metrics import abstention, auroc, risk_coverage, summary
+from kevlike.model.heads import abstain_logit
+from kevlike.request.encode import Encoder
+from kevlike.training.config import ConfigError, load_config
+from kevlike.training.train import build_model, loss_terms, make_batch, train
+
+from tiny import REQUEST, make_engine, make_tokenizer, max_dp, save_tiny_model
+
+INF = float("inf")
+
+
+@pytest.fixture(scope="module")
+def eng():
+    return make_engine(abstain=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "llama")
+
+
+def _x(resp):
+    return {k: a["x_abstain"] for k, a in resp["answers"].items()}
+
+
+# --- the readout ------------------------------------------------------------------------------------------
+
+def test_x_abstain_is_read_in_the_packed_pass_and_equals_the_separate_runs(eng):
+    packed = eng.decide(REQUEST)
+    separate = eng.decide(REQUEST, mode="separate")
+    assert max_dp(packed, separate) <= 1e-5
+    xp, xs = _x(packed), _x(separate)
+    assert set(xp) == set(REQUEST["questions"])
+    assert all(0 < v < 1 for v in xp.values()) and len({round(v, 6) for v in xp.values()}) == len(xp)
+    assert max(abs(xp[k] - xs[k]) for k in xp) <= 1e-5
+    # batched with another request, padded: the same values
+    other = {"state": "hi", "questions": {"q": {"type": "noul", "instructions": "Does the text mention a dog?"}}}
+    both = eng.decide_batch([other, REQUEST])
+    assert max(abs(_x(both[1])[k] - xp[k]) for k in xp) <= 1e-5
+
+
+def test_x_abstain_is_p_none_of_a_softmax_over_the_options_and_the_none_key(eng):
+    """x_abstain = sigmoid(z_none − logsumexp z) = P(none) among the K options and none, by hand."""
+    enc = eng.encode(eng.prepare(REQUEST).request)
+    logits, a = eng.question_outputs([enc])
+    z, z_none_minus_lse = logits[0][1], float(a[0][1])          # the choice question "team"
+    z_none = z_none_minus_lse + float(torch.logsumexp(z, 0))
+    p = torch.softmax(torch.cat([z, torch.tensor([z_none])]), 0)
+    assert _x(eng.decide(REQUEST))["team"] == pytest.approx(float(p[-1]), abs=1e-6)
+    # the LSE runs over the option set in sorted order: symmetric, bit-identical for any order
+    assert float(abstain_logit(z.flip(0), torch.tensor(z_none))) == float(abstain_logit(z, torch.tensor(z_none)))
+
+
+def test_jev_fields_are_identical_to_a_model_without_the_capability(eng):
+    plain = make_engine()               # the same weights, a head without the none key
+    a, b = eng.decide(REQUEST), plain.decide(REQUEST)
+    assert "x_abstain" not in json.dumps(b) and not plain.abstain and eng.abstain
+    for qid, ans in a["answers"].items():
+        jev = {k: v for k, v in ans.items() if k not in ("x_abstain", "x_abstained")}
+        assert json.dumps(jev) == json.dumps(b["answers"][qid])          # byte for byte
+        assert list(ans)[:len(jev)] == list(b["answers"][qid])           # Jev fields first, in Jev's order
+
+
+def _set_outputs(eng, criteria):
+    req = {"state": "Customer: charged twice for March.",
+           "questions": {"team": {"type": "choice", "instructions": "Which team?", "criteria": criteria}}}
+    logits, abstain = eng.question_outputs([eng.encode(eng.prepare(req).request)])
+    return logits[0][0], float(abstain[0][0]), req
+
+
+def test_set_mode_option_addition_invariance_holds_with_the_readout():
+    eng = make_engine(abstain=True, option_mode="set")
+    base = {"billing": "invoices, charges", "sales": None, "tech": None}
+    swapped = {"billing": "invoices, charges", "sales": None, "fox": None}    # a sibling of equal token length
+    za, aa, _ = _set_outputs(eng, base)
+    zb, ab, _ = _set_outputs(eng, swapped)
+    assert torch.equal(za[:2], zb[:2])                 # bit-identical: each option is read in its own sub-branch
+    # x_abstain sees the option set through logsumexp only: z_none is the same, so the change is exactly that term
+    lse = lambda z: float(torch.logsumexp(torch.sort(z).values, 0))  # noqa: E731
+    assert ab == pytest.approx(aa + lse(za) - lse(zb), abs=1e-6) and ab != aa
+    # adding an option: the others' log-odds move by float rounding only
+    zc, ac, _ = _set_outputs(eng, {**base, "legal": "contracts and the law"})
+    assert abs(float((zc[0] - zc[1]) - (za[0] - za[1]))) <= 1e-5
+    assert ac == pytest.approx(aa + lse(za) - lse(zc), abs=1e-5)
+    # reordering the options: the sub-branches move in the packed row (option logits within rounding, as the
+    # probabilities, tests/test_set_mode.py), and x_abstain with them
+    _, _, req = _set_outputs(eng, base)
+    rev = json.loads(json.dumps(req))
+    rev["questions"]["team"]["criteria"] = dict(reversed(list(base.items())))
+    assert abs(_x(eng.decide(rev))["team"] - _x(eng.decide(req))["team"]) <= 1e-6
+
+
+def test_state_cache_answers_carry_the_same_x_abstain():
+    cached = make_engine(abstain=True, state_cache_mb=16)
+    plain = make_engine(abstain=True)
+    first, second, ref = cached.decide(REQUEST), cached.decide(REQUEST), plain.decide(REQUEST)
+    assert second["x_cached_tokens"] > 0
+    for resp in (first, second):
+        assert max(abs(_x(resp)[k] - _x(ref)[k]) for k in _x(ref)) <= 1e-5
+
+
+def test_threshold_adds_x_abstained_and_never_removes_jev_fields(eng):
+    x = _x(eng.decide(REQUEST))
+    t = sorted(x.values())[1]                          # two answers at or below it, the rest above
+    out = eng.decide({**REQUEST, "x_abstain_above": t})
+    flagged = {k for k, a in out["answers"].items() if a.get("x_abstained")}
+    assert flagged == {k for k, v in x.items() if v > t} and len(flagged) == len(x) - 2
+    assert out["answers"]["team"]["probabilities"] and "choice" in out["answers"]["team"]
+    for bad in (1.5, -0.1, True, "0.5"):
+        with pytest.raises(Exception, match="x_abstain_above: must be a probability from 0 to 1"):
+            eng.decide({**REQUEST, "x_abstain_above": bad})
+    from kevlike.model.engine import check_abstain_above
+    with pytest.raises(ValueError, match="--abstain-above must be a probability"):
+        check_abstain_above(2, "--abstain-above")
+
+
+def test_the_abstention_temperature_scales_the_logit(eng):
+    from kevlike.model.temperatures import TemperatureTable
+    x1 = _x(eng.decide(REQUEST))["team"]
+    old = eng.temperatures
+    try:
+        eng.temperatures = TemperatureTable(by_type={"abstain": 2.0})
+        x2 = _x(eng.decide(REQUEST))["team"]
+    finally:
+        eng.temperatures = old
+    logit = math.log(x1 / (1 - x1))
+    assert x2 == pytest.approx(1 / (1 + math.exp(-logit / 2)), abs=1e-6)
+
+
+# --- save -> load, training ---------------------------------------------------------------------------------
+
+def test_abstain_loss_is_bce_on_all_questions_and_ce_on_the_answerable_ones():
+    ex = Example({"state": "s", "questions": {
+        "a": {"type": "noul", "instructions": "A?"},
+        "b": {"type": "choice", "instructions": "B?", "criteria": {"x": None, "y": None, "z": None}}}},
+        {"a": [1.0, 0.0], "b": [1 / 3, 1 / 3, 1 / 3]}, "test", cannot_tell=frozenset({"b"}))
+    batch, aux = make_batch([ex], Encoder(make_tokenizer()), "cpu")
+    assert aux["cannot_tell"].tolist() == [[0.0, 1.0]]
+    z = torch.full(batch.option_mask.shape, -INF)
+    z[0, 0, :2] = torch.tensor([1.0, 0.0])
+    z[0, 1, :3] = torch.tensor([0.0, 0.0, 0.0])
+    z_none = torch.tensor([[0.0, 2.0]])
+    cfg = {"loss": {"perm": 0.0, "ord": 0.0, "abstain": 0.5}}
+    terms = loss_terms((z, z_none), batch, aux, cfg)
+    ce = -math.log(math.e / (math.e + 1))                           # question a only
+    a_a = 0.0 - math.log(math.e + 1)                                # z_none − LSE, answerable: target 0
+    a_b = 2.0 - math.log(3)                                         # cannot tell: target 1
+    bce = (-math.log(1 - 1 / (1 + math.exp(-a_a))) - math.log(1 / (1 + math.exp(-a_b)))) / 2
+    assert terms["ce"].item() == pytest.approx(ce, abs=1e-6)
+    assert terms["abstain"].item() == pytest.approx(bce, abs=1e-6)
+    assert terms["loss"].item() == pytest.approx(ce + 0.5 * bce, abs=1e-6)
+
+
+def test_config_switches_are_checked(tiny_dir):
+    with pytest.raises(ConfigError, match="head.abstain is false"):
+        load_config(None, [f"backbone={tiny_dir}", "loss.abstain=1"])
+    with pytest.raises(ConfigError, match="phase is 'abstain'"):
+        load_config(None, [f"backbone={tiny_dir}", "phase=abstain"])
+    cfg = load_config("configs/abstain.yaml")
+    assert cfg["init_from"] == "kevlike-default" and cfg["phase"] == "abstain" and cfg["head"]["abstain"]
+
+
+def test_phase_abstain_trains_the_none_key_alone(tiny_dir):
+    cfg = load_config(None, [f"backbone={tiny_dir}", "lora.r=4", "lora.alpha=8", "head.abstain=true",
+                             "loss.abstain=1", "phase=abstain"])
+    model, tok, _ = build_model(cfg)
+    assert sorted(n for n, p in model.named_parameters() if p.requires_grad) == ["head.b_none", "head.w_none"]
+    rng = random.Random(0)
+    rows = [abstain_data.docs_row(rng) for _ in range(4)]
+    from kevlike.data.families import family_example
+    exs = [family_example("abstain_docs", r, rng) for r in rows]
+    assert any(e.cannot_tell for e in exs)
+    batch, aux = make_batch(exs, Encoder(tok), "cpu")
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+    model.train()
+    first = None
+    for _ in range(40):
+        terms = loss_terms(model(batch), batch, aux, cfg)
+        first = first if first is not None else terms["abstain"].item()
+        terms["loss"].backward()
+        opt.step()
+        opt.zero_grad()
+    assert terms["abstain"].item() < first * 0.8, (first, terms)
+
+
+def test_a_tiny_training_run_writes_a_model_that_answers_with_x_abstain(tiny_dir, tmp_path):
+    from kevlike.model.engine import Engine
+    from kevlike.model.modeldir import ModelDir
+    run = train(None, [f"backbone={tiny_dir}", "lora.r=4", "lora.alpha=8", "head.abstain=true", "loss.abstain=1",
+                       "phase=head", "tasks={abstain_docs: {weight: 1}, documents: {weight: 1}}", "batch_size=1",
+                       "grad_accum=2", "max_steps=3", "eval_every=3", "validation.n=2", "checkpoint_every=0",
+                       f"output_dir={tmp_path}"], quiet=True)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("abstain" in r for r in rows if r["kind"] == "train")
+    val = [r for r in rows if r["kind"] == "validation"][-1]
+    assert val["abstention"]["n"] > val["abstention"]["n_cannot_tell"] > 0 and "curve" not in val["abstention"]
+    art = run / "artifact"
+    assert ModelDir(art).capabilities() == ["x_abstain"]
+    w = ModelDir(art).head_weights()
+    loaded = Engine.from_pretrained(art, threads=1)
+    assert loaded.abstain and torch.equal(loaded.head.w_none.detach().cpu(), w["w_none"])
+    assert torch.equal(loaded.head.b_none.detach().cpu(), w["b_none"])
+    x = _x(loaded.decide(REQUEST))
+    assert set(x) == set(REQUEST["questions"]) and all(0 <= v <= 1 for v in x.values())
+
+
+# --- labelled "cannot tell" golds and the risk–coverage figures ----------------------------------------------
+
+def _line(gold, state="s"):
+    return json.dumps({"request": {"state": state, "questions": {
+        "q": {"type": "choice", "instructions": "Which?", "criteria": {"a": None, "b": None}}}}, "gold": {"q": gold}})
+
+
+def test_labelled_cannot_tell_gold_and_bad_values(tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_text(_line("a") + "\n" + _line({"cannot_tell": True}) + "\n")
+    items = read_labelled(good)
+    assert items[1].cannot_tell == frozenset({"q"}) and items[0].cannot_tell == frozenset()
+    exs = to_examples(items)
+    assert exs[1].cannot_tell == {"q"} and exs[1].targets["q"] == [0.5, 0.5]
+    for bad, msg in (({"cannot_tell": False}, "gold.q.cannot_tell: must be true"),
+                     ({"cannot_tell": "yes"}, "gold.q.cannot_tell: must be true"),
+                     ({"cannot_tell": True, "a": 1}, "gold.q: a \"cannot tell\" gold is exactly")):
+        f = tmp_path / "bad.jsonl"
+        f.write_text(_line("a") + "\n" + _line(bad) + "\n")
+        with pytest.raises(LabelledDataError, match=f"bad.jsonl:2: {msg}"):
+            read_labelled(f)
+
+
+def test_risk_coverage_figures_by_hand():
+    """Six questions (two "cannot tell"), answered by argmax; x_abstain ascending:
+    0.1 right, 0.2 right, 0.3 wrong, 0.6 cannot-tell, 0.6 right, 0.9 cannot-tell."""
+    def rec(x, ok, ct=False):
+        return {"type": "noul", "probs": [0.8, 0.2], "target": [1.0, 0.0] if ok else [0.0, 1.0],
+                "gold": 0 if ok else 1, "x_abstain": x, **({"cannot_tell": True} if ct else {})}
+    rs = [rec(0.1, True), rec(0.2, True), rec(0.3, False), rec(0.6, True, ct=True), rec(0.6, True), rec(0.9, True, ct=True)]
+    curve = risk_coverage(rs)
+    assert [(p["threshold"], round(p["coverage"], 6), round(p["accuracy"], 6)) for p in curve] == [
+        (0.1, round(1 / 6, 6), 1.0), (0.2, round(2 / 6, 6), 1.0), (0.3, 0.5, round(2 / 3, 6)),
+        (0.6, round(5 / 6, 6), 0.6), (0.9, 1.0, 0.5)]
+    a = abstention(rs)
+    # AURC: 1/6·0 + 1/6·0 + 1/6·(1/3) + 2/6·0.4 + 1/6·0.5
+    assert a["aurc"] == pytest.approx(1 / 18 + 0.8 / 6 + 0.5 / 6)
+    assert a["coverage_at_5pct"] == pytest.approx(2 / 6)
+    assert a["accuracy_all"] == 0.5 and a["n_cannot_tell"] == 2
+    # AUROC: positives {0.6, 0.9} vs negatives {0.1, 0.2, 0.3, 0.6}: (4 + 3.5) / 8
+    assert a["auroc"] == pytest.approx(7.5 / 8) and auroc([0.1, 0.9], [False, True]) == 1.0
+    # ECE of x_abstain as a yes/no probability: bins by max(p, 1−p)
+    assert a["ece"] is not None and sum(a["ece_bins"]) == 6
+    s = summary(rs)                                     # answer metrics over the four answerable ones only
+    assert s["n"] == 4 and s["accuracy"] == 0.75 and s["abstention"]["n"] == 6
+
+
+def test_eval_data_reports_abstention_on_a_labelled_file(eng, tmp_path):
+    from kevlike.eval.owndata import evaluate_data
+    f = tmp_path / "mine.jsonl"
+    lines = [{"request": REQUEST, "gold": {"urgent": True, "team": "billing", "anger": {"cannot_tell": True},
+                                           "lazy": {"cannot_tell": True}}}]
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    run = evaluate_data(None, f, tmp_path / "out", engine=eng, quiet=True)
+    m = json.loads((run / "metrics.json").read_text())
+    ab = m["overall"]["abstention"]
+    assert ab["n"] == 4 and ab["n_cannot_tell"] == 2 and m["overall"]["n"] == 2
+    assert "Abstention" in (run / "report.md").read_text()
+    x = _x(eng.decide(REQUEST))
+    assert ab["auroc"] == auroc([x["urgent"], x["team"], x["anger"], x["lazy"]], [False, False, True, True])
+
+
+# --- serving: the threshold, /v1/models, the recorder and the feedback report ---------------------------------
+
+def test_server_threshold_models_recorder_and_report(tmp_path):
+    from kevlike.service.config import ServerConfig
+    from kevlike.service.feedback import FeedbackStore
+    from kevlike.service.server import create_app
+
+    from test_feedback import call, running
+
+    eng = make_engine(abstain=True, abstain_above=0.5)
+    plain = make_engine()
+    plain.name = "plain"
+    store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.db'}")
+    app = create_app({eng.name: eng, "plain": plain}, eng.name, ServerConfig(), store=store)
+    body = {k: v for k, v in REQUEST.items() if k != "model"}
+    x = _x(eng.decide(body))
+    with running(app) as port:
+        st, _, models = call(port, "GET", "/v1/models")
+        assert st == 200 and {m["name"]: m["x_capabilities"] for m in models["models"]} == {
+            eng.name: ["x_abstain"], "plain": []}
+        st, _, out = call(port, "POST", "/v1/systemone", body, {"x-request-id": "r1"})
+        assert st == 200 and _x(out) == pytest.approx(x, abs=1e-6)
+        assert {k for k, a in out["answers"].items() if a.get("x_abstained")} == {k for k, v in x.items() if v > 0.5}
+        t = sorted(x.values())[0]                                   # the request's own threshold wins
+        st, _, out = call(port, "POST", "/v1/systemone", {**body, "x_abstain_above": t}, {"x-request-id": "r2"})
+        assert {k for k, a in out["answers"].items() if a.get("x_abstained")} == {k for k, v in x.items() if v > t}
+        st, _, err = call(port, "POST", "/v1/systemone", {**body, "x_abstain_above": 2})
+        assert st == 422 and err["detail"][0]["loc"] == ["body", "x_abstain_above"]
+        st, _, out = call(port, "POST", "/v1/systemone", {**body, "model": "plain"})
+        assert "x_abstain" not in json.dumps(out)
+        app.state.recorder.wait(timeout=10)
+        st, _, out = call(port, "POST", "/v1/feedback", {"request_id": "r1", "outcomes": {
+            "urgent": True, "team": "billing", "anger": {"cannot_tell": True}, "lazy": {"cannot_tell": True}}})
+        assert (st, out["stored"]) == (200, 4)
+        st, _, rep = call(port, "GET", "/v1/feedback/report")
+    recs = {r["question"]: r for r in store.records()}
+    assert recs["anger"]["cannot_tell"] and recs["team"]["x_abstain"] == pytest.approx(x["team"], abs=1e-6)
+    ab = rep["overall"]["abstention"]
+    assert rep["overall"]["outcomes"] == 2 and ab["n"] == 4 and ab["n_cannot_tell"] == 2 and "curve" not in ab
+    assert ab["auroc"] == auroc([x["urgent"], x["team"], x["anger"], x["lazy"]], [False, False, True, True])
