@@ -40,7 +40,7 @@ def _f(x) -> str:
 class Target:
     """One probe's target: ``text`` (what the design asks, with its source), ``figure(result)`` (the
     headline figure, a string), ``size(result)`` (sample size, a string), ``verdict(result, tol)`` (True,
-    False, or None when the design names no figure)."""
+    False, or None when the sample is too small to judge; ``verdict`` itself None when no figure is set)."""
 
     def __init__(self, text: str, figure: Callable, size: Callable, verdict: Callable | None = None):
         self.text, self.figure, self.size, self.verdict = text, figure, size, verdict
@@ -62,7 +62,14 @@ def _row_mean(grid: list[list[float]], i: int) -> float:
     return sum(grid[i]) / len(grid[i])
 
 
-def _needle_ok(r: dict, tol: float) -> bool:
+NEEDLE_MIN_TRIALS = 4
+"""States per cell below which the needle gets no verdict: a row of 5 depths × 4 states is 20 choice answers, so
+one miss moves its mean by 0.05, half the criterion's 0.10."""
+
+
+def _needle_ok(r: dict, tol: float) -> bool | None:
+    if r["trials_per_cell"] < NEEDLE_MIN_TRIALS:
+        return None
     return all(_row_mean(r[k], -1) >= _row_mean(r[k], 0) - 0.10 for k in ("noul_accuracy", "choice_accuracy"))
 
 
@@ -100,18 +107,19 @@ TARGETS: dict[str, Target] = {
         lambda r: f"{r['requests']} requests",
         lambda r, tol: r["option_count_ok"] == r["reserved_ids_structural"] == r["answer_keys_ok"] == r["requests"]),
     "threshold_economics": Target(
-        "cost at κ_FP/(κ_FP+κ_FN) ≤ cost at 0.5, always, never (what calibrated p gives; no figure in DESIGN §12)",
+        "no figure in DESIGN §12; ours: cost at κ_FP/(κ_FP+κ_FN) ≤ cost of always and of never acting",
         lambda r: (f"cost at {_f(r['threshold'])}: {_f(r['cost_at_threshold'])}; at 0.5 {_f(r['cost_at_0.5'])}, "
                    f"always {_f(r['cost_always'])}, never {_f(r['cost_never'])}, best {_f(r['cost_at_best'])}"),
         lambda r: f"{r['n']} messages",
-        lambda r, tol: r["cost_at_threshold"] <= min(r["cost_at_0.5"], r["cost_always"], r["cost_never"])),
+        lambda r, tol: r["cost_at_threshold"] <= min(r["cost_always"], r["cost_never"])),
     "leak": Target(
         "branch mask: max |Δp| ≤ 1e-5 fp32 / 2e-2 bf16; naive packing above it (DESIGN §1, §6; issue 34)",
         _leak_figure,
         lambda r: f"{r['n']} requests ({_f(r['tokens_mean'])} tokens mean)",
         _leak_ok),
     "needle": Target(
-        "no figure in the design; ours: accuracy at the longest state ≥ at 256 tokens − 0.10 (yes/no and choice)",
+        f"no figure in the design; ours: accuracy at the longest state ≥ at 256 tokens − 0.10 (yes/no and choice; "
+        f"judged from {NEEDLE_MIN_TRIALS} states per cell)",
         lambda r: (f"yes/no {_f(r['noul_mean'])} (chance 0.5), choice {_f(r['choice_mean'])} (chance 0.25); "
                    f"{r['lengths'][0]} → {r['lengths'][-1]} tokens: yes/no {_f(_row_mean(r['noul_accuracy'], 0))} → "
                    f"{_f(_row_mean(r['noul_accuracy'], -1))}, choice {_f(_row_mean(r['choice_accuracy'], 0))} → "
@@ -122,11 +130,12 @@ TARGETS: dict[str, Target] = {
 
 
 def verdict(name: str, result: dict, dtype: str | None) -> str:
-    """``"pass"``, ``"fail"`` or ``"—"`` (no target) for probe ``name``'s ``result``."""
+    """``"pass"``, ``"fail"``, ``"—"`` (no target) or ``"— (sample too small)"`` for probe ``name``'s ``result``."""
     target = TARGETS[name]
     if target.verdict is None:
         return "—"
-    return "pass" if target.verdict(result, tolerance(dtype)) else "fail"
+    ok = target.verdict(result, tolerance(dtype))
+    return "— (sample too small)" if ok is None else "pass" if ok else "fail"
 
 
 def leak_table(r: dict) -> str:
