@@ -183,6 +183,7 @@ def test_needle_grid_on_a_sliding_window_model():
     for key in ("noul_accuracy", "choice_accuracy"):
         assert len(out[key]) == 2 and all(len(row) == 5 for row in out[key])
         assert all(0.0 <= x <= 1.0 for row in out[key] for x in row)
+    assert len(out["p_true_yes"]) == len(out["p_true_no"]) == 2 and all(0 < p < 1 for p in out["p_true_yes"])
     # a state is at most its length and within a few paragraphs' worth of it
     assert all(0.6 * length <= built <= length for length, built in zip(out["lengths"], out["tokens_mean"]))
     with pytest.raises(ValueError, match="branch limit is 4096"):

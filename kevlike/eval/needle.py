@@ -142,7 +142,8 @@ def needle_probe(engine, max_tokens: int = DEFAULT_MAX_TOKENS, n: int = 40, dept
         progress: a callable taking a one-line string after each length, or None.
 
     Returns:
-        ``{"lengths", "depths", "trials_per_cell", "n", "tokens_mean": [per length], "noul_accuracy":
+        ``{"lengths", "depths", "trials_per_cell", "n", "tokens_mean": [per length], "p_true_yes", "p_true_no":
+        [per length: mean P(true) of the question naming the true city / the distractor], "noul_accuracy":
         [[per depth] per length], "choice_accuracy": [[…]], "noul_mean", "choice_mean", "chance"}``.
 
     Raises:
@@ -156,9 +157,9 @@ def needle_probe(engine, max_tokens: int = DEFAULT_MAX_TOKENS, n: int = 40, dept
     tok = engine.encoder.tokenizer
     noul = [[0.0] * len(depths) for _ in lengths]
     choice = [[0.0] * len(depths) for _ in lengths]
-    tokens = []
+    tokens, p_yes, p_no = [], [], []
     for i, length in enumerate(lengths):
-        built = []
+        built, py, pn = [], [], []
         for j, depth in enumerate(depths):
             hits_n = hits_c = 0
             for t in range(trials):
@@ -169,16 +170,20 @@ def needle_probe(engine, max_tokens: int = DEFAULT_MAX_TOKENS, n: int = 40, dept
                 built.append(len(enc.state_ids))
                 probs = dict(zip((q.id for q in req.questions),
                                  engine.probabilities(req, engine.question_logits([enc])[0])))
-                hits_n += (float(probs["yes"][0]) > 0.5) + (float(probs["no"][0]) < 0.5)
+                py.append(float(probs["yes"][0]))
+                pn.append(float(probs["no"][0]))
+                hits_n += (py[-1] > 0.5) + (pn[-1] < 0.5)
                 keys = [o.key for o in next(q for q in req.questions if q.id == "where").options]
                 hits_c += keys[int(torch.argmax(probs["where"]))] == city
             noul[i][j] = hits_n / (2 * trials)
             choice[i][j] = hits_c / trials
         tokens.append(sum(built) / len(built))
+        p_yes.append(sum(py) / len(py))
+        p_no.append(sum(pn) / len(pn))
         if progress is not None:
             progress(f"needle: {length} tokens done")
     cells = len(lengths) * len(depths)
     return {"lengths": list(lengths), "depths": list(depths), "trials_per_cell": trials, "n": trials * cells,
-            "tokens_mean": tokens, "noul_accuracy": noul, "choice_accuracy": choice,
+            "tokens_mean": tokens, "p_true_yes": p_yes, "p_true_no": p_no, "noul_accuracy": noul, "choice_accuracy": choice,
             "noul_mean": sum(map(sum, noul)) / cells, "choice_mean": sum(map(sum, choice)) / cells,
             "chance": {"noul": 0.5, "choice": 0.25}}

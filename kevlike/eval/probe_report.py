@@ -149,13 +149,17 @@ def leak_table(r: dict) -> str:
 
 
 def needle_table(r: dict) -> str:
-    """The needle grid: one row per length, one ``yes/no · choice`` cell per depth."""
-    head = "| state tokens (built) | " + " | ".join(f"depth {int(round(d * 100))} %" for d in r["depths"]) + " |"
-    lines = [head, "|---" * (len(r["depths"]) + 1) + "|"]
+    """The needle grid: one row per length, one ``yes/no · choice`` cell per depth, and the mean P(true) of the
+    two yes/no questions (equal values: the yes/no answer does not read the fact)."""
+    diag = "p_true_yes" in r                                  # absent from runs before the field existed
+    head = ("| state tokens (built) | " + " | ".join(f"depth {int(round(d * 100))} %" for d in r["depths"])
+            + (" | mean P(true): true city · distractor |" if diag else " |"))
+    lines = [head, "|---" * (len(r["depths"]) + 1 + diag) + "|"]
     for i, length in enumerate(r["lengths"]):
         cells = " | ".join(f"{r['noul_accuracy'][i][j]:.2f} · {r['choice_accuracy'][i][j]:.2f}"
                            for j in range(len(r["depths"])))
-        lines.append(f"| {length} ({r['tokens_mean'][i]:.0f}) | {cells} |")
+        extra = f" {r['p_true_yes'][i]:.2f} · {r['p_true_no'][i]:.2f} |" if diag else ""
+        lines.append(f"| {length} ({r['tokens_mean'][i]:.0f}) | {cells} |{extra}")
     return "\n".join(lines)
 
 
