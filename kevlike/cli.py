@@ -9,7 +9,7 @@
     kevlike eval --model DIR           held-out metrics of a decision model (writes a run directory)
     kevlike calibrate DIR              fit temperatures on validation data, write calibration.json
     kevlike recalibrate --db URL       fit a calibration profile on the outcomes a server recorded
-    kevlike probes                     structural probes (permutation, option addition, ...) as JSON
+    kevlike probes                     structural probes, leak and needle (writes a run directory)
     kevlike parity REQUEST.json ...    packed vs separate answers of real requests
     kevlike loadtest --spawn|--url     requests per second and latency under concurrent clients
     kevlike fuzz [--n 10000]           hostile requests against a server: no 5xx, documented error shapes
@@ -47,7 +47,7 @@ MAX_OPTIONS_CAP = 100_000
 """The largest ``--max-options`` accepted (an extension of Jev's 255; DESIGN §5 "Set mode")."""
 
 PROBE_NAMES = ("packed_vs_separate", "permutation", "option_addition", "none_of_the_above", "isolation", "forgery",
-               "threshold_economics")
+               "threshold_economics", "leak", "needle")
 """``kevlike.eval.probes.PROBES``, repeated for ``kevlike probes --help`` (a test keeps the two equal)."""
 
 QUANTIZE_CHOICES = ("none", "auto", "int8")
@@ -830,14 +830,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no fit summary on stderr")
     r.set_defaults(func=_cmd_recalibrate)
 
-    pr = command("probes", "structural probes of a model (packed vs separate, option order, option addition, "
-                           "none of the above, branch isolation, delimiter forgery, threshold economics), printed "
-                           "as JSON")
+    pr = command("probes", "probes of a model (packed vs separate, option order, option addition, none of the above, "
+                           "branch isolation, delimiter forgery, threshold economics, naive-packing leak, needle in a "
+                           "long state), each with its target from the design and a verdict; writes a run directory "
+                           "(probes.json, report.md, plots)")
     pr.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
-    pr.add_argument("--url", default=None, help="a Jev-compatible server instead of a local model (default: local)")
-    pr.add_argument("--n", type=int, default=40, help="held-out questions per probe")
+    pr.add_argument("--url", default=None, help="a Jev-compatible server instead of a local model (default: local; "
+                                                "packed vs separate, forgery, leak and needle need a local model)")
+    pr.add_argument("--n", type=int, default=40,
+                    help="sample size of every probe: questions, trials or requests (needle: states in all)")
+    pr.add_argument("--seed", type=int, default=0, help="seed of every sampled question, order and needle state")
+    pr.add_argument("--needle-max-tokens", type=int, default=1024, metavar="TOKENS",
+                    help="longest needle state: 256, 512, ... doubling up to this (at most the backbone's branch "
+                         "limit minus 64: 8,128 for SmolLM2)")
+    pr.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
     option_reading(pr, note="; local models only")
     pr.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBE_NAMES)} (default: all)")
+    pr.add_argument("--out", default=None, help="the run directory (default: runs/probes-YYYYmmdd-HHMMSS)")
     pr.set_defaults(func=_tool("eval.probes"))
 
     pa = command("parity", "answer request files packed and separately and print the largest probability difference")

@@ -24,7 +24,7 @@ from kevlike.eval.generalization import (
     report_tables, with_halves
 )
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
-from kevlike.eval.probes import run_probes
+from kevlike.eval.probes import STRUCTURAL, run_probes
 from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import N_BINS, ece, records_from_logits, summarize, summary
 from kevlike.model.backbones import resolve_model
@@ -145,7 +145,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     on a suite; returns the run directory.
     ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
     temperatures (e.g. before vs after ``kevlike calibrate``), without a forward pass.
-    ``probes``: also run :func:`kevlike.eval.probes.run_probes` with this ``n`` (0: no probes).
+    ``probes``: also run :func:`kevlike.eval.probes.run_probes` with this ``n`` (0: no probes; the structural
+    probes, not leak and needle: ``kevlike probes`` runs those).
     ``option_orders``: override the model's option orders (:class:`kevlike.model.engine.Engine`; local models).
     ``bigbench``: BIG-bench's source archive for the generalization suites (default: ``$KEVLIKE_HOME``).
     ``quantize``, ``dtype``, ``option_mode``: as :meth:`kevlike.model.engine.Engine.from_pretrained` (local models).
@@ -191,7 +192,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         summary["comparison_protocol"] = comparison_protocol(records)
     if probes:
         t0 = time.perf_counter()
-        summary["probes"] = run_probes(engine, probes, progress=not quiet)
+        summary["probes"] = run_probes(engine, probes, progress=not quiet, only=list(STRUCTURAL))
         timing["probes"] = round(time.perf_counter() - t0, 1)
 
     meta = {"model": engine.name, "suite": suite, "sizes": sizes, "noul_twins": NOUL_TWINS.get(suite, 0),
