@@ -238,10 +238,15 @@ def _cmd_fetch(args) -> int:
 def _cmd_models(args) -> int:
     from kevlike.model.backbones import EMBEDDED, MODELS, is_fetched
 
+    from kevlike.model.modeldir import calibration_fit
+    from kevlike.model.temperatures import bound_hits_text
+
     for m in MODELS.values():
         state = "ready" if is_fetched(m.backbone) else "not fetched"
         readout = "pointer head" if m.artifact else "LM readout"
-        print(f"{m.name}\tbackbone={m.backbone} ({state}), {readout}\t{m.description}")
+        note = bound_hits_text(calibration_fit(m.artifact)) if m.artifact else None
+        print(f"{m.name}\tbackbone={m.backbone} ({state}), {readout}\t{m.description}"
+              + (f"\t[{note}]" if note else ""))
     for b in EMBEDDED.values():
         if b.name in MODELS:
             continue
