@@ -6,7 +6,7 @@
     kevlike serve [--port 8000]        Jev-compatible HTTP server (POST /v1/systemone)
     kevlike bench                      time packed vs separate vs batched forward passes
     kevlike train CONFIG.yaml [k=v]    train a decision model (LoRA + pointer head); --resume RUN_DIR
-    kevlike eval --model DIR           held-out metrics of a decision model (writes a run directory)
+    kevlike eval --model DIR           held-out metrics of a model beside chance, majority and LM-readout baselines
     kevlike calibrate DIR              fit temperatures on validation data, write calibration.json
     kevlike recalibrate --db URL       fit a calibration profile on the outcomes a server recorded
     kevlike probes                     structural probes (permutation, option addition, ...) as JSON
@@ -442,7 +442,8 @@ def _cmd_eval(args) -> int:
     try:
         run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
                   url=args.url, probes=args.probes, option_orders=args.option_orders, bigbench=args.bigbench,
-                  quantize=args.quantize, option_mode=args.option_mode, dtype=args.dtype, half=args.half)
+                  quantize=args.quantize, option_mode=args.option_mode, dtype=args.dtype, half=args.half,
+                  lm_baseline=args.lm_baseline)
     except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
         return _fail(str(e))
     except SetupError as e:
@@ -727,7 +728,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_cmd_train)
 
     e = command("eval", "held-out metrics on official test splits (writes a run directory)")
-    e.add_argument("--model", default=None, help="decision-model directory or name (default: kevlike-default)")
+    e.add_argument("--model", default=None,
+                   help="decision-model directory or name, or a bare backbone (e.g. smollm2-135m-instruct), which is "
+                        "evaluated with its training-free LM readout (default: kevlike-default)")
+    e.add_argument("--no-lm-baseline", dest="lm_baseline", action="store_false",
+                   help="leave out the LM-readout baseline row (a second pass of the bare backbone over the same "
+                        "items); chance and majority rows are always reported (default: the row is reported)")
     e.add_argument("--suite", default="heldout",
                    help="heldout (the default), calibration (>= 1,000 questions per type), quick, full, or "
                         "generalization: unseen wordings, unseen sources, BIG-bench, contrast pairs and coherence "
