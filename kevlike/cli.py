@@ -13,6 +13,8 @@
     kevlike parity REQUEST.json ...    packed vs separate answers of real requests
     kevlike loadtest --spawn|--url     requests per second and latency under concurrent clients
     kevlike fuzz [--n 10000]           hostile requests against a server: no 5xx, documented error shapes
+    kevlike gpu-check                  the GPU path in one call: flex == sdpa, flex training gradients, a short
+                                       training run, benchmark and load-test rows (needs a CUDA GPU)
 
 Exit codes:
     0  ok; serve: stopped by SIGTERM or Ctrl-C after answering the requests in flight
@@ -860,6 +862,19 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument("--no-progress", action="store_true", help="no progress bar")
     fz.add_argument("--show", type=int, default=None, metavar="I", help="print request I of --seed and exit (default: run the fuzz)")
     fz.set_defaults(func=_tool("eval.fuzz"))
+
+    g = command("gpu-check", "check the GPU path in one call, about ten minutes on one GPU: flex == sdpa answers of the "
+                             "real model, flex == sdpa training gradients on a tiny model, a short training run of the "
+                             "default recipe, benchmark and load-test rows (exit 1 without a CUDA GPU)")
+    g.add_argument("--out", default="runs/gpu-check", help="folder for gpu_check.json, report.md and the step outputs")
+    g.add_argument("--model", default=None, help="model of the parity, benchmark and load-test steps "
+                                                 "(default: kevlike-default)")
+    g.add_argument("--only", default=None,
+                   help="comma-separated steps to run, of: forward_parity, gradient_parity, train, bench, loadtest "
+                        "(default: all, in that order)")
+    g.add_argument("--budget", type=float, default=570.0,
+                   help="seconds after which no further step starts (the steps already run are reported)")
+    g.set_defaults(func=_tool("eval.gpu_check"))
     return p
 
 
