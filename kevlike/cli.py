@@ -6,13 +6,15 @@
     kevlike serve [--port 8000]        Jev-compatible HTTP server (POST /v1/systemone)
     kevlike bench                      time packed vs separate vs batched forward passes
     kevlike train CONFIG.yaml [k=v]    train a decision model (LoRA + pointer head); --resume RUN_DIR
-    kevlike eval --model DIR           held-out metrics of a decision model (writes a run directory)
+    kevlike eval --model DIR           held-out metrics of a model beside chance, majority and LM-readout baselines
     kevlike calibrate DIR              fit temperatures on validation data, write calibration.json
     kevlike recalibrate --db URL       fit a calibration profile on the outcomes a server recorded
     kevlike probes                     structural probes, leak and needle (writes a run directory)
     kevlike parity REQUEST.json ...    packed vs separate answers of real requests
     kevlike loadtest --spawn|--url     requests per second and latency under concurrent clients
     kevlike fuzz [--n 10000]           hostile requests against a server: no 5xx, documented error shapes
+    kevlike gpu-check                  the GPU path in one call: flex == sdpa, flex training gradients, a short
+                                       training run, benchmark and load-test rows (needs a CUDA GPU)
 
 Exit codes:
     0  ok; serve: stopped by SIGTERM or Ctrl-C after answering the requests in flight
@@ -248,7 +250,8 @@ def _cmd_fetch(args) -> int:
 def _cmd_models(args) -> int:
     from kevlike.model.backbones import EMBEDDED, MODELS, is_fetched
 
-    from kevlike.model.modeldir import ABSTAIN, ModelDir
+    from kevlike.model.modeldir import ABSTAIN, ModelDir, calibration_fit
+    from kevlike.model.temperatures import bound_hits_text
 
     for m in MODELS.values():
         state = "ready" if is_fetched(m.backbone) else "not fetched"
@@ -256,7 +259,9 @@ def _cmd_models(args) -> int:
         if m.artifact and ModelDir.holds_one(m.artifact):
             has = ABSTAIN in ModelDir(m.artifact).capabilities()
             readout += ", x_abstain" if has else ", no x_abstain"
-        print(f"{m.name}\tbackbone={m.backbone} ({state}), {readout}\t{m.description}")
+        note = bound_hits_text(calibration_fit(m.artifact)) if m.artifact else None
+        print(f"{m.name}\tbackbone={m.backbone} ({state}), {readout}\t{m.description}"
+              + (f"\t[{note}]" if note else ""))
     for b in EMBEDDED.values():
         if b.name in MODELS:
             continue
@@ -455,7 +460,8 @@ def _cmd_eval(args) -> int:
     try:
         run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
                   url=args.url, probes=args.probes, option_orders=args.option_orders, bigbench=args.bigbench,
-                  quantize=args.quantize, option_mode=args.option_mode, dtype=args.dtype, half=args.half)
+                  quantize=args.quantize, option_mode=args.option_mode, dtype=args.dtype, half=args.half,
+                  lm_baseline=args.lm_baseline)
     except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
         return _fail(str(e))
     except SetupError as e:
@@ -749,7 +755,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_cmd_train)
 
     e = command("eval", "held-out metrics on official test splits (writes a run directory)")
-    e.add_argument("--model", default=None, help="decision-model directory or name (default: kevlike-default)")
+    e.add_argument("--model", default=None,
+                   help="decision-model directory or name, or a bare backbone (e.g. smollm2-135m-instruct), which is "
+                        "evaluated with its training-free LM readout (default: kevlike-default)")
+    e.add_argument("--no-lm-baseline", dest="lm_baseline", action="store_false",
+                   help="leave out the LM-readout baseline row (a second pass of the bare backbone over the same "
+                        "items); chance and majority rows are always reported (default: the row is reported)")
     e.add_argument("--suite", default="heldout",
                    help="heldout (the default), calibration (>= 1,000 questions per type), quick, full, or "
                         "generalization: unseen wordings, unseen sources, BIG-bench, contrast pairs and coherence "
@@ -885,6 +896,19 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument("--no-progress", action="store_true", help="no progress bar")
     fz.add_argument("--show", type=int, default=None, metavar="I", help="print request I of --seed and exit (default: run the fuzz)")
     fz.set_defaults(func=_tool("eval.fuzz"))
+
+    g = command("gpu-check", "check the GPU path in one call, about ten minutes on one GPU: flex == sdpa answers of the "
+                             "real model, flex == sdpa training gradients on a tiny model, a short training run of the "
+                             "default recipe, benchmark and load-test rows (exit 1 without a CUDA GPU)")
+    g.add_argument("--out", default="runs/gpu-check", help="folder for gpu_check.json, report.md and the step outputs")
+    g.add_argument("--model", default=None, help="model of the parity, benchmark and load-test steps "
+                                                 "(default: kevlike-default)")
+    g.add_argument("--only", default=None,
+                   help="comma-separated steps to run, of: forward_parity, gradient_parity, train, bench, loadtest "
+                        "(default: all, in that order)")
+    g.add_argument("--budget", type=float, default=570.0,
+                   help="seconds after which no further step starts (the steps already run are reported)")
+    g.set_defaults(func=_tool("eval.gpu_check"))
     return p
 
 

@@ -139,3 +139,77 @@ def test_calibrate_from_records_reports_accuracy_and_stores_option_orders(tmp_pa
     assert json.loads((art / "kevlike.json").read_text())["option_orders"] == 2
     with pytest.raises(ValueError, match="option-orders must be >= 0"):
         calibrate_artifact(art, records_path=records, quiet=True, option_orders=-1)
+
+
+def _bound_records():
+    """Three types built to end on a bound or not (hand-checkable NLL curves, DESIGN §9):
+
+    * noul: 240 answers right by a margin of 1 and 10 wrong by 1e-9 — NLL(T) = (240 log(1 + e^{-1/T}) +
+      10 log(1 + e^{1e-9/T})) / 250 keeps falling as T shrinks (slope of the right ones ~240 e^{-1/T}/T², of
+      the errors ~5e-9/T²): the lower bound;
+    * score: logits unrelated to the gold, ±2 with the gold on either side half the time — NLL(T) =
+      (log(1 + e^{-2/T}) + log(1 + e^{2/T})) / 2 falls towards log 2 as T grows: the upper bound;
+    * choice: calibrated at T = 2.5 by construction: an interior fit, kept."""
+    recs = [{"type": "noul", "logits": [1.0, 0.0], "gold": 0}] * 240
+    recs += [{"type": "noul", "logits": [1e-9, 0.0], "gold": 1}] * 10
+    recs += [{"type": "score", "logits": [2.0, 0.0, -2.0], "gold": g} for g in (0, 2) * 150]
+    torch.manual_seed(0)
+    for _ in range(400):
+        z = torch.randn(4) * 4
+        recs.append({"type": "choice", "logits": z.tolist(), "gold": int(torch.multinomial(torch.softmax(z / 2.5, -1), 1))})
+    return recs
+
+
+def test_a_fit_on_the_search_bound_is_flagged_and_falls_back():
+    from kevlike.model.temperatures import T_MAX, T_MIN, at_bound, bound_hits_text
+
+    recs = _bound_records()
+    noul = [r for r in recs if r["type"] == "noul"]
+    assert fit_temperature([r["logits"] for r in noul], [r["gold"] for r in noul]) == pytest.approx(T_MIN, rel=1e-3)
+    table, report = fit_table(recs)
+    # both bound hits fall back as a too-small type does (T = 1 without a base); the interior fit is kept
+    assert "noul" not in table.by_type and ("noul", "2") not in table.by_bucket
+    assert "score" not in table.by_type and ("score", "3-5") not in table.by_bucket
+    assert table.lookup("noul", 2) == 1.0 and table.lookup("score", 3) == 1.0
+    assert table.by_type["choice"] == pytest.approx(2.5, rel=0.15)
+    assert report["bounds"] == [T_MIN, T_MAX]
+    assert sorted(report["bound_hits"]) == ["noul", "noul/2", "score", "score/3-5"]
+    assert report["types"]["noul"]["bound"] == "lower" and report["types"]["score"]["bound"] == "upper"
+    assert report["types"]["noul"]["fitted_at_bound"] == pytest.approx(0.05, rel=1e-3)
+    assert report["types"]["score"]["fitted_at_bound"] == pytest.approx(20.0, rel=1e-3)
+    assert report["types"]["noul"]["fallback"].startswith("T = 1 (fit hit the lower search bound (T = 0.05")
+    assert "not enough information" in report["buckets"]["score/3-5"]["fallback"]
+    assert "bound" not in report["types"]["choice"]
+    assert bound_hits_text(report) == ("temperature at a search bound, fell back: noul (lower), score (upper), "
+                                       "noul/2 (lower), score/3-5 (upper)")
+    assert bound_hits_text({"bound_hits": [], "types": {}}) is None and bound_hits_text(None) is None
+    assert at_bound(0.0502) is None and at_bound(19.9) is None and at_bound(1.0) is None
+    assert at_bound(0.05) == "lower" and at_bound(19.99) == "upper"    # within 0.1 % of the bound
+    # with a base (a calibration profile), a bound hit keeps the model's own temperature
+    base = TemperatureTable(by_type={"noul": 0.8, "score": 1.3})
+    table, report = fit_table(recs, base=base)
+    assert table.lookup("noul", 2) == 0.8 and table.lookup("score", 3) == 1.3
+    assert report["types"]["score"]["fallback"].startswith("the model's own temperatures (fit hit the upper")
+
+
+def test_the_calibration_file_and_kevlike_models_carry_the_bound_flag(tmp_path, capsys, monkeypatch):
+    import json
+
+    from kevlike import cli
+    from kevlike.model import backbones
+    from kevlike.model.modeldir import ModelDir, calibration_fit, save_calibration
+
+    table, report = fit_table(_bound_records())
+    (tmp_path / ModelDir.MANIFEST).write_text("{}")
+    save_calibration(tmp_path, table, report)
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    assert stored["fit"]["bound_hits"] == report["bound_hits"]
+    assert stored["fit"]["types"]["score"]["bound"] == "upper"
+    assert calibration_fit(tmp_path)["bound_hits"] == report["bound_hits"]
+    entry = backbones.ModelEntry(name="bound-test", backbone="smollm2-135m-instruct", description="d",
+                                 release_date="2026-01-01", artifact=str(tmp_path))
+    monkeypatch.setattr(backbones, "MODELS", {"bound-test": entry})
+    assert cli.main(["models"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("bound-test"))
+    assert line.endswith("[temperature at a search bound, fell back: noul (lower), score (upper), noul/2 (lower), "
+                         "score/3-5 (upper)]")

@@ -41,6 +41,7 @@ from torch._dynamo.utils import counters
 
 from kevlike.model.engine import Engine
 from kevlike.model.heads import PointerHead
+from kevlike.model.kernels import share_backends
 from kevlike.model.state_cache import StateCache, cached_branch_logits
 from kevlike.request.encode import EncodedRequest
 from kevlike.request.schema import validate_request
@@ -310,6 +311,8 @@ def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_
     eng.dtype, eng.dtype_reason = label, reason
     if compare is None:
         compare = ["sdpa"] if eng.backend == "kevlike_packed" else []
+    if any(b != eng.backend for b in compare):
+        share_backends(eng.model)   # the engines below share the model; on CUDA it is set to flex_attention
     others = {b.replace("flex_attention", "flex"): type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head,
                                                              backend=b, option_mode=mode)
               for b in compare if b != eng.backend}

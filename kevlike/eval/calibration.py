@@ -18,7 +18,7 @@ from kevlike.data.tasks import TASKS, eval_examples
 from kevlike.metrics import choice_records, records_from_logits
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import ModelDir, load_temperatures, save_calibration
-from kevlike.model.temperatures import MIN_BUCKET, TemperatureTable, fit_table
+from kevlike.model.temperatures import MIN_BUCKET, TemperatureTable, bound_hits_text, fit_table
 
 
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
@@ -95,8 +95,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     table, report = fit_table(records, min_count if min_count is not None else MIN_BUCKET,
                               f"fitted on validation splits ({counts})")
     if not table.by_type and not table.by_bucket:
-        table = TemperatureTable(source=f"T = 1 everywhere: no type had enough validation questions with errors "
-                                        f"to fit ({counts})")
+        table = TemperatureTable(source=f"T = 1 everywhere: no type could be fitted (too few validation questions "
+                                        f"with errors, or a fit at a search bound) ({counts})")
     fitted = {r["type"] for r in records}
     if model_dir.calibration_path.is_file():  # keep the temperatures of types not fitted in this call
 
@@ -122,4 +122,6 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
                   + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e else f" ({e['fallback']})"))
         for b, e in report["buckets"].items():
             print(f"  {b}: n={e['n']} " + (f"T={e['temperature']:.3f}" if "temperature" in e else e["fallback"]))
+        if (note := bound_hits_text(report)) is not None:
+            print(f"warning: {note}", file=sys.stderr)
     return report

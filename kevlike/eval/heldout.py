@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 
 from kevlike.data.tasks import eval_examples
+from kevlike.eval.baselines import baseline_section, compare
 from kevlike.eval.generalization import (
-    CONTRAST_SPLITS, HALVES, contrast_pairs, generalization_sets, generalization_summary, half_key, half_of,
+    CONTRAST_SPLITS, HALVES, contrast_pairs, counted, generalization_sets, generalization_summary, half_key, half_of,
     report_tables, with_halves
 )
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
@@ -29,7 +30,7 @@ from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import N_BINS, ece, records_from_logits, summarize, summary
 from kevlike.model.backbones import resolve_model
 from kevlike.model.engine import Engine
-from kevlike.model.modeldir import load_temperatures
+from kevlike.model.modeldir import ModelDir, load_temperatures
 from kevlike.model.temperatures import TemperatureTable, fit_table
 from kevlike.runs import git_commit, machine
 
@@ -140,7 +141,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
               batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
               url: str | None = None, probes: int = 0, option_orders: int | None = None,
               bigbench: str | Path | None = None, quantize: str | None = "none", dtype: str = "auto",
-              option_mode: str | None = None, half: str | None = None) -> Path:
+              option_mode: str | None = None, half: str | None = None, lm_baseline: bool = True,
+              lm_engine=None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
     ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
@@ -151,9 +153,13 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     ``bigbench``: BIG-bench's source archive for the generalization suites (default: ``$KEVLIKE_HOME``).
     ``quantize``, ``dtype``, ``option_mode``: as :meth:`kevlike.model.engine.Engine.from_pretrained` (local models).
     ``half``: generalization suites only — answer only the items of this half (``validation`` or ``test``).
+    ``model`` may be a bare backbone (its training-free LM readout is then the model evaluated).
+    Every report carries the baselines of :mod:`kevlike.eval.baselines` on the same items (chance, majority and,
+    with ``lm_baseline``, the backbone's LM readout: a second pass of the bare backbone, ``lm_engine`` or loaded
+    from the model's manifest; not with ``url``).
 
     Raises:
-        ValueError: unknown suite, an option mode the model was not trained for, or a model without a trained pointer head.
+        ValueError: unknown suite, or an option mode the model was not trained for.
         kevlike.eval.remote.RemoteError: ``url`` unreachable or answering errors.
         kevlike.model.backbones.ModelNotFoundError: unknown model.
         kevlike.data.sources.DataUnavailableError: a data package is missing.
@@ -170,22 +176,25 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     if engine is None:
         engine = Engine.from_pretrained(model, option_orders=option_orders, quantize=quantize,
                                         dtype=dtype, option_mode=option_mode)
-    if engine.readout.name == "lm":
-        raise ValueError(f"model {engine.name!r} has no trained pointer head; evaluate a decision model")
+    lm = _LMBaseline(engine, url, lm_baseline, lm_engine, dtype, quantize)
     if suite in GENERALIZATION_SUITES:
-        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench, half)
+        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench, half, lm)
     sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
     run_dir = Path(out) / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
-    records, timing = [], {}
+    records, timing, lm_records = [], {}, []
     for name, size in sizes.items():
         examples = eval_examples(name, "test", size, seed=0, noul_twins=NOUL_TWINS.get(suite, 0))
         t0 = time.perf_counter()
         if not quiet:
             print(f"{name}: {len(examples)} test requests", file=sys.stderr)
-        records.extend(records_from_logits(engine, examples, batch_size, progress=not quiet))
+        recs = records_from_logits(engine, examples, batch_size, progress=not quiet)
+        records.extend(recs)
         timing[name] = round(time.perf_counter() - t0, 1)
+        lm_records.extend(lm.records(examples, recs, batch_size, quiet, timing, name))
     summary = summarize(records)
+    summary["baselines"] = compare(records, lm_records if lm.ran else None,
+                                   lambda r: [r["source"], f"type: {r['type']}", "overall"])
     if url is None:  # served probabilities are already calibrated by the server; log p is not a logit
 
         summary["uncalibrated"] = summarize(rescore(records, TemperatureTable()))  # the same logits at T = 1
@@ -200,11 +209,13 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
             "device": str(engine.device), "url": url, "seconds": timing, "temperatures": engine.temperatures.source,
             "option_orders": getattr(engine, "option_orders", None),
             "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
-            "dtype_reason": getattr(engine, "dtype_reason", None)}
+            "dtype_reason": getattr(engine, "dtype_reason", None), "readout": _readout_name(engine),
+            "lm_baseline": lm.note}
     sample_sizes = ", ".join(f"{k}: {v if v is not None else 'all'}" for k, v in sizes.items())
     intro = (f"Test splits, seeded samples ({sample_sizes}); "
              f"probabilities with the model's temperatures ({engine.temperatures.source}); option orders per choice "
-             f"question: {meta['option_orders']}; option mode: {meta['option_mode']}. Commit {meta['git_commit']}; "
+             f"question: {meta['option_orders']}; option mode: {meta['option_mode']}; readout: {meta['readout']}. "
+             f"Commit {meta['git_commit']}; "
              f"{meta['machine']}; seconds per dataset {timing}.")
     return _write_run(run_dir, meta, summary, records, f"# kevlike eval: suite `{suite}`, model `{engine.name}`", intro, quiet)
 
@@ -238,6 +249,8 @@ def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], ti
                "| type | n | ECE T = 1 | ECE fitted | NLL T = 1 | NLL fitted |\n|---|---|---|---|---|---|\n")
         md += "\n".join(f"| {k} | {v['n']} | {v['ece_t1']:.3f} | {v['ece_fitted']:.3f} | {v['nll_t1']:.3f} | "
                          f"{v['nll_fitted']:.3f} |" for k, v in summary["comparison_protocol"].items())
+    if summary.get("baselines"):
+        md += "\n\n" + baseline_section(summary["baselines"], meta.get("lm_baseline"))
     if summary.get("probes"):
         md += "\n\nProbes (DESIGN §12, kevlike/eval/probes.py):\n\n" + probe_table(summary["probes"])
     (run_dir / "report.md").write_text(f"{title}\n\n{intro}\n\n{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
@@ -258,6 +271,12 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
     run_dir = out / f"eval-{old['meta']['suite']}-rescored-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
     summary = summarize(records)
+    if "baselines" in old:   # chance and majority do not depend on temperatures; the LM readout's row is kept
+        sets = ((lambda r: [r["split"]] if counted(r) else []) if old["meta"]["suite"] in GENERALIZATION_SUITES
+                else (lambda r: [r["source"], f"type: {r['type']}", "overall"]))
+        summary["baselines"] = compare(records, None, sets)
+        for name, row in summary["baselines"].items():
+            row["lm_readout"] = (old["baselines"].get(name) or {}).get("lm_readout")
     if old["meta"]["suite"] in GENERALIZATION_SUITES:
         summary["generalization"] = generalization_summary(records, contrast_pairs())
         meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
@@ -281,14 +300,15 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
 
 
 def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size: int, quiet: bool,
-                        url: str | None, bigbench, half: str | None = None) -> Path:
+                        url: str | None, bigbench, half: str | None = None, lm: "_LMBaseline | None" = None) -> Path:
 
     run_dir = out / f"eval-{suite}{'-' + half if half else ''}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
     sets = generalization_sets(quick=suite.endswith("quick"), n=n, bigbench=bigbench)
     if half is not None:
         sets = {split: [e for e in exs if half_of(half_key(split, e)) == half] for split, exs in sets.items()}
-    records, timing = [], {}
+    lm = lm or _LMBaseline(engine, url, False, None, "auto", "none")
+    records, timing, lm_records = [], {}, []
     for split, examples in sets.items():
         t0 = time.perf_counter()
         if not quiet:
@@ -296,9 +316,12 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
         recs = [{**r, "split": split} for r in records_from_logits(engine, examples, batch_size, progress=not quiet)]
         records += with_halves(split, examples, recs)
         timing[split] = round(time.perf_counter() - t0, 1)
+        lm_records += [{**r, "split": split} for r in lm.records(examples, recs, batch_size, quiet, timing, split)]
     pairs = contrast_pairs()
     gen = generalization_summary(records, pairs)
-    summary = {**summarize(records), "generalization": gen}
+    summary = {**summarize(records), "generalization": gen,
+               "baselines": compare(records, lm_records if lm.ran else None,
+                                    lambda r: [r["split"]] if counted(r) else [])}
     if url is None:
         summary["generalization_uncalibrated"] = generalization_summary(rescore(records, TemperatureTable()), pairs,
                                                                         halves=False)
@@ -307,17 +330,20 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
             "device": str(engine.device), "url": url, "seconds": timing,
             "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None),
             "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
-            "dtype_reason": getattr(engine, "dtype_reason", None)}
+            "dtype_reason": getattr(engine, "dtype_reason", None), "readout": _readout_name(engine),
+            "lm_baseline": lm.note}
     (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
     with open(run_dir / "records.jsonl", "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
     plots = reliability_plots([r for r in records if r["split"] not in CONTRAST_SPLITS], run_dir)
     md = report_tables(gen)
+    md += "\n\n## Baselines (both halves)\n\n" + baseline_section(summary["baselines"], lm.note)
     if summary.get("generalization_uncalibrated"):
         md += ("\n\nThe same logits at T = 1 (uncalibrated; both halves):\n\n"
                + report_tables(summary["generalization_uncalibrated"]).split("\n\n| split:source")[0])
-    intro = (f"Requests per split {meta['sizes']}; temperatures {meta['temperatures']}; commit {meta['git_commit']}; "
+    intro = (f"Requests per split {meta['sizes']}; readout: {meta['readout']}; temperatures {meta['temperatures']}; "
+             f"commit {meta['git_commit']}; "
              f"{meta['cpu']}; seconds per split {timing}.")
     (run_dir / "report.md").write_text(f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n{intro}\n\n{md}\n\n"
                                        + "".join(f"![{p}]({p})\n" for p in plots))
@@ -325,3 +351,53 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
         print(md.split("\n\n| split:source")[0])
         print(f"run directory: {run_dir}")
     return run_dir
+
+
+def _readout_name(engine) -> str:
+    name = getattr(getattr(engine, "readout", None), "name", None)
+    return {"pointer": "pointer head", "lm": "LM readout (training-free)"}.get(name, "as served (--url)")
+
+
+class _LMBaseline:
+    """The LM-readout baseline of a run (:mod:`kevlike.eval.baselines`): the bare backbone of the evaluated model,
+    run on each split's examples after the model; ``note`` says which backbone, or why there is none."""
+
+    def __init__(self, engine, url: str | None, wanted: bool, lm_engine=None, dtype: str = "auto",
+                 quantize: str | None = "none"):
+        self.loaded, self.ran = lm_engine, False
+        self.same = getattr(getattr(engine, "readout", None), "name", None) == "lm"
+        self.dtype, self.quantize = dtype, quantize
+        self.artifact = getattr(engine, "artifact_dir", None)
+        self.note = None
+        if self.same:
+            self.note, self.ran = "the evaluated model is itself the LM readout (the same records)", True
+        elif url is not None:
+            self.note = "not run: --url evaluates a served model (no local backbone)"
+        elif not wanted:
+            self.note = "not run (--no-lm-baseline)"
+        elif lm_engine is None and self.artifact is None:
+            self.note = "not run: the model was not loaded from a decision-model directory (its backbone is unknown)"
+        else:
+            self.ran = True
+
+    def records(self, examples: list, model_records: list[dict], batch_size: int, quiet: bool, timing: dict,
+                name: str) -> list[dict]:
+        """The LM readout's records of ``examples`` ([] when it does not run); its seconds go to
+        ``timing["lm_readout:NAME"]``."""
+        if not self.ran:
+            return []
+        if self.same:
+            return model_records
+        if self.loaded is None:
+            backbone = ModelDir(self.artifact).manifest()["backbone"]
+            self.loaded = Engine.from_pretrained(str(resolve_model(backbone).backbone_dir), dtype=self.dtype,
+                                                 quantize=self.quantize)
+            self.loaded.name = backbone
+        if self.note is None:
+            self.note = f"backbone {self.loaded.name} ({getattr(self.loaded, 'dtype', '?')}), no adapter, no head"
+        t0 = time.perf_counter()
+        if not quiet:
+            print(f"{name}: LM-readout baseline", file=sys.stderr)
+        out = records_from_logits(self.loaded, examples, batch_size, progress=not quiet)
+        timing[f"lm_readout:{name}"] = round(time.perf_counter() - t0, 1)
+        return out

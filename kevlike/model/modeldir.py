@@ -202,6 +202,16 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
     return model, head, d.temperatures()
 
 
+def calibration_fit(path: str | Path) -> dict | None:
+    """The fit report stored in a decision-model directory's ``calibration.json`` (its ``fit``: see
+    :func:`kevlike.model.temperatures.fit_table`), or None when the file has none or cannot be read as JSON."""
+    try:
+        fit = json.loads(ModelDir(path).calibration_path.read_text()).get("fit")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return fit if isinstance(fit, dict) else None
+
+
 def load_temperatures(path: str | Path) -> TemperatureTable:
     """The temperature table of a decision-model directory (its ``calibration.json``), or of a
     calibration file itself (a profile, see :func:`profile_path`), checked by :func:`read_temperatures`.

@@ -192,6 +192,28 @@ def with_fallback(fitted: TemperatureTable, base: TemperatureTable, source: str 
 
 T_MIN, T_MAX = 0.05, 20.0
 MIN_BUCKET = 200
+BOUND_TOLERANCE = 1e-3
+"""A fit with ``|log T − log bound| <`` this (about 0.1 % of T) has landed on a search bound (:func:`at_bound`)."""
+
+
+def at_bound(t: float, lo: float = T_MIN, hi: float = T_MAX) -> str | None:
+    """``"lower"`` or ``"upper"`` when a fitted temperature ``t`` lies on the search bound ``lo`` or ``hi``
+    (within :data:`BOUND_TOLERANCE` in log T), else None.
+
+    DESIGN §9 reads a bound hit as "not enough information": the NLL still falls at the edge of the search
+    interval, so the fitted value is where the search stopped, not a minimum. Near-separable logits (errors only
+    by a hair) drive T to the lower bound; logits unrelated to the gold drive it to the upper one (the uniform
+    distribution is the best they allow)."""
+    if abs(math.log(t) - math.log(lo)) < BOUND_TOLERANCE:
+        return "lower"
+    if abs(math.log(t) - math.log(hi)) < BOUND_TOLERANCE:
+        return "upper"
+    return None
+
+
+def _bound_note(side: str, t: float) -> str:
+    bound = T_MIN if side == "lower" else T_MAX
+    return f"fit hit the {side} search bound (T = {bound:g}, fitted {t:.4g}): not enough information"
 
 
 def nll_at(logits: list, golds: list[int], t: float) -> float:
@@ -259,10 +281,15 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     the ``x_abstain`` capability): fitted when at least ``min_count`` of them are there, with both "cannot tell"
     (``"cannot_tell": true``) and answerable ones. "Cannot tell" records take no part in the option fits.
 
-    Fallbacks, recorded in the returned report: a bucket with fewer than ``min_count`` questions or
-    no errors gets no entry (its type's temperature applies); a type with fewer than ``min_count``
-    questions or no errors gets none either: then ``base``'s temperatures apply (:func:`with_fallback`;
-    a calibration profile passes the model's own), or T = 1 without a ``base``.
+    Fallbacks, recorded in the returned report: a bucket with fewer than ``min_count`` questions,
+    no errors, or a fit that lands on a search bound (:func:`at_bound`) gets no entry (its type's temperature
+    applies); a type in one of those cases gets none either: then ``base``'s temperatures apply
+    (:func:`with_fallback`; a calibration profile passes the model's own), or T = 1 without a ``base``.
+
+    The report: ``{"min_count", "bounds": [T_MIN, T_MAX], "bound_hits": ["TYPE" or "TYPE/BUCKET", ...],
+    "types": {type: entry}, "buckets": {"TYPE/BUCKET": entry}}``; an entry has ``n``, ``errors`` and either
+    ``temperature`` or ``fallback`` (why, in words); a bound hit adds ``bound`` (``"lower"``/``"upper"``) and
+    ``fitted_at_bound`` (the value the search stopped at, not served).
     """
 
     abst = [r for r in records if r.get("abstain_logit") is not None]
@@ -275,28 +302,43 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     def errors(rs):
         return sum(1 for r in rs if max(range(len(r["logits"])), key=lambda k: r["logits"][k]) != r["gold"])
 
-    by_type, by_bucket, report = {}, {}, {"min_count": min_count, "types": {}, "buckets": {}}
+    by_type, by_bucket = {}, {}
+    report = {"min_count": min_count, "bounds": [T_MIN, T_MAX], "bound_hits": [], "types": {}, "buckets": {}}
     for t, rs in sorted(types.items()):
         z, g = [r["logits"] for r in rs], [r["gold"] for r in rs]
         entry = {"n": len(rs), "errors": errors(rs), "nll_t1": nll_at(z, g, 1.0)}
+        why = "too few questions or no errors"
         if len(rs) >= min_count and entry["errors"]:
-            by_type[t] = fit_temperature(z, g)
-            entry.update(temperature=by_type[t], nll_fitted=nll_at(z, g, by_type[t]))
-        elif base is not None:
-            entry["fallback"] = "the model's own temperatures (too few questions or no errors)"
-        else:
-            entry["fallback"] = "T = 1 (too few questions or no errors)"
+            fitted = fit_temperature(z, g)
+            side = at_bound(fitted)
+            if side is None:
+                by_type[t] = fitted
+                entry.update(temperature=fitted, nll_fitted=nll_at(z, g, fitted))
+            else:
+                why = _bound_note(side, fitted)
+                entry.update(bound=side, fitted_at_bound=fitted)
+                report["bound_hits"].append(t)
+        if "temperature" not in entry:
+            entry["fallback"] = f"the model's own temperatures ({why})" if base is not None else f"T = 1 ({why})"
         report["types"][t] = entry
     for (t, b), rs in sorted(groups.items()):
         z, g = [r["logits"] for r in rs], [r["gold"] for r in rs]
         entry = {"n": len(rs), "errors": errors(rs)}
         if len(rs) >= min_count and entry["errors"]:
-            by_bucket[(t, b)] = fit_temperature(z, g)
-            entry["temperature"] = by_bucket[(t, b)]
-        else:
+            fitted = fit_temperature(z, g)
+            side = at_bound(fitted)
+            if side is None:
+                by_bucket[(t, b)] = fitted
+                entry["temperature"] = fitted
+            else:
+                entry.update(bound=side, fitted_at_bound=fitted)
+                report["bound_hits"].append(f"{t}/{b}")
+        if "temperature" not in entry:
             entry["fallback"] = (f"type {t}'s temperature" if t in by_type else
                                  f"the model's own temperature (T = {base.lookup(t, _bucket_k(b)):.3g})"
                                  if base is not None else "T = 1")
+            if "bound" in entry:
+                entry["fallback"] += f" ({_bound_note(entry['bound'], entry['fitted_at_bound'])})"
         report["buckets"][f"{t}/{b}"] = entry
     if abst:
         a, y = [r["abstain_logit"] for r in abst], [bool(r.get("cannot_tell")) for r in abst]
@@ -310,6 +352,19 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
         report["types"]["abstain"] = entry
     table = TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source)
     return (table if base is None else with_fallback(table, base)), report
+
+
+def bound_hits_text(report: dict | None) -> str | None:
+    """One line naming the fits of a :func:`fit_table` report (or a calibration file's ``fit``) that landed on a
+    search bound and fell back, e.g. ``temperature at a search bound, fell back: noul (upper), choice/3-5
+    (lower)``; None when there are none (or no report)."""
+    if not isinstance(report, dict):
+        return None
+    hits = []
+    for key in report.get("bound_hits") or ():
+        entry = (report.get("buckets") if "/" in key else report.get("types") or {}).get(key) or {}
+        hits.append(f"{key} ({entry.get('bound', '?')})")
+    return f"temperature at a search bound, fell back: {', '.join(hits)}" if hits else None
 
 
 def _bucket_k(label: str) -> int:

@@ -27,6 +27,10 @@ DEFAULTS: dict = {
     "device": None,                        # None: what accelerate picks (cuda if present, else cpu)
     "mixed_precision": "auto",             # "auto" | "no" | "bf16": auto = bf16 autocast on CUDA and on CPUs with
                                            # bf16 matrix units (AMX, AVX512-BF16), fp32 elsewhere (resolve_precision)
+    "attention": "auto",                   # "auto" | "sdpa" | "flex_attention": the attention kernel of training and
+                                           # validation; auto = flex_attention with a BlockMask on CUDA (fully masked
+                                           # tiles skipped), sdpa with the dense [B, 1, L, L] mask elsewhere
+                                           # (resolve_attention; flex has no backward on the CPU)
     "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": LORA_TARGETS},
     "head": {"d_head": None,               # None: the backbone's hidden size
              "scale_init": True,           # a fresh head (no init_from) divided by RMS of the final norm weight
@@ -163,6 +167,7 @@ RULES: dict[str, Rule] = {
     "output_dir": Rule("str"),
     "device": Rule("str", null=True),
     "mixed_precision": Rule("choice", choices=("auto", "no", "bf16")),
+    "attention": Rule("choice", choices=("auto", "sdpa", "flex_attention")),
     "lora.r": _int(1),
     "lora.alpha": _num(0, lo_open=True),
     "lora.dropout": _num(0, 1, hi_open=True),
@@ -345,3 +350,27 @@ def resolve_precision(setting: str, cuda: bool, cpuinfo: str | None = None) -> t
     if units:
         return "bf16", f"auto: CPU has {', '.join(units)}"
     return "no", "auto: CPU has no bf16 matrix units (no amx_bf16/avx512_bf16 flag): fp32"
+
+
+def resolve_attention(setting: str, device: str, phase: str = "full") -> tuple[str, str]:
+    """``(backend, reason)`` for an ``attention`` setting on a training ``device`` (``"cuda"``, ``"cuda:0"``,
+    ``"cpu"``, ...): ``auto`` picks ``flex_attention`` on CUDA — the same ``mask_mod`` as serving, as a
+    ``BlockMask`` (:func:`kevlike.model.kernels.masks.block_mask`), so fully masked tiles are skipped and no
+    ``[B, 1, L, L]`` mask is built — and ``sdpa`` with the dense mask elsewhere.
+
+    Raises:
+        ConfigError: ``flex_attention`` with ``phase: full`` on a device where FlexAttention has no backward
+            (:func:`kevlike.model.kernels.flex_backward_error`, measured: the CPU with torch 2.13). ``phase: head``
+            runs the backbone without autograd, so flex works there — for checks (tests, ``kevlike gpu-check``):
+            transformers compiles flex, and torch 2.13's CPU kernel failed on a recompile for a second length with
+            dynamic shapes (index out of bounds), so a CPU run over many lengths is not supported.
+    """
+    from kevlike.model.kernels import flex_backward_error
+
+    cuda = str(device).startswith("cuda")
+    if setting == "auto":
+        return ("flex_attention", "auto: CUDA device") if cuda else ("sdpa", f"auto: {device} (dense mask)")
+    if setting == "flex_attention" and phase != "head" and (err := flex_backward_error(device)) is not None:
+        raise ConfigError(f"attention: flex_attention cannot train on {device}: {err}; use attention=sdpa or auto, "
+                          f"or phase=head (no backward through the backbone)")
+    return setting, f"set in the config ({setting})"

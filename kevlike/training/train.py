@@ -50,7 +50,7 @@ from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
 from kevlike.request.schema import validate_request
 from kevlike.runs import git_commit, set_seed
-from kevlike.training.config import load_config, resolve_precision
+from kevlike.training.config import load_config, resolve_attention, resolve_precision
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
 
 # text whose mean token embedding initialises each delimiter row (a frozen backbone then reads the
@@ -87,12 +87,19 @@ class DecisionModel(nn.Module):
 
 
 def build_model(cfg: dict, device: str | None = None):
-    """Backbone + tokenizer with delimiters, LoRA and head. Returns ``(DecisionModel, tokenizer, resolved)``."""
+    """Backbone + tokenizer with delimiters, LoRA and head. Returns ``(DecisionModel, tokenizer, resolved)``; the
+    model's attention backend is :func:`kevlike.training.config.resolve_attention`'s for ``cfg["attention"]`` on
+    ``device`` (flex_attention on CUDA by default, sdpa elsewhere).
+
+    Raises:
+        kevlike.training.config.ConfigError: ``attention: flex_attention`` off CUDA with ``phase: full``.
+        ValueError: the backbone is a decision model, or ``init_from`` does not match the config."""
 
     resolved = resolve_model(cfg["backbone"])
     if resolved.artifact_dir is not None:
         raise ValueError(f"backbone {cfg['backbone']!r} is a decision model; train from a backbone")
-    model, tok = load_backbone(resolved.backbone_dir, "float32", "sdpa", device or "cpu")
+    backend, _ = resolve_attention(cfg.get("attention", "auto"), device or "cpu", cfg.get("phase", "full"))
+    model, tok = load_backbone(resolved.backbone_dir, "float32", backend, device or "cpu")
     enc = Encoder(tok)
     ensure_embedding_rows(model, len(tok))
     emb = model.get_input_embeddings().weight
@@ -139,7 +146,7 @@ def build_model(cfg: dict, device: str | None = None):
     if cfg.get("phase") == "abstain":   # the none key alone: the option logits stay those of init_from
         head.w_q.weight.requires_grad_(False)
         head.w_k.weight.requires_grad_(False)
-    return DecisionModel(lm, head, head_only=head_only), tok, resolved
+    return DecisionModel(lm, head, backend=backend, head_only=head_only), tok, resolved
 
 
 @torch.no_grad()
@@ -412,12 +419,17 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     set_seed(cfg["seed"])
     if not quiet and accelerator.is_main_process:
         print(f"precision: {'bf16 autocast' if precision == 'bf16' else 'fp32'} ({precision_reason})", file=sys.stderr)
+    attention, attention_reason = resolve_attention(cfg.get("attention", "auto"), str(accelerator.device),
+                                                    cfg.get("phase", "full"))
+    if not quiet and accelerator.is_main_process:
+        print(f"attention: {attention} ({attention_reason})", file=sys.stderr)
     model, tok, resolved = build_model(cfg, str(accelerator.device))
     if not resume and accelerator.is_main_process:
         (run_dir / "meta.json").write_text(json.dumps({
             "seed": cfg["seed"], "git_commit": git_commit(), "started": datetime.now(timezone.utc).isoformat(),
             "backbone_dir": str(resolved.backbone_dir), "device": str(accelerator.device),
             "precision": precision, "precision_reason": precision_reason,
+            "attention": attention, "attention_reason": attention_reason,
             "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
                         "torch_threads": torch.get_num_threads(),
                         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
@@ -456,9 +468,11 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             metrics_f.write(json.dumps(row) + "\n")
             metrics_f.flush()
 
-    engine = Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend="sdpa")
-    set_engine = (Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend="sdpa", option_mode="set")
-                  if cfg["set_share"] > 0 else None)
+    # validation reads the training model through the serving engine, on the training backend (an engine of
+    # another backend would switch the shared model's attention implementation under the training loop)
+    engine = Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend=inner.backend)
+    set_engine = (Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend=inner.backend,
+                         option_mode="set") if cfg["set_share"] > 0 else None)
 
     def run_validation() -> dict:
         inner.eval()

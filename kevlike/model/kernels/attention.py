@@ -18,6 +18,8 @@ mask applies the window to the restarted position ids.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from kevlike.model.kernels.block_sparse import PackedLayout, register, sentinel_mask, supports
@@ -43,6 +45,37 @@ def check_backend(backend: str) -> str:
     if backend == "kevlike_packed":
         register()
     return backend
+
+
+@functools.lru_cache(maxsize=None)
+def _flex_backward_error(device_type: str) -> str | None:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    try:
+        q = torch.randn(1, 1, 16, 8, device=device_type, requires_grad=True)
+        bm = create_block_mask(lambda b, h, qi, ki: ki <= qi, 1, None, 16, 16, device=device_type)
+        flex_attention(q, q, q, block_mask=bm).sum().backward()
+    except Exception as e:  # what torch says, measured: NotImplementedError on the CPU in torch 2.13
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
+def flex_backward_error(device: torch.device | str) -> str | None:
+    """None when FlexAttention runs a backward on ``device`` (measured once per device type with a 16-token causal
+    probe, eager), else torch's error in one line. torch 2.13 has none on the CPU (eager and compiled:
+    ``NotImplementedError``); on CUDA it runs."""
+    return _flex_backward_error(torch.device(device).type)
+
+
+def share_backends(model) -> None:
+    """Set ``model``'s attention implementation to ``kevlike_packed``, which dispatches on the mask it is given
+    (a ``BlockMask``: transformers' flex attention; a dense tensor: its sdpa; :func:`.block_sparse.packed_attention`),
+    so engines of several backends can share one model on any device (``kevlike bench --compare``, ``kevlike
+    gpu-check``). Each :class:`kevlike.model.engine.Engine` otherwise switches the shared model to its own backend
+    when it is built, and an engine built earlier then hands its mask type to the wrong kernel."""
+    register()
+    if getattr(model.config, "_attn_implementation", None) != "kevlike_packed":
+        model.set_attn_implementation("kevlike_packed")
 
 
 def attention_mask_for(backend: str, config, segment_ids: torch.Tensor, position_ids: torch.Tensor,
