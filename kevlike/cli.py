@@ -908,7 +908,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: all, in that order)")
     g.add_argument("--budget", type=float, default=570.0,
                    help="seconds after which no further step starts (the steps already run are reported)")
-    g.set_defaults(func=_tool("eval.gpu_check"))
+    g.set_defaults(func=_tool("gpu_check"), build_parser=build_parser)
     return p
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import create_mask
 
-from kevlike.eval import gpu_check
+from kevlike import gpu_check
 from kevlike.model.kernels import attention_inputs, block_mask, packed_mask_mod, reference_block_reduce, reference_mask
 from kevlike.request.encode import Encoder
 from kevlike.training.config import ConfigError, load_config, resolve_attention

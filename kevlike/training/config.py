@@ -370,7 +370,7 @@ def resolve_attention(setting: str, device: str, phase: str = "full") -> tuple[s
     cuda = str(device).startswith("cuda")
     if setting == "auto":
         return ("flex_attention", "auto: CUDA device") if cuda else ("sdpa", f"auto: {device} (dense mask)")
-    if setting == "flex_attention" and phase != "head" and (err := flex_backward_error(device)) is not None:
+    if setting == "flex_attention" and phase not in ("head", "abstain") and (err := flex_backward_error(device)) is not None:
         raise ConfigError(f"attention: flex_attention cannot train on {device}: {err}; use attention=sdpa or auto, "
                           f"or phase=head (no backward through the backbone)")
     return setting, f"set in the config ({setting})"

@@ -251,10 +251,14 @@ def bench_rows(out: Path, model: str | None = None) -> dict:
     return {"cells": len(rows), "json": str(out / "bench.json")}
 
 
-def loadtest_rows(out: Path, model: str | None = None) -> dict:
-    """``kevlike loadtest --spawn`` at :data:`CONCURRENCY` clients, results in ``out/loadtest.json``."""
-    from kevlike.cli import build_parser
+def loadtest_rows(out: Path, model: str | None = None, build_parser=None) -> dict:
+    """``kevlike loadtest --spawn`` at :data:`CONCURRENCY` clients, results in ``out/loadtest.json``.
+    ``build_parser``: the CLI's parser factory (``kevlike.cli.build_parser``, handed down by ``kevlike gpu-check``:
+    this module sits under the CLI and does not import it); ``None`` raises ``RuntimeError``."""
     from kevlike.eval import loadtest
+
+    if build_parser is None:
+        raise RuntimeError("the loadtest step needs the CLI's parser: run it through `kevlike gpu-check`")
 
     argv = ["loadtest", "--spawn", "--concurrency", CONCURRENCY, "--requests", "128", "--max-seconds", "40",
             "--json", str(out / "loadtest.json")] + (["--model", model] if model else [])
@@ -276,9 +280,10 @@ def _prerequisite(e: BaseException) -> bool:
 
 
 def run_checks(out: str | Path, model: str | None = None, only: list[str] | None = None,
-               budget_s: float = 570.0) -> dict:
+               budget_s: float = 570.0, build_parser=None) -> dict:
     """Run :data:`STEPS` (or ``only``, in :data:`STEPS` order) on the CUDA device; a step that would start after
-    ``budget_s`` seconds is skipped. Writes ``out/gpu_check.json`` and ``out/report.md``; returns the results
+    ``budget_s`` seconds is skipped. ``build_parser``: the CLI's parser factory, which the loadtest step needs
+    (:func:`loadtest_rows`). Writes ``out/gpu_check.json`` and ``out/report.md``; returns the results
     ``{"device", "torch", "steps": {name: {"status": passed|failed|skipped, "seconds", ...}}, "ok"}``.
 
     Raises:
@@ -298,7 +303,7 @@ def run_checks(out: str | Path, model: str | None = None, only: list[str] | None
              "gradient_parity": lambda: gradient_parity("cuda"),
              "train": lambda: short_training(out),
              "bench": lambda: bench_rows(out, model),
-             "loadtest": lambda: loadtest_rows(out, model)}
+             "loadtest": lambda: loadtest_rows(out, model, build_parser)}
     t_start = time.monotonic()
     for name in (s for s in STEPS if only is None or s in only):
         if time.monotonic() - t_start > budget_s:
@@ -340,7 +345,7 @@ def run(args) -> int:
     """``kevlike gpu-check``: exit 0 when no step failed, 1 otherwise or without a GPU (one line on stderr)."""
     try:
         result = run_checks(args.out, args.model, [s for s in args.only.split(",") if s] if args.only else None,
-                            args.budget)
+                            args.budget, getattr(args, "build_parser", None))
     except GpuCheckError as e:
         print(f"kevlike: error: {e}", file=sys.stderr)
         return 1
