@@ -354,7 +354,7 @@ def test_generalization_suite_through_the_cli(tmp_path):
     metrics = json.loads((ev_dir / "metrics.json").read_text())
     gen = metrics["generalization"]
     assert {"seen_wording", "heldout_wording", "heldout_source", "target/banking77_all77", "target/spam_balanced",
-            "target/sentiment5", "contrast", "contrast_apart", "realistic", "absurd", "documents"} <= set(gen["splits"])
+            "target/sentiment5", "contrast", "contrast_apart", "realistic", "absurd", "documents", "abstain"} <= set(gen["splits"])
     # two halves that partition the run, each with its targets; the report shows both
     halves = gen["halves"]
     assert sum(s["n"] for h in ("validation", "test") for s in halves[h]["splits"].values()) == \

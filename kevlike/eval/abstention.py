@@ -26,7 +26,7 @@ def abstention_table(summary: dict, group: str = "per_source") -> str:
     if not rows:
         return ""
     head = ("| {} | n | cannot tell | accuracy, all answered | coverage at ≤ 5 % error | AURC | AUROC x_abstain | "
-            "ECE x_abstain |\n|---|---|---|---|---|---|---|---|\n").format(group.removeprefix("per_"))
+            "ECE x_abstain |\n|---|---|---|---|---|---|---|---|\n").format(group.removeprefix("per_").removesuffix("s"))
     return head + "\n".join(
         f"| {k} | {a['n']} | {a['n_cannot_tell']} | {a['accuracy_all']:.3f} | {a['coverage_at_5pct']:.3f} | "
         f"{a['aurc']:.3f} | {_cell(a['auroc'])} | {_cell(a['ece'])} |" for k, a in rows)

@@ -61,6 +61,7 @@ from pathlib import Path
 
 from kevlike.data.families import HELDOUT_SOURCES, SOURCES, SYNTHETIC_SOURCES, eval_items
 from kevlike.data.sources import DataUnavailableError, Example
+from kevlike.eval.abstention import abstention_table
 from kevlike.eval.realistic import REALISTIC_FILE, realistic_items
 from kevlike.metrics import summary
 from kevlike.runs import kevlike_home
@@ -80,12 +81,14 @@ BIGBENCH_TASKS = {
     "analytic_entailment": "Does the first sentence entail the second?",
 }
 SIZES = {"seen": 16, "heldout_source": 60, "bigbench": 40, "target": 100, "absurd": 160, "documents": 100,
-         "snli_test": 200}
-QUICK_SIZES = {"seen": 2, "heldout_source": 4, "bigbench": 4, "target": 6, "absurd": 8, "documents": 4, "snli_test": 6}
+         "snli_test": 200, "abstain": 100}
+QUICK_SIZES = {"seen": 2, "heldout_source": 4, "bigbench": 4, "target": 6, "absurd": 8, "documents": 4, "snli_test": 6,
+               "abstain": 4}
 HALVES = ("validation", "test")
 # splits that are not unseen questions: trained wordings of trained sources, generated documents from training
-# templates, SNLI (a trained task) and ``absurd`` (trained wordings about held-out properties)
-NOT_UNSEEN = ("seen_wording", "documents", "snli_test", "absurd")
+# templates, SNLI (a trained task), ``absurd`` (trained wordings about held-out properties) and ``abstain`` (the
+# abstention sources' test rows: answerable and "cannot tell" questions on the same states)
+NOT_UNSEEN = ("seen_wording", "documents", "snli_test", "absurd", "abstain")
 
 
 def seen_sources() -> list[str]:
@@ -308,6 +311,14 @@ def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str
         sets["snli_test"] = eval_items("snli", "test", size["snli_test"])
     except DataUnavailableError:      # `kevlike fetch snli` has not run: the sanity split is left out
         pass
+    # x_abstain's held-out split (issue 33): generated documents and SNLI test premises, each request asking
+    # questions the state answers beside ones it does not ("cannot_tell"); a model without x_abstain is scored
+    # on the answerable ones only
+    sets["abstain"] = eval_items("abstain_docs", "test", size["abstain"])
+    try:
+        sets["abstain"] += eval_items("abstain_snli", "test", size["abstain"])
+    except DataUnavailableError:
+        pass
     return sets
 
 
@@ -461,6 +472,8 @@ def report_tables(summ: dict) -> str:
         rest = {k: v for k, v in summ.items() if k != "halves"}
         return md + "## Both halves\n\n" + report_tables(rest)
     md = _split_table(summ)
+    if abst := abstention_table(summ, group="splits"):
+        md += "\n\nAbstention (x_abstain; answer when x_abstain < t; docs/guide/abstention.md):\n\n" + abst
     if "wording_gap" in summ:
         md += f"\n\nWording gap (seen − held-out wording, same items): {summ['wording_gap']:+.3f}"
     for split in (x for x in CONTRAST_SPLITS if x in summ):
