@@ -56,6 +56,10 @@ QUANTIZE_CHOICES = ("none", "auto", "int8")
 """``kevlike.model.quantize.QUANTIZE_CHOICES``, repeated so that ``--help`` needs no torch (a test keeps the two
 equal)."""
 
+TRAIN_PRECISION = {"auto": "auto", "float32": "no", "bfloat16": "bf16"}
+"""``kevlike train --dtype``: the config's ``mixed_precision`` it sets (the weights are float32; bfloat16 trains
+under bf16 autocast)."""
+
 MAX_OPTION_ORDERS = 24
 """``kevlike.model.engine.MAX_OPTION_ORDERS``, repeated here so that ``--help`` needs no torch (a test
 keeps the two equal); the values themselves are checked by :func:`kevlike.model.engine.check_option_orders`."""
@@ -134,6 +138,41 @@ def _option_orders_error(args) -> str | None:
     return None
 
 
+def _labelled_error(path: str) -> str | None:
+    """The one-line error of labelled file ``path`` (:func:`kevlike.data.labelled.read_labelled`: it names the
+    file, the line and the field), or None when every line reads. Imports no torch: a bad file to ``eval``,
+    ``calibrate`` or ``train`` is reported in well under a second, before any model loads."""
+    from kevlike.data.labelled import LabelledDataError, read_labelled
+
+    try:
+        read_labelled(path)
+    except (LabelledDataError, FileNotFoundError) as e:
+        return str(e)
+    except UnicodeDecodeError as e:
+        return f"{path}: not UTF-8 text (byte {e.start}); a labelled file is JSON lines in UTF-8"
+    except OSError as e:
+        return f"cannot read labelled data file {path}: {e.strerror}"
+    return None
+
+
+def _train_inputs_error(args) -> str | None:
+    """The one-line error of ``kevlike train``'s inputs, or None: the config file and its overrides
+    (:func:`kevlike.training.config.load_config`) and every labelled file it names (``data[i].path``,
+    ``validation.data``), read line by line. Imports no torch: found before any model loads."""
+    if args.resume:
+        return None                       # the run's saved config was checked when the run began
+    from kevlike.training.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config, list(args.overrides))
+    except (ConfigError, FileNotFoundError) as e:
+        return str(e)
+    for path in [e["path"] for e in cfg["data"]] + [cfg["validation"]["data"]]:
+        if path is not None and (err := _labelled_error(path)) is not None:
+            return err
+    return None
+
+
 def _abstain_above_error(args) -> str | None:
     p = getattr(args, "abstain_above", None)
     if p is not None and not 0 <= p <= 1:
@@ -205,9 +244,7 @@ def _cmd_decide(args) -> int:
     except ValueError as e:  # a NaN or an infinity: never printed as (invalid) JSON
         return _fail(f"the answer holds a number that is not finite ({e}); nothing printed", EXIT_SETUP)
     if args.timing:
-        print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.dtype} "
-              f"[{engine.dtype_reason}], "
-              f"readout={engine.readout.name}{' + x_abstain' if engine.abstain else ''}, "
+        print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.describe()}, "
               f"{response['usage']['input_tokens']} tokens, "
               f"{engine.thread_policy.describe()})", file=sys.stderr)
     return 0
@@ -386,17 +423,23 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from kevlike.model.backbones import ModelNotFoundError, SetupError
-    from kevlike.training.config import ConfigError
-    from kevlike.data.sources import DataUnavailableError
     if not args.config and not args.resume:
         return _fail("give a config file (e.g. configs/default.yaml) or --resume RUN_DIR")
     if args.resume and (args.config or args.overrides):
         return _fail("--resume continues a run with its saved config; drop the config file and overrides")
     if args.resume and not (Path(args.resume) / "checkpoint" / "state.pt").is_file():
         return _fail(f"--resume {args.resume}: not a run directory with a checkpoint (checkpoint/state.pt)")
+    if args.resume and args.dtype is not None:
+        return _fail("--resume continues a run with its saved config, precision included; drop --dtype")
     if args.config and not Path(args.config).is_file():
         return _fail(f"config file {args.config} does not exist")
+    if args.dtype is not None:                 # the training precision: the config's mixed_precision
+        args.overrides = [*args.overrides, f"mixed_precision={TRAIN_PRECISION[args.dtype]}"]
+    if (err := _train_inputs_error(args)) is not None:           # config and labelled files: before torch
+        return _fail(err)
+    from kevlike.model.backbones import ModelNotFoundError, SetupError
+    from kevlike.training.config import ConfigError
+    from kevlike.data.sources import DataUnavailableError
     from kevlike.training.train import train
 
     try:
@@ -409,12 +452,6 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from kevlike.model.backbones import ModelNotFoundError, SetupError
-    from kevlike.data.sources import DataUnavailableError
-    from kevlike.eval.heldout import run_suite
-
-    from kevlike.eval.remote import RemoteError
-
     if args.n is not None and args.n < 1:
         return _fail(f"--n must be a positive integer, got {args.n}")
     if args.probes < 0:
@@ -434,7 +471,11 @@ def _cmd_eval(args) -> int:
     if args.data is not None:
         if args.reuse is not None or args.probes:
             return _fail("--data evaluates your labelled file; drop --reuse/--probes")
+        if (err := _labelled_error(args.data)) is not None:      # before torch is imported
+            return _fail(err)
+        from kevlike.model.backbones import ModelNotFoundError, SetupError
         from kevlike.eval.owndata import evaluate_data
+        from kevlike.eval.remote import RemoteError
         from kevlike.data.labelled import LabelledDataError
 
         if args.url is None and (err := _profile_error(args.model, args.profile)) is not None:
@@ -457,6 +498,11 @@ def _cmd_eval(args) -> int:
         return _fail("--url and --reuse exclude each other (a served model's temperatures are its own)")
     if args.url is not None and not args.url.startswith(("http://", "https://")):
         return _fail(f"--url must start with http:// or https://, got {args.url!r}")
+    from kevlike.model.backbones import ModelNotFoundError, SetupError     # torch: only once the options are valid
+    from kevlike.data.sources import DataUnavailableError
+    from kevlike.eval.heldout import run_suite
+    from kevlike.eval.remote import RemoteError
+
     try:
         run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
                   url=args.url, probes=args.probes, option_orders=args.option_orders, bigbench=args.bigbench,
@@ -470,10 +516,6 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-    from kevlike.model.backbones import SetupError
-    from kevlike.data.sources import DataUnavailableError
-    from kevlike.eval.calibration import calibrate_artifact
-
     if (err := _option_orders_error(args)) is not None:
         return _fail(err)
     if args.dtype != "auto" and args.records is not None:
@@ -484,7 +526,9 @@ def _cmd_calibrate(args) -> int:
             return _fail("a calibration profile is fitted on a labelled file: give both --data FILE.jsonl and --profile NAME")
         if args.option_mode == "both":
             return _fail("--profile fits the option mode the model is served in: --option-mode list or set")
-        from kevlike.model.backbones import ModelNotFoundError
+        if (err := _labelled_error(args.data)) is not None:      # before torch is imported
+            return _fail(err)
+        from kevlike.model.backbones import ModelNotFoundError, SetupError
         from kevlike.eval.owndata import fit_profile
         from kevlike.data.labelled import LabelledDataError
 
@@ -496,6 +540,12 @@ def _cmd_calibrate(args) -> int:
         except SetupError as e:
             return _fail(str(e), EXIT_SETUP)
         return 0
+    if args.records is not None and not Path(args.records).is_file():
+        return _fail(f"--records {args.records}: no such file")
+    from kevlike.model.backbones import SetupError                       # torch: only once the options are valid
+    from kevlike.data.sources import DataUnavailableError
+    from kevlike.eval.calibration import calibrate_artifact
+
     try:
         tasks = None if args.data is None else [t for t in args.data.split(",") if t]
         calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
@@ -734,6 +784,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch", type=int, default=4, help="requests per forward pass in the batched mode")
     b.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
     b.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
+    b.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
     b.add_argument("--json", default=None, help="write the results to this JSON file (default: not written)")
     b.add_argument("--plot", default=None,
                    help="write a PNG of speed-up vs the FLOP model (needs matplotlib; default: no plot)")
@@ -751,7 +802,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="key=value overrides, dotted keys (optim.lr=1e-4)")
     t.add_argument("--resume", default=None,
                    help="continue the run in this run directory, with its saved config (default: a new run)")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--quiet", action="store_true",
+                   help="no progress bar nor set-up lines; the closing summary is printed")
+    t.add_argument("--dtype", choices=list(DTYPE_CHOICES), default=None,
+                   help="training precision, the config's mixed_precision: float32 (no), bfloat16 (bf16 autocast over "
+                        "float32 weights) or auto (bf16 on CUDA and on CPUs with bf16 matrix units) (default: the "
+                        "config's)")
+    t.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
     t.set_defaults(func=_cmd_train)
 
     e = command("eval", "held-out metrics on official test splits (writes a run directory)")
@@ -783,7 +840,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--reuse", default=None,
                    help="re-score the logits of this earlier eval run directory with the model's current "
                         "temperatures (default: run the model)")
-    e.add_argument("--quiet", action="store_true", help="no progress bars")
+    e.add_argument("--quiet", action="store_true", help="no progress bars; the results are printed")
+    e.add_argument("--threads", type=parse_threads, default=None, help=threads_help + "; local models only")
     e.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
     e.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto",
                    help=dtype_help + "; local models only (figures compared across machines: use float32)")
@@ -820,7 +878,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reuse validation logits from this records JSONL (default: compute them with the model)")
     c.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")
-    c.add_argument("--quiet", action="store_true", help="no progress bars")
+    c.add_argument("--quiet", action="store_true", help="no progress bars; the fitted temperatures are printed")
+    c.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
     c.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto",
                    help=dtype_help + "; the precision the logits are fitted in (fit in the one you serve in)")
     option_reading(c, "the artifact's", "; fitted for and stored in kevlike.json", modes=("list", "set", "both"),
@@ -838,7 +897,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--min-count", type=int, default=50,
                    help="outcomes a type or option-count bucket needs for its own temperature (fewer: the type's, "
                         "else T = 1)")
-    r.add_argument("--quiet", action="store_true", help="no fit summary on stderr")
+    r.add_argument("--quiet", action="store_true",
+                   help="accepted as every command accepts it: recalibrate shows no progress; the fit summary "
+                        "(the result) is printed on stderr")
     r.set_defaults(func=_cmd_recalibrate)
 
     pr = command("probes", "probes of a model (packed vs separate, option order, option addition, none of the above, "
@@ -855,6 +916,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="longest needle state: 256, 512, ... doubling up to this (at most the backbone's branch "
                          "limit minus 64: 8,128 for SmolLM2)")
     pr.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
+    pr.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
     option_reading(pr, note="; local models only")
     pr.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBE_NAMES)} (default: all)")
     pr.add_argument("--out", default=None, help="the run directory (default: runs/probes-YYYYmmdd-HHMMSS)")
@@ -864,6 +926,7 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("paths", nargs="+", help="request JSON files")
     pa.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     pa.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weight precision")
+    pa.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
     pa.set_defaults(func=_tool("eval.parity"))
 
     lt = command("loadtest", "requests per second and latency percentiles of a server under concurrent clients")
@@ -882,7 +945,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: no soak)")
     lt.add_argument("--record", default=None, metavar="DB_URL",
                     help="with --soak: the server's store (default: a SQLite file in a temporary folder)")
-    lt.add_argument("--threads", default=None, help="with --soak: the server's --threads (default: the server's)")
+    lt.add_argument("--threads", type=parse_threads, default=None,
+                    help="with --spawn or --soak: the server's --threads (default: $KEVLIKE_THREADS, else auto)")
+    lt.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto",
+                    help="with --spawn or --soak: the server's --dtype (" + dtype_help + ")")
     lt.set_defaults(func=_tool("eval.loadtest"))
 
     fz = command("fuzz", "send hostile requests to a server and check: no 5xx, no dropped connection, every error "
@@ -893,6 +959,8 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument("--workers", type=int, default=4, help="client threads")
     fz.add_argument("--out", default=None, help="the run directory (default: runs/fuzz-YYYYmmdd-HHMMSS)")
     fz.add_argument("--in-process", action="store_true", help="serve in a thread of this process, not a subprocess")
+    fz.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help="the served model's " + dtype_help)
+    fz.add_argument("--threads", type=parse_threads, default=None, help="the served model's " + threads_help)
     fz.add_argument("--no-progress", action="store_true", help="no progress bar")
     fz.add_argument("--show", type=int, default=None, metavar="I", help="print request I of --seed and exit (default: run the fuzz)")
     fz.set_defaults(func=_tool("eval.fuzz"))
@@ -912,6 +980,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _hand_down(args) -> None:
+    """``--threads`` (every command that loads a model) and ``--dtype`` of the commands that start servers or
+    engines of their own (``loadtest``, ``fuzz``) reach every engine the command loads, in this process and in
+    the servers it starts, as ``KEVLIKE_THREADS`` and ``KEVLIKE_DTYPE``: what an engine without an explicit value
+    reads (:class:`kevlike.model.threads.ThreadPolicy`, :func:`kevlike.model.backbones.resolve_dtype`)."""
+    if getattr(args, "threads", None) is not None:
+        os.environ["KEVLIKE_THREADS"] = str(args.threads)
+    if args.command in ("loadtest", "fuzz") and args.dtype != "auto":
+        os.environ["KEVLIKE_DTYPE"] = args.dtype
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one ``kevlike`` command; returns its exit code (see the module docstring)."""
     _safe_streams()
@@ -925,6 +1004,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype_from_env()                                 # before any command loads torch or a model
     except ValueError as e:
         return _fail(str(e))
+    _hand_down(args)
     try:
         return args.func(args)
     except BrokenPipeError:  # e.g. `kevlike decide r.json | head -c 100`: the reader left, not an error of ours

@@ -86,8 +86,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         with open(records_path, "w") as f:
             for r in records:
                 f.write(json.dumps({k: r[k] for k in ("source", "type", "logits", "gold")}) + "\n")
-        if not quiet:
-            print(f"validation logits: {records_path}", file=sys.stderr)
+        print(f"validation logits: {records_path}", file=sys.stderr)   # written: said with --quiet too
     sizes = {}
     for r in records:
         sizes[r["source"]] = sizes.get(r["source"], 0) + 1
@@ -115,13 +114,12 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         manifest["option_orders"] = option_orders
         model_dir.write_manifest(manifest)
     save_calibration(artifact, table, report)
-    if not quiet:
-        for t, e in report["types"].items():
-            print(f"{t}: n={e['n']}" + (f" accuracy {e['accuracy']:.3f}" if "accuracy" in e else "")
-                  + f", NLL at T=1 {e['nll_t1']:.4f}"
-                  + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e else f" ({e['fallback']})"))
-        for b, e in report["buckets"].items():
-            print(f"  {b}: n={e['n']} " + (f"T={e['temperature']:.3f}" if "temperature" in e else e["fallback"]))
-        if (note := bound_hits_text(report)) is not None:
-            print(f"warning: {note}", file=sys.stderr)
+    for t, e in report["types"].items():        # the result: printed with --quiet too (it hides progress only)
+        print(f"{t}: n={e['n']}" + (f" accuracy {e['accuracy']:.3f}" if "accuracy" in e else "")
+              + f", NLL at T=1 {e['nll_t1']:.4f}"
+              + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e else f" ({e['fallback']})"))
+    for b, e in report["buckets"].items():
+        print(f"  {b}: n={e['n']} " + (f"T={e['temperature']:.3f}" if "temperature" in e else e["fallback"]))
+    if (note := bound_hits_text(report)) is not None:
+        print(f"warning: {note}", file=sys.stderr)
     return report

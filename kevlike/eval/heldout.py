@@ -254,9 +254,8 @@ def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], ti
     if summary.get("probes"):
         md += "\n\nProbes (DESIGN §12, kevlike/eval/probes.py):\n\n" + probe_table(summary["probes"])
     (run_dir / "report.md").write_text(f"{title}\n\n{intro}\n\n{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
-    if not quiet:
-        print(md)
-        print(f"run directory: {run_dir}")
+    print(md)                                   # the result: printed with --quiet too (it hides progress only)
+    print(f"run directory: {run_dir}")
     return run_dir
 
 
@@ -288,9 +287,8 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
         md = report_tables(summary["generalization"])
         (run_dir / "report.md").write_text(f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`"
                                            f"\n\nLogits of {reuse} with temperatures {temps.source}.\n\n{md}\n")
-        if not quiet:
-            print(md.split("\n\n| split:source")[0])
-            print(f"run directory: {run_dir}")
+        print(md.split("\n\n| split:source")[0])   # the result, with --quiet too
+        print(f"run directory: {run_dir}")
         return run_dir
     meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
             "temperatures": temps.source}
@@ -347,9 +345,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
              f"{meta['cpu']}; seconds per split {timing}.")
     (run_dir / "report.md").write_text(f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n{intro}\n\n{md}\n\n"
                                        + "".join(f"![{p}]({p})\n" for p in plots))
-    if not quiet:
-        print(md.split("\n\n| split:source")[0])
-        print(f"run directory: {run_dir}")
+    print(md.split("\n\n| split:source")[0])       # the result, with --quiet too
+    print(f"run directory: {run_dir}")
     return run_dir
 
 

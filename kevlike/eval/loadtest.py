@@ -120,6 +120,9 @@ def run(args) -> int:
         return 0
     if bool(args.url) == bool(args.spawn):
         raise ValueError("give exactly one of --url or --spawn")
+    if args.url and (getattr(args, "threads", None) is not None or getattr(args, "dtype", "auto") != "auto"):
+        raise ValueError("--threads and --dtype set the server loadtest starts (--spawn, --soak); a server at --url "
+                         "has its own: drop them")
     files = args.files or sorted(str(f) for f in Path("examples").glob("*.json") if not f.name.endswith(".meta.json"))
     if not files:
         raise ValueError("no request files (run from the repository root or pass --files)")

@@ -166,9 +166,8 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
     (run_dir / "report.md").write_text(f"# kevlike eval --data {data}, model `{engine.name}`\n\n{len(items)} requests, "
                                        f"{len(records)} labelled questions; temperatures: {meta['temperatures']}.\n\n"
                                        f"{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
-    if not quiet:
-        print(md)
-        print(f"run directory: {run_dir}", file=sys.stderr)
+    print(md)                                   # the result: printed with --quiet too (it hides progress only)
+    print(f"run directory: {run_dir}", file=sys.stderr)
     return run_dir
 
 
@@ -209,12 +208,13 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     """
 
     check_profile_name(profile)
+    items = read_labelled(data) if records is None else None      # before any model loads
     if engine is None:
         engine = Engine.from_pretrained(model, option_mode=option_mode, dtype=dtype)
     if engine.artifact_dir is None:
         raise ValueError(f"model {engine.name!r} is not a decision-model directory; profiles calibrate decision models")
     if records is None:
-        records = answer_records(engine, read_labelled(data), batch_size, progress=not quiet, calibrated=False)
+        records = answer_records(engine, items, batch_size, progress=not quiet, calibrated=False)
     if not records:
         raise ValueError(f"{data}: no labelled question to fit on")
     counts = defaultdict(int)
@@ -228,12 +228,11 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     if getattr(engine, "dtype", None) is not None:       # the precision the logits were computed in
         fit["dtype"] = f"{engine.dtype} ({engine.dtype_reason})"
     path = save_profile(engine.artifact_dir, engine.name.split("@")[0], profile, table, fit)
-    if not quiet:
-        for t, e in fit["types"].items():
-            print(f"{t}: n={e['n']} errors={e['errors']}, NLL at T=1 {e['nll_t1']:.4f}"
-                  + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e
-                     else f" ({e['fallback']})"), file=sys.stderr)
-        if (note := bound_hits_text(fit)) is not None:
-            print(f"warning: {note}", file=sys.stderr)
-        print(f"profile {profile!r}: {path}", file=sys.stderr)
+    for t, e in fit["types"].items():          # the result: printed with --quiet too (it hides progress only)
+        print(f"{t}: n={e['n']} errors={e['errors']}, NLL at T=1 {e['nll_t1']:.4f}"
+              + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e
+                 else f" ({e['fallback']})"), file=sys.stderr)
+    if (note := bound_hits_text(fit)) is not None:
+        print(f"warning: {note}", file=sys.stderr)
+    print(f"profile {profile!r}: {path}", file=sys.stderr)
     return path, fit

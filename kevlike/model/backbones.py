@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from kevlike.model.modeldir import ModelDir
-from kevlike.model.precision import DTYPE_CHOICES, dtype_from_env
+from kevlike.model.precision import DTYPE_CHOICES, cpu_bf16_units, dtype_from_env  # noqa: F401 (re-exported)
 from kevlike.runs import kevlike_home
 
 
@@ -345,21 +345,6 @@ def _looks_like_hub_id(name: str) -> bool:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
-    """The bf16 matrix/vector units this CPU reports in ``/proc/cpuinfo`` flags (``amx_bf16``,
-    ``avx512_bf16``); empty where it has none or the file is unreadable (non-Linux)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return []
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[1].split())
-    return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
 
 
 def resolve_dtype(dtype: str, device: str | torch.device = "cpu", cpuinfo: str | None = None) -> tuple[str, str]:

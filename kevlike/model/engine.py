@@ -350,6 +350,16 @@ class Engine:
                                                          f"SmoothQuant smoothing, down_proj float32 ({dtype_reason})")
         return engine
 
+    def describe(self) -> str:
+        """What produces this engine's answers, in one line: precision (and why), option mode and orders,
+        readout and calibration profile, e.g. ``float32 [auto: ...], option mode list, 1 option order, readout
+        pointer + x_abstain, profile ops``. ``kevlike decide --timing`` prints it; ``kevlike serve`` logs it per
+        model."""
+        orders = f"{self.option_orders} option order{'' if self.option_orders == 1 else 's'}"
+        profile = self.profile or "none (the model's own temperatures)"
+        return (f"{self.dtype} [{self.dtype_reason}], option mode {self.option_mode}, {orders}, "
+                f"readout {self.readout.name}{' + x_abstain' if self.abstain else ''}, profile {profile}")
+
     def with_profile(self, profile: str) -> "Engine":
         """An engine sharing this one's model, tokenizer, head and state cache, with the temperatures of
         calibration profile ``profile`` and the name ``{name}@{profile}``.

@@ -5,6 +5,7 @@ applies it)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
@@ -19,3 +20,18 @@ def dtype_from_env() -> str | None:
     if env and env not in DTYPE_CHOICES:
         raise ValueError(f"KEVLIKE_DTYPE must be one of {', '.join(DTYPE_CHOICES)}, got {env!r}")
     return env if env and env != "auto" else None
+
+
+def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
+    """The bf16 matrix/vector units this CPU reports in ``/proc/cpuinfo`` flags (``amx_bf16``,
+    ``avx512_bf16``); empty where it has none or the file is unreadable (non-Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return []
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]

@@ -662,6 +662,8 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
             first = next(iter(engines.values()))
             first.thread_policy.apply(force=True)
             log.info("CPU threads: %s", first.thread_policy.describe())
+            for name, eng in engines.items():      # what produces each model's answers (precision, options, profile)
+                log.info("model %s: %s", name, eng.describe())
             if config.api_keys:
                 log.info("authentication: on, %d bearer key%s (/health stays open)", len(config.api_keys),
                          "" if len(config.api_keys) == 1 else "s")

@@ -13,7 +13,7 @@ import yaml
 
 from kevlike.data.families import HELDOUT_SOURCES
 from kevlike.data.tasks import TASKS
-from kevlike.model.backbones import cpu_bf16_units
+from kevlike.model.precision import cpu_bf16_units
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

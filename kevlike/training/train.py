@@ -417,6 +417,10 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             broadcast_object_list(name)
         run_dir = Path(name[0])
     set_seed(cfg["seed"])
+    if os.environ.get("KEVLIKE_THREADS"):      # `train --threads` or the variable: N, or auto measured once here
+        from kevlike.model.threads import ThreadPolicy
+
+        ThreadPolicy.from_env(None).apply(force=True)
     if not quiet and accelerator.is_main_process:
         print(f"precision: {'bf16 autocast' if precision == 'bf16' else 'fp32'} ({precision_reason})", file=sys.stderr)
     attention, attention_reason = resolve_attention(cfg.get("attention", "auto"), str(accelerator.device),
@@ -578,7 +582,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         "best_validation_nll": best if math.isfinite(best) else None,
         "validation": history[-1] if history else None}, indent=2))
     plot_metrics(run_dir)
-    if not quiet:
+    if accelerator.is_main_process:              # the result: printed with --quiet too (it hides progress only)
         art = (f"artifact: {(run_dir / 'artifact').resolve()}" if ModelDir.holds_one(run_dir / "artifact")
                else "no artifact yet (it is written at the first validation round)")
         print(f"{stop_reason} after {step} steps in {wall / 60:.1f} min; best validation NLL {best:.4f}; {art}")
