@@ -690,7 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=max_options_help(f"the request token budget ({Limits.max_request_tokens:,} tokens)"))
     d.add_argument("--abstain-above", type=float, default=None, metavar="P",
                    help="models with x_abstain: answers whose x_abstain is above P also carry \"x_abstained\": true "
-                        "(the Jev fields stay; docs/guide/abstention.md)")
+                        "(the Jev fields stay; docs/guide/abstention.md; default: none, no x_abstained)")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
     d.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
@@ -761,7 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"$KEVLIKE_MAX_CONNECTIONS, else {ServerConfig.max_connections})")
     s.add_argument("--abstain-above", type=float, default=None, metavar="P",
                    help="models with x_abstain: answers whose x_abstain is above P also carry \"x_abstained\": true; "
-                        "a request's x_abstain_above overrides it (docs/guide/abstention.md)")
+                        "a request's x_abstain_above overrides it (docs/guide/abstention.md; default: none, no x_abstained)")
     s.add_argument("--record", default=None, metavar="DB_URL",
                    help="record every answered request (id, model, time, each question's id, type and probabilities) "
                         "in this database and accept outcomes on POST /v1/feedback; a SQLAlchemy URL, e.g. "

@@ -226,6 +226,9 @@ def test_json_output_is_valid_whatever_the_terminal_encoding(tmp_path, tiny_mode
     assert out["answers"]["ton"]["legend"] == {"0": "ruhig", "1": "verärgert"}
     err = p.stderr.decode(encoding)
     assert "Traceback" not in err and err.startswith("[kevlike] load")
+    # what produced the answer: precision, option mode and orders, readout, profile (Engine.describe)
+    assert "option mode list, 1 option order, readout " in err and "profile none (the model's own temperatures)" in err
+    assert ("float32 [" in err or "bfloat16 [" in err), err
     # an error line naming a file the terminal cannot spell does not crash either
     p = subprocess.run([sys.executable, "-m", "kevlike", "decide", str(tmp_path / f"{KEY}.json")],
                        capture_output=True, timeout=120, env=env)
@@ -299,3 +302,75 @@ def test_tool_subcommands_refuse_bad_options_in_one_line(capsys):
         assert err.startswith("kevlike: error: ") and text in err and err.count("\n") == 1, err
     assert main(["fuzz", "--seed", "3", "--show", "17"]) == 0
     assert capsys.readouterr().out.startswith("request 17: category ")
+
+
+MODEL_COMMANDS = ("decide", "serve", "bench", "train", "eval", "calibrate", "probes", "parity", "loadtest", "fuzz")
+"""The commands that load a model (loadtest and fuzz: in the servers they start); recalibrate loads one only to
+find its directory (it fits on recorded logits) and gpu-check fixes each step's precision itself."""
+
+
+def test_every_command_that_loads_a_model_takes_threads_and_dtype(monkeypatch):
+    from kevlike import cli
+
+    commands = _subparsers(cli.build_parser())
+    for name in MODEL_COMMANDS:
+        flags = {s for a in commands[name]._actions for s in a.option_strings}
+        assert {"--threads", "--dtype"} <= flags, name
+    # --threads reaches every engine a command loads (and the servers it starts) as KEVLIKE_THREADS; loadtest's and
+    # fuzz's --dtype reach their servers as KEVLIKE_DTYPE; an invalid count is refused by the parser (exit 2)
+    monkeypatch.delenv("KEVLIKE_THREADS", raising=False)
+    monkeypatch.delenv("KEVLIKE_DTYPE", raising=False)
+    cli._hand_down(cli.build_parser().parse_args(["fuzz", "--threads", "3", "--dtype", "float32"]))
+    assert os.environ["KEVLIKE_THREADS"] == "3" and os.environ["KEVLIKE_DTYPE"] == "float32"
+    with pytest.raises(SystemExit) as e:
+        cli.build_parser().parse_args(["eval", "--threads", "0"])
+    assert e.value.code == 2
+    # train --dtype is the config's mixed_precision; with --resume (the saved config) it is refused
+    assert cli.TRAIN_PRECISION == {"auto": "auto", "float32": "no", "bfloat16": "bf16"}
+
+
+BAD_GOLD = "gold.q: a noul answer is true or false, got 'maybe'"
+
+
+def _bad_labelled(tmp_path) -> Path:
+    good = {"request": {"state": "s", "questions": {"q": {"type": "noul", "instructions": "x?"}}}, "gold": {"q": True}}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(good) + "\n" + json.dumps({**good, "gold": {"q": "maybe"}}) + "\n")
+    return bad
+
+
+@pytest.mark.parametrize("command", ["eval", "calibrate", "train", "train-validation"])
+def test_a_bad_labelled_file_is_reported_in_under_a_second_before_any_model_loads(tmp_path, command):
+    """eval --data, calibrate --data --profile and train (the config's data and validation.data) read the labelled
+    file line by line before torch is imported: the error names the file and the line, exit code 2, in < 1 s."""
+    bad = _bad_labelled(tmp_path)
+    config = tmp_path / "mine.yaml"
+    config.write_text(f"data:\n  - {{path: {bad}, weight: 1}}\n")
+    argv = {"eval": ["eval", "--data", str(bad), "--model", "kevlike-default"],
+            "calibrate": ["calibrate", "kevlike-default", "--data", str(bad), "--profile", "mine"],
+            "train": ["train", str(config), "--dtype", "float32", "--threads", "1"],
+            "train-validation": ["train", str(ROOT / "configs" / "default.yaml"), f"validation.data={bad}"]}[command]
+    code = ("import sys, time; t = time.perf_counter(); from kevlike.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, time.perf_counter() - t, 'torch' in sys.modules)")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    wall = time.perf_counter() - t0
+    rc, seconds, torch_loaded = p.stdout.split()
+    assert p.stderr == f"kevlike: error: {bad}:2: {BAD_GOLD}\n"
+    assert rc == "2" and torch_loaded == "False"
+    assert float(seconds) < 1.0, (command, seconds, wall)
+
+
+def test_train_config_errors_come_before_any_model_loads(tmp_path, capsys):
+    from kevlike import cli
+
+    assert cli.main(["train", str(ROOT / "configs" / "default.yaml"), "optim.lr=nan"]) == 2
+    assert capsys.readouterr().err.startswith("kevlike: error: optim.lr must be a finite number")
+    assert cli.main(["train", str(ROOT / "configs" / "default.yaml"), f"data=[{{path: {tmp_path / 'no.jsonl'}}}]"]) == 2
+    assert capsys.readouterr().err == f"kevlike: error: data[0].path: {tmp_path / 'no.jsonl'} does not exist\n"
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "state.pt").write_bytes(b"")
+    assert cli.main(["train", "--resume", str(tmp_path), "--dtype", "float32"]) == 2
+    assert capsys.readouterr().err == ("kevlike: error: --resume continues a run with its saved config, precision "
+                                       "included; drop --dtype\n")

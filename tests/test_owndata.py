@@ -129,6 +129,10 @@ def test_eval_and_calibrate_on_a_labelled_file(tmp_path, capsys):
     assert cli.main(["eval", "--model", str(art), "--data", str(data), "--costs", str(costs), "--out", str(tmp_path),
                      "--quiet", "--dtype", "float32"]) == 0
     run = next(tmp_path.glob("eval-data-*"))
+    # --quiet hides progress, never results: the tables and the run directory are printed
+    out = capsys.readouterr()
+    assert "| type | n | accuracy | NLL |" in out.out and "| noul | 6 |" in out.out and "| urgent | 6 |" in out.out
+    assert f"run directory: {run}" in out.err
     m = json.loads((run / "metrics.json").read_text())
     assert m["per_type"]["noul"]["n"] == 6 and m["per_type"]["choice"]["n"] == 7 and m["per_type"]["score"]["n"] == 6
     assert set(m["per_question"]) == {"urgent", "team", "anger"}
@@ -137,6 +141,8 @@ def test_eval_and_calibrate_on_a_labelled_file(tmp_path, capsys):
     assert len([json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]) == 19
     assert cli.main(["calibrate", str(art), "--data", str(data), "--profile", "mine", "--min-count", "2", "--quiet",
                      "--dtype", "bfloat16"]) == 0
+    err = capsys.readouterr().err                            # the fit, printed with --quiet too
+    assert "noul: n=6 errors=" in err and f"profile 'mine': {art / 'profiles' / 'mine.json'}" in err
     assert list_profiles(art, str(art)) == ["mine"]
     assert json.loads((art / "profiles" / "mine.json").read_text())["fit"]["dtype"] == "bfloat16 (requested)"
     assert cli.main(["calibrate", str(art), "--profile", "x"]) == 2
