@@ -203,7 +203,8 @@ def test_a_tiny_training_run_writes_a_model_that_answers_with_x_abstain(tiny_dir
     run = train(None, [f"backbone={tiny_dir}", "lora.r=4", "lora.alpha=8", "head.abstain=true", "loss.abstain=1",
                        "phase=head", "tasks={abstain_docs: {weight: 1}, documents: {weight: 1}}", "batch_size=1",
                        "grad_accum=2", "max_steps=3", "eval_every=3", "validation.n=2", "checkpoint_every=0",
-                       f"output_dir={tmp_path}"], quiet=True)
+                       # fp32 like the other in-process runs: accelerate keeps one precision per process
+                       "device=cpu", "mixed_precision=no", f"output_dir={tmp_path}"], quiet=True)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("abstain" in r for r in rows if r["kind"] == "train")
     val = [r for r in rows if r["kind"] == "validation"][-1]

@@ -368,7 +368,9 @@ def test_generalization_suite_through_the_cli(tmp_path):
     recs = [json.loads(x) for x in (val_dir / "records.jsonl").read_text().splitlines()]
     assert recs and {r["half"] for r in recs} == {"validation"}
     assert len(recs) == sum(s["n"] for s in halves["validation"]["splits"].values()) + \
-        sum(1 for r in recs if r["split"] in ("contrast", "contrast_apart") and not r["question"].startswith("q"))
+        sum(1 for r in recs if r["split"] in ("contrast", "contrast_apart") and not r["question"].startswith("q")) + \
+        sum(1 for r in recs if r.get("cannot_tell"))      # the abstain split's "cannot tell" questions: no accuracy
+    assert any(r.get("cannot_tell") for r in recs if r["split"] == "abstain")
     bad = run("eval", "--model", str(art), "--suite", "quick", "--half", "test")
     assert bad.returncode == 2 and "--half goes with" in bad.stderr.decode()
     for split in ("contrast", "contrast_apart"):
