@@ -142,9 +142,21 @@ def auroc(scores: list[float], positive: list[bool]) -> float | None:
     return u / (len(pos) * len(neg))
 
 
+CURVE_POINTS = 101   # points of a risk-coverage curve kept in metrics.json (a curve has one per distinct x_abstain)
+
+
+def thin_curve(curve: list[dict], k: int = CURVE_POINTS) -> list[dict]:
+    """At most ``k`` (≥ 2) points of ``curve``, at evenly spaced positions, the first and the last included."""
+    n = len(curve)
+    if n <= k:
+        return curve
+    return [curve[round(i * (n - 1) / (k - 1))] for i in range(k)]
+
+
 def abstention(records: list[dict], budget: float = 0.05) -> dict:
     """The abstention metrics of the module docstring over records with ``x_abstain``: ``n``,
-    ``n_cannot_tell``, ``curve`` (:func:`risk_coverage`), ``aurc``, ``coverage_at_5pct`` (at ``budget``),
+    ``n_cannot_tell``, ``curve`` (:func:`risk_coverage`, thinned to at most :data:`CURVE_POINTS` of its points, evenly
+    spaced in order, first and last kept: every figure here is computed on the whole curve), ``aurc``, ``coverage_at_5pct`` (at ``budget``),
     ``accuracy_all`` (answering everything), ``nll`` (mean binary log loss of ``x_abstain`` against "cannot tell",
     nats), ``auroc`` and ``ece`` (None without both kinds) with ``ece_bins``."""
     rs = [r for r in records if r.get("x_abstain") is not None]
@@ -160,7 +172,7 @@ def abstention(records: list[dict], budget: float = 0.05) -> dict:
     bce = -sum(math.log(max(r["x_abstain"] if f else 1 - r["x_abstain"], 1e-12)) for r, f in zip(rs, flags)) / len(rs)
     out = {"n": len(rs), "n_cannot_tell": sum(flags), "aurc": area, "coverage_at_5pct": cov, "nll": bce,
            "accuracy_all": curve[-1]["accuracy"], "auroc": auroc([r["x_abstain"] for r in rs], flags),
-           "ece": None, "ece_bins": None, "curve": curve}
+           "ece": None, "ece_bins": None, "curve": thin_curve(curve)}
     if 0 < sum(flags) < len(rs):
         binary = [{"probs": [r["x_abstain"], 1 - r["x_abstain"]], "gold": 0 if f else 1} for r, f in zip(rs, flags)]
         e, bins = ece(binary)
