@@ -142,7 +142,8 @@ def auroc(scores: list[float], positive: list[bool]) -> float | None:
     return u / (len(pos) * len(neg))
 
 
-CURVE_POINTS = 101   # points of a risk-coverage curve kept in metrics.json (a curve has one per distinct x_abstain)
+CURVE_POINTS = 21    # points of a risk-coverage curve kept in metrics.json (a curve has one per distinct x_abstain;
+                     # metrics.json holds one per split, source and type): every 5 % of the questions
 
 
 def thin_curve(curve: list[dict], k: int = CURVE_POINTS) -> list[dict]:

@@ -327,11 +327,11 @@ def test_the_stored_curve_is_thinned_but_the_figures_use_all_of_it():
     from kevlike.metrics import CURVE_POINTS, abstention, thin_curve
     curve = [{"threshold": i / 999, "coverage": (i + 1) / 1000} for i in range(1000)]
     thin = thin_curve(curve)
-    assert len(thin) == CURVE_POINTS == 101 and thin[0] is curve[0] and thin[-1] is curve[-1]
-    assert [p["coverage"] for p in thin[:3]] == [0.001, 0.011, 0.021]
+    assert len(thin) == CURVE_POINTS == 21 and thin[0] is curve[0] and thin[-1] is curve[-1]
+    assert [p["coverage"] for p in thin[:3]] == [0.001, 0.051, 0.101]
     assert thin_curve(curve[:5]) == curve[:5]
     # 300 answerable questions, every 10th wrong, with distinct x_abstain; the figures match the unthinned curve
     recs = [{"probs": [0.9, 0.1], "gold": 0 if i % 10 else 1, "x_abstain": i / 1000} for i in range(300)]
     a = abstention(recs)
-    assert len(a["curve"]) == 101 and a["curve"][-1]["coverage"] == 1.0
+    assert len(a["curve"]) == 21 and a["curve"][-1]["coverage"] == 1.0
     assert abs(a["accuracy_all"] - 0.9) < 1e-12
