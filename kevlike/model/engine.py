@@ -15,13 +15,14 @@ from typing import Any, Sequence
 
 import torch
 
-from kevlike.model.backbones import DEFAULT_MODEL, load_backbone, resolve_dtype, resolve_model
+from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
 from kevlike.model.modeldir import (
-    ModelDir, check_profile_name, ensure_embedding_rows, list_profiles, load_decision_model, load_temperatures,
+    ModelDir, check_profile_name, ensure_embedding_rows, list_profiles, load_temperatures,
     profile_path
 )
+from kevlike.model.merged import load_weights
 from kevlike.model.quantize import quantize_int8, resolve_quantize
 from kevlike.model.state_cache import StateCache, cached_branch_outputs
 from kevlike.model.temperatures import TemperatureTable
@@ -318,9 +319,9 @@ class Engine:
                 have = list_profiles(resolved.artifact_dir, resolved.name)
                 raise ValueError(f"model {resolved.name!r} has no calibration profile {profile!r} (looked for {path}; "
                                  f"profiles: {', '.join(have) or 'none'})")
-        model, tok = load_backbone(resolved.backbone_dir, dtype, backend, device)
+        model, tok, head, temperatures = load_weights(resolved.artifact_dir, resolved.backbone_dir, dtype, backend,
+                                                      device)
         if resolved.artifact_dir is not None:
-            model, head, temperatures = load_decision_model(resolved.artifact_dir, model, tok)
             manifest = ModelDir(resolved.artifact_dir).manifest()
             if option_orders is None:
                 option_orders = int(manifest.get("option_orders", 1))

@@ -161,7 +161,8 @@ def save_calibration(path: str | Path, table: TemperatureTable, report: dict | N
 def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, PointerHead, TemperatureTable]:
     """Apply a decision model to a loaded backbone: merge the LoRA adapter (if any), restore the
     delimiter rows and the head. Returns ``(model, head, temperatures)``; use the returned model (the
-    backbone with the adapter merged into its weights).
+    backbone with the adapter merged into its weights). :mod:`kevlike.model.merged` keeps the merged model in a
+    cache, so that later loads skip the merge.
 
     Raises:
         ValueError: unknown format, delimiter ids that differ from the tokenizer's, or a manifest that declares
@@ -169,13 +170,7 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
     """
     path = Path(path)
     d = ModelDir(path)
-    manifest = d.manifest()
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: unsupported decision-model format {manifest.get('format')!r} (expected {FORMAT})")
-    enc = Encoder(tokenizer)
-    if list(enc.delimiter_ids) != manifest["delimiter_ids"]:
-        raise ValueError(f"{path}: delimiter ids {manifest['delimiter_ids']} do not match the tokenizer's "
-                         f"{list(enc.delimiter_ids)}")
+    manifest = _checked_manifest(path, tokenizer)
     ensure_embedding_rows(model, len(tokenizer))
     if d.has_adapter():
         import warnings
@@ -190,6 +185,31 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
     emb = model.get_input_embeddings().weight
     with torch.no_grad():
         emb[manifest["delimiter_ids"]] = rows.to(emb.dtype).to(emb.device)
+    return (model, *load_decision_head(path, model, tokenizer))
+
+
+def _checked_manifest(path: Path, tokenizer) -> dict:
+    manifest = ModelDir(path).manifest()
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: unsupported decision-model format {manifest.get('format')!r} (expected {FORMAT})")
+    enc = Encoder(tokenizer)
+    if list(enc.delimiter_ids) != manifest["delimiter_ids"]:
+        raise ValueError(f"{path}: delimiter ids {manifest['delimiter_ids']} do not match the tokenizer's "
+                         f"{list(enc.delimiter_ids)}")
+    return manifest
+
+
+def load_decision_head(path: str | Path, model, tokenizer) -> tuple[PointerHead, TemperatureTable]:
+    """The pointer head (on the model's device, eval mode) and the temperature table of a decision model whose
+    adapter and delimiter rows are already in ``model`` (:func:`load_decision_model` puts them there; a cached
+    merge of :mod:`kevlike.model.merged` holds them).
+
+    Raises:
+        ValueError: as :func:`load_decision_model`.
+    """
+    path = Path(path)
+    d = ModelDir(path)
+    manifest = _checked_manifest(path, tokenizer)
     h = manifest["head"]
     abstain = ABSTAIN in manifest.get("capabilities", [])
     head = PointerHead(h["d_model"], h["d_head"], abstain=abstain)
@@ -198,8 +218,8 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
         raise ValueError(f"{path}: the manifest declares {ABSTAIN} but {d.HEAD} has no w_none/b_none")
     head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"],
                           **({"w_none": w["w_none"], "b_none": w["b_none"]} if abstain else {})})
-    head.to(emb.device).eval()
-    return model, head, d.temperatures()
+    head.to(model.get_input_embeddings().weight.device).eval()
+    return head, d.temperatures()
 
 
 def calibration_fit(path: str | Path) -> dict | None:

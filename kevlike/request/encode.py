@@ -159,7 +159,8 @@ class Encoder:
             raise ValueError(f"option_orders must be >= 0, got {option_orders}")
         self.option_orders = option_orders
         self.option_mode = check_option_mode(option_mode)
-        missing = [t for t in DELIMITERS if t not in tokenizer.get_vocab()]
+        vocab = tokenizer.get_vocab()            # a fresh dict of the whole vocabulary per call: read it once
+        missing = [t for t in DELIMITERS if t not in vocab]
         if missing:
             tokenizer.add_special_tokens({"extra_special_tokens": list(DELIMITERS)},
                                          replace_extra_special_tokens=False)
@@ -178,7 +179,7 @@ class Encoder:
         # the most UTF-8 bytes one token can stand for (an over-estimate for byte-level and byte-fallback
         # vocabularies, whose token strings spell a byte with 2-6 characters): text of B bytes is at
         # least ceil(B / max_token_bytes) tokens, which refuses a huge body before tokenizing it
-        self.max_token_bytes = max(len(t.encode("utf-8", "surrogatepass")) for t in tokenizer.get_vocab()) or 1
+        self.max_token_bytes = max(len(t.encode("utf-8", "surrogatepass")) for t in [*vocab, *missing]) or 1
 
     def min_tokens(self, text: str) -> int:
         """A lower bound on the tokens of ``text``, without tokenizing: ``ceil(bytes / max_token_bytes)``."""
