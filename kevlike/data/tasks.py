@@ -176,3 +176,23 @@ class TaskMixture:
 
     def load_state_dict(self, state: dict) -> None:
         self.seed, self.drawn = int(state["seed"]), int(state["drawn"])
+
+
+def labelled_lines(task: str, split: str = "test", n: int = 200, seed: int = 0) -> list[dict]:
+    """A seeded sample of ``n`` requests of built-in ``task``'s ``split`` as labelled-file lines (the format of
+    ``kevlike eval --data`` and ``kevlike calibrate --data``; :mod:`kevlike.data.labelled`):
+    ``{"request": <Jev request>, "gold": {question id: answer}}``, the answers written as a user would
+    (``true``/``false``, option keys, 0-based level indices). ``kevlike export`` writes them to a file.
+
+    Raises:
+        KeyError: an unknown task; ValueError: an unknown split (as :func:`eval_examples`).
+    """
+    lines = []
+    for ex in eval_examples(task, split, n, seed=seed):
+        request = {"state": ex.request["state"], "questions": ex.request["questions"]}
+        gold = {}
+        for qid, q in ex.request["questions"].items():
+            key = ex.gold[qid]
+            gold[qid] = key == "true" if q["type"] == "noul" else int(key) if q["type"] == "score" else key
+        lines.append({"request": request, "gold": gold})
+    return lines

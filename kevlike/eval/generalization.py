@@ -397,8 +397,8 @@ def reading_targets(records: list[dict], summ: dict) -> dict:
     coherence |P(yes|Q) + P(yes|not Q) − 1| ≤ 0.1 on ≥ 80 % of pairs and never both above 0.5 on ≥ 90 %
     (:func:`coherence_pairs`); score on held-out sources ≥ 0.65; 5-level sentiment ≥ 0.55; yes/no on held-out
     sources ≥ 0.80 at ECE ≤ 0.05; ``contrast_apart`` right on both states ≥ 0.75; SNLI test accuracy (no
-    target); unseen questions (:func:`unseen_records`: accuracy, reported, compared between runs by
-    ``scripts/unseen.py --baseline``)."""
+    target); unseen questions (:func:`unseen_records`: accuracy and NLL, reported, compared between runs by
+    ``kevlike compare RUN --baseline BASE``, :mod:`kevlike.eval.unseen`)."""
 
     def t(value, target, n, ok=None):
         met = None if value is None or target is None else (ok if ok is not None else value >= target)
@@ -433,7 +433,9 @@ def reading_targets(records: list[dict], summ: dict) -> dict:
     nli = [r for r in records if r["split"] == "snli_test"]
     out["snli_test_accuracy"] = t(summary(nli)["accuracy"] if nli else None, None, len(nli))
     u = unseen_records(records)
-    out["unseen_accuracy"] = t(summary(u)["accuracy"] if u else None, None, len(u))
+    su = summary(u) if u else None
+    out["unseen_accuracy"] = t(su and su["accuracy"], None, len(u))
+    out["unseen_nll"] = t(su and su["nll"], None, len(u))
     return out
 
 

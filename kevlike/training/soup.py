@@ -16,20 +16,19 @@ record), with ``training.interpolation`` = ``{"models", "weights",
 that is itself a soup its own ``interpolation`` record), and T = 1 for every type (its ``calibration.json`` says it was not fitted): calibrate it before use. The first
 model's ``MODEL_CARD.md`` is not copied (it describes other weights); the soup's card says what it is made of.
 
-    python scripts/interpolate.py kevlike/models/default runs/facts-STAMP/artifact runs/soup --alpha 0.5
-    python scripts/interpolate.py kevlike/models/default runs/one/artifact runs/two/artifact runs/soup3
+    kevlike soup kevlike/models/default runs/facts-STAMP/artifact runs/soup --alpha 0.5
+    kevlike soup kevlike/models/default runs/one/artifact runs/two/artifact runs/soup3
     kevlike calibrate runs/soup --n 30
 
-Exits 2 with one line when a folder is not a decision model, the models do not have the same backbone,
-delimiters, LoRA configuration and tensors, or the weights are not one per model, non-negative, summing to 1.
+``kevlike soup`` exits 2 with one line when a folder is not a decision model, the models do not have the same
+backbone, delimiters, LoRA configuration and tensors, or the weights are not one per model, non-negative, summing
+to 1.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from safetensors import SafetensorError
@@ -70,7 +69,7 @@ def _card(models: list[Path], weights: list[float], ingredients: list[dict]) -> 
     rows = [f"| {w:g} | `{m}` | {cells(i)} |" for w, m, i in zip(weights, models, ingredients)]
     return "\n".join([
         "# A weight average (model soup) of decision models", "",
-        "Written by `scripts/interpolate.py`: every trained tensor is the weighted mean of the models below. The "
+        "Written by `kevlike soup`: every trained tensor is the weighted mean of the models below. The "
         "serving settings and the training record in `kevlike.json` are the first model's; "
         "`training.interpolation` lists the ingredients. Temperatures are 1 until `kevlike calibrate` fits them.", "",
         "| weight | model | config | seed | kept step | validation NLL |", "|---|---|---|---|---|---|", *rows, ""])
@@ -161,37 +160,3 @@ def interpolate(a: Path, b: Path, out: Path, alpha: float) -> float:
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"--alpha must be in [0, 1], got {alpha}")
     return soup([a, b], [1.0 - alpha, alpha], out)[1]
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", type=Path, nargs="+",
-                    help="two or more decision-model directories trained from the first (the first: alpha = 0)")
-    ap.add_argument("out", type=Path, help="new directory for the interpolated model")
-    how = ap.add_mutually_exclusive_group()
-    how.add_argument("--alpha", type=float, default=None, help="two models only: weight of the second (default: 0.5)")
-    how.add_argument("--weights", type=float, nargs="+", default=None,
-                     help="one weight per model, summing to 1 (default: uniform)")
-    args = ap.parse_args()
-    n = len(args.models)
-    try:
-        if args.alpha is not None:
-            if n != 2:
-                raise ValueError(f"--alpha needs exactly two models, got {n}; use --weights")
-            weights = [1.0 - args.alpha, args.alpha]
-            rel = [0.0, interpolate(*args.models, args.out, args.alpha)]
-        else:
-            weights = args.weights if args.weights is not None else [1.0 / n] * n
-            rel = soup(args.models, weights, args.out)
-    except ValueError as e:
-        print(f"interpolate: {e}", file=sys.stderr)
-        return 2
-    parts = " + ".join(f"{w:g} * {m}" for w, m in zip(weights, args.models))
-    dist = ", ".join(f"{r:.4f}" for r in rel[1:])
-    print(f"{args.out}: {parts}; |model - first| / |first| over the LoRA tensors: {dist}; "
-          f"calibrate it: kevlike calibrate {args.out} --n 30")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

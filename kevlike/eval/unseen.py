@@ -3,8 +3,10 @@ between two runs. Unseen: every split but those of :data:`kevlike.eval.generaliz
 (``seen_wording``, the generated ``documents``, ``snli_test``, ``absurd``), each contrast question counted once
 (its plain form ``qN``, not the negated ``nN`` or choice ``cN`` twins).
 
-    python scripts/unseen.py RUN [RUN ...] [--half validation|test|all]
-    python scripts/unseen.py RUN --baseline BASELINE_RUN --half test    # difference, paired bootstrap interval
+    kevlike compare RUN [RUN ...] [--half validation|test|all]
+    kevlike compare RUN --baseline BASELINE_RUN --half test    # difference, paired bootstrap interval
+
+Every generalization report (``kevlike eval --suite generalization``) also has the aggregate of each half.
 
 A RUN is a ``kevlike eval --suite generalization`` run directory or its records.jsonl. ``--half`` keeps the
 records of one half (``half`` field; runs written before the halves existed have none, so only ``all`` works
@@ -16,10 +18,8 @@ by split, source, question id and gold, in order) and the interval is a paired b
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 from kevlike.eval.generalization import unseen_records
@@ -64,35 +64,3 @@ def paired_difference(a: list[dict], b: list[dict], resamples: int = 2000, seed:
     boots = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
     return {"n": n, "difference": sum(d) / n, "low": boots[int(0.025 * resamples)],
             "high": boots[int(0.975 * resamples) - 1]}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", metavar="RUN",
-                   help="a `kevlike eval --suite generalization` run directory, or its records.jsonl")
-    p.add_argument("--half", choices=("validation", "test", "all"), default="all",
-                   help="which half of the suite to count (default: all)")
-    p.add_argument("--baseline", metavar="RUN", default=None,
-                   help="also print each run's accuracy minus this run's on the same questions, with a paired "
-                        "bootstrap 95%% interval")
-    args = p.parse_args(argv)
-    try:
-        base = unseen(load(args.baseline), args.half) if args.baseline else None
-        for arg in args.runs:
-            u = unseen(load(arg), args.half)
-            s = summary(u)
-            line = f"{arg}: unseen questions {s['n']} ({args.half}), accuracy {s['accuracy']:.3f}, NLL {s['nll']:.3f}"
-            if base is not None:
-                d = paired_difference(u, base)
-                line += (f"; minus baseline {d['difference']:+.3f} "
-                         f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']})")
-            print(line)
-    except (OSError, ValueError, KeyError) as e:
-        print(f"unseen: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
