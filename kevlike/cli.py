@@ -13,6 +13,9 @@
     kevlike parity REQUEST.json ...    packed vs separate answers of real requests
     kevlike loadtest --spawn|--url     requests per second and latency under concurrent clients
     kevlike fuzz [--n 10000]           hostile requests against a server: no 5xx, documented error shapes
+    kevlike soup A B OUT [--alpha a]   average decision models trained from one another (a model soup)
+    kevlike compare RUN [--baseline B] unseen-question accuracy of generalization runs, paired differences
+    kevlike export TASK --out F.jsonl  a built-in task's split as a labelled file (for eval/calibrate --data)
     kevlike gpu-check                  the GPU path in one call: flex == sdpa, flex training gradients, a short
                                        training run, benchmark and load-test rows (needs a CUDA GPU)
 
@@ -380,6 +383,73 @@ def _cmd_serve(args) -> int:
         if code is None:
             raise
         return _fail(str(e), code)
+    return EXIT_OK
+
+
+def _cmd_soup(args) -> int:
+    from kevlike.training.soup import soup
+
+    n = len(args.models)
+    if n < 2:
+        return _fail(f"soup needs at least two models and an output directory, got {n} model(s)")
+    if args.alpha is not None:
+        if n != 2:
+            return _fail(f"--alpha needs exactly two models, got {n}; use --weights")
+        if not 0.0 <= args.alpha <= 1.0:
+            return _fail(f"--alpha must be in [0, 1], got {args.alpha}")
+        weights = [1.0 - args.alpha, args.alpha]
+    else:
+        weights = args.weights if args.weights is not None else [1.0 / n] * n
+    try:
+        rel = soup([Path(m) for m in args.models], weights, Path(args.out))
+    except ValueError as e:
+        return _fail(str(e))
+    parts = " + ".join(f"{w:g} * {m}" for w, m in zip(weights, args.models))
+    dist = ", ".join(f"{r:.4f}" for r in rel[1:])
+    print(f"{args.out}: {parts}; |model - first| / |first| over the LoRA tensors: {dist}; "
+          f"calibrate it: kevlike calibrate {args.out} --n 30")
+    return EXIT_OK
+
+
+def _cmd_compare(args) -> int:
+    from kevlike.eval.unseen import load, paired_difference, unseen
+    from kevlike.metrics import summary
+
+    try:
+        base = unseen(load(args.baseline), args.half) if args.baseline else None
+        for run in args.runs:
+            u = unseen(load(run), args.half)
+            s = summary(u)
+            line = f"{run}: unseen questions {s['n']} ({args.half}), accuracy {s['accuracy']:.3f}, NLL {s['nll']:.3f}"
+            if base is not None:
+                d = paired_difference(u, base)
+                line += (f"; minus baseline {d['difference']:+.3f} "
+                         f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']})")
+            print(line)
+    except (OSError, ValueError, KeyError) as e:
+        return _fail(str(e))
+    return EXIT_OK
+
+
+def _cmd_export(args) -> int:
+    if args.n < 1:
+        return _fail(f"--n must be a positive integer, got {args.n}")
+    if os.path.exists(args.out):
+        return _fail(f"--out {args.out} exists; choose a new file")
+    from kevlike.data.sources import DataUnavailableError
+    from kevlike.data.tasks import TASKS, labelled_lines
+
+    if args.task not in TASKS:
+        return _fail(f"unknown task {args.task!r}; tasks: {', '.join(TASKS)}")
+    try:
+        lines = labelled_lines(args.task, args.split, args.n, seed=args.seed)
+    except DataUnavailableError as e:
+        return _fail(str(e), EXIT_SETUP)
+    except ValueError as e:
+        return _fail(str(e))
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    print(f"{len(lines)} labelled requests ({args.task}, {args.split}) -> {args.out}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -964,6 +1034,39 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument("--no-progress", action="store_true", help="no progress bar")
     fz.add_argument("--show", type=int, default=None, metavar="I", help="print request I of --seed and exit (default: run the fuzz)")
     fz.set_defaults(func=_tool("eval.fuzz"))
+
+    so = command("soup", "average the trained weights of decision models trained from one another (a model soup; "
+                         "WiSE-FT for two) into a new decision-model directory, uncalibrated (T = 1): run "
+                         "`kevlike calibrate OUT` next (how and why: kevlike/training/soup.py)")
+    so.add_argument("models", nargs="+", metavar="MODEL",
+                    help="two or more decision-model directories trained from the first (the first: alpha = 0)")
+    so.add_argument("out", metavar="OUT", help="new directory for the averaged model")
+    how = so.add_mutually_exclusive_group()
+    how.add_argument("--alpha", type=float, default=None, help="two models only: the weight of the second "
+                                                               "(default: uniform weights)")
+    how.add_argument("--weights", type=float, nargs="+", default=None,
+                     help="one weight per model, non-negative, summing to 1 (default: uniform)")
+    so.set_defaults(func=_cmd_soup)
+
+    cp = command("compare", "accuracy and NLL over the unseen questions of generalization-suite runs, and with "
+                            "--baseline each run minus the baseline on the same questions with a paired bootstrap "
+                            "95%% interval")
+    cp.add_argument("runs", nargs="+", metavar="RUN",
+                    help="a `kevlike eval --suite generalization` run directory, or its records.jsonl")
+    cp.add_argument("--half", choices=("validation", "test", "all"), default="all",
+                    help="which half of the suite to count")
+    cp.add_argument("--baseline", metavar="RUN", default=None,
+                    help="also print each run's accuracy minus this run's on the same questions (default: none)")
+    cp.set_defaults(func=_cmd_compare)
+
+    ex = command("export", "write a built-in task's split as a labelled JSONL file (the format of `eval --data` and "
+                           "`calibrate --data`), to try the own-data commands on public data")
+    ex.add_argument("task", help="a built-in task, e.g. sys1_phishing_email (the list: an unknown name prints it)")
+    ex.add_argument("--split", default="test", choices=["train", "validation", "test"], help="dataset split")
+    ex.add_argument("--n", type=int, default=200, help="requests (a seeded sample)")
+    ex.add_argument("--seed", type=int, default=0, help="sampling seed")
+    ex.add_argument("--out", required=True, help="the JSONL file to write (refused if it exists)")
+    ex.set_defaults(func=_cmd_export)
 
     g = command("gpu-check", "check the GPU path in one call, about ten minutes on one GPU: flex == sdpa answers of the "
                              "real model, flex == sdpa training gradients on a tiny model, a short training run of the "

@@ -1,4 +1,4 @@
-"""scripts/interpolate.py: weight interpolation of two or more decision models (synthetic directories, no model)."""
+"""kevlike soup (kevlike/training/soup.py): weight interpolation of two or more decision models (synthetic directories, no model)."""
 
 import json
 import subprocess
@@ -9,9 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-from interpolate import interpolate, soup  # noqa: E402
+from kevlike.training.soup import interpolate, soup  # noqa: E402
 
 
 def _model(path: Path, seed: int, r: int = 4) -> Path:
@@ -61,9 +59,9 @@ def test_models_that_do_not_match_are_refused_in_one_line(tmp_path):
         interpolate(a, other, tmp_path / "m", 0.5)
     with pytest.raises(ValueError, match=r"--alpha must be in \[0, 1\], got 1.5"):
         interpolate(a, a, tmp_path / "m", 1.5)
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "interpolate.py"), str(a), str(other), str(tmp_path / "m")],
+    p = subprocess.run([sys.executable, "-m", "kevlike", "soup", str(a), str(other), str(tmp_path / "m")],
                        capture_output=True, text=True)
-    assert p.returncode == 2 and p.stderr.startswith("interpolate: different LoRA configuration") and "Traceback" not in p.stderr
+    assert p.returncode == 2 and p.stderr.startswith("kevlike: error: different LoRA configuration") and "Traceback" not in p.stderr
     assert not (tmp_path / "m").exists()
     with pytest.raises(ValueError, match="exists; choose a new directory"):
         interpolate(a, a, tmp_path / "a", 0.5)
@@ -94,7 +92,7 @@ def test_a_soup_of_three_is_their_weighted_mean_and_the_command_line_defaults_to
     assert inner[0]["interpolation"] == manifest and "interpolation" not in inner[1]
     card = (tmp_path / "ss" / "MODEL_CARD.md").read_text()
     assert "| 0.5 | `%s` | a soup (0.5 facts seed 0, 0.3 facts seed 1, 0.2 facts seed 2) | | | |" % (tmp_path / "s") in card
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "interpolate.py"), *map(str, ms), str(tmp_path / "u")],
+    p = subprocess.run([sys.executable, "-m", "kevlike", "soup", *map(str, ms), str(tmp_path / "u")],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     u = load_file(tmp_path / "u" / "delimiters.safetensors")["rows"]
@@ -105,7 +103,7 @@ def test_a_soup_of_three_is_their_weighted_mean_and_the_command_line_defaults_to
             soup(ms, weights, tmp_path / "bad")
     with pytest.raises(ValueError, match="at least two models"):
         soup(ms[:1], [1.0], tmp_path / "bad")
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "interpolate.py"), *map(str, ms), str(tmp_path / "bad"),
+    p = subprocess.run([sys.executable, "-m", "kevlike", "soup", *map(str, ms), str(tmp_path / "bad"),
                         "--alpha", "0.5"], capture_output=True, text=True)
-    assert p.returncode == 2 and p.stderr == "interpolate: --alpha needs exactly two models, got 3; use --weights\n"
+    assert p.returncode == 2 and p.stderr == "kevlike: error: --alpha needs exactly two models, got 3; use --weights\n"
     assert not (tmp_path / "bad").exists()

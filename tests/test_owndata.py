@@ -166,3 +166,25 @@ def test_eval_and_calibrate_on_a_labelled_file(tmp_path, capsys):
     assert "--dtype applies when eval runs a local model (not with --url or --reuse)" in capsys.readouterr().err
     assert cli.main(["calibrate", str(art), "--records", str(run / "records.jsonl"), "--dtype", "float32"]) == 2
     assert "--dtype applies when calibrate computes the logits" in capsys.readouterr().err
+
+
+def test_export_writes_a_labelled_file_that_reads_back(tmp_path, capsys):
+    """`kevlike export`: a built-in split as labelled lines (the answers as a user writes them), read back by
+    the own-data reader; an existing --out and an unknown task are refused with exit 2."""
+    from kevlike.cli import main
+    from kevlike.data.labelled import read_labelled
+    from kevlike.data.tasks import eval_examples
+
+    out = tmp_path / "phishing.jsonl"
+    assert main(["export", "sys1_phishing_email", "--split", "test", "--n", "3", "--seed", "1", "--out", str(out)]) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    examples = eval_examples("sys1_phishing_email", "test", 3, seed=1)
+    assert [x["request"]["state"] for x in lines] == [e.request["state"] for e in examples]
+    for line, ex in zip(lines, examples):
+        for qid, q in ex.request["questions"].items():
+            want = {"noul": lambda k: k == "true", "score": int}.get(q["type"], lambda k: k)(ex.gold[qid])
+            assert line["gold"][qid] == want
+    assert len(read_labelled(out)) == 3
+    assert main(["export", "sys1_phishing_email", "--out", str(out)]) == 2
+    assert main(["export", "no_such_task", "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert "exists; choose a new file" in capsys.readouterr().err

@@ -1,16 +1,15 @@
-"""scripts/unseen.py: the unseen-question aggregate of a generalization run and the paired difference of two
+"""kevlike compare (kevlike/eval/unseen.py): the unseen-question aggregate of a generalization run and the paired difference of two
 runs (hand-computed)."""
 
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
 from kevlike.metrics import summary
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from unseen import main, paired_difference, unseen  # noqa: E402
+from kevlike.cli import main  # noqa: E402
+from kevlike.eval.unseen import paired_difference, unseen  # noqa: E402
 
 
 def _r(split, question, probs, gold, half="test", source="s"):     # a record as `kevlike eval` writes it
@@ -60,7 +59,7 @@ def test_main_prints_the_difference(tmp_path, capsys):
         d.mkdir()
         (d / "records.jsonl").write_text("\n".join(json.dumps(_r("heldout_source", f"q{i}", probs, 0))
                                                    for i in range(3)) + "\n")
-    assert main([str(run), "--baseline", str(base), "--half", "test"]) == 0
+    assert main(["compare", str(run), "--baseline", str(base), "--half", "test"]) == 0
     out = capsys.readouterr().out
     assert "unseen questions 3 (test), accuracy 1.000" in out and "minus baseline +1.000" in out
-    assert main([str(tmp_path / "missing")]) == 2
+    assert main(["compare", str(tmp_path / "missing")]) == 2
