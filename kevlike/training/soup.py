@@ -34,10 +34,11 @@ from pathlib import Path
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from kevlike.model.modeldir import save_calibration
+from kevlike.model.modeldir import ModelDir, save_calibration
 from kevlike.model.temperatures import TemperatureTable
 
-TENSOR_FILES = ("adapter/adapter_model.safetensors", "head.safetensors", "delimiters.safetensors")
+ADAPTER_WEIGHTS = f"{ModelDir.ADAPTER}/{ModelDir.ADAPTER_WEIGHTS}"
+TENSOR_FILES = (ADAPTER_WEIGHTS, ModelDir.HEAD, ModelDir.DELIMITERS)
 SAME_CONFIG = ("r", "lora_alpha", "target_modules", "trainable_token_indices", "base_model_name_or_path")
 SAME_MANIFEST = ("backbone", "backbone_sha256", "delimiters", "delimiter_ids", "head")
 
@@ -97,8 +98,8 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
     if out.exists():
         raise ValueError(f"{out} exists; choose a new directory")
     try:
-        manifests = [json.loads((m / "kevlike.json").read_text()) for m in models]
-        configs = [json.loads((m / "adapter" / "adapter_config.json").read_text()) for m in models]
+        manifests = [ModelDir(m).manifest() for m in models]
+        configs = [ModelDir(m).adapter_config() for m in models]
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"not a decision-model directory with a LoRA adapter: {e}") from None
     ma, ca = manifests[0], configs[0]
@@ -114,7 +115,7 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                 raise ValueError(f"different LoRA configuration: {key} = {ca.get(key)!r} and {cb.get(key)!r}")
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(models[0], tmp, ignore=shutil.ignore_patterns("calibration.json", "profiles", "MODEL_CARD.md"))
+    shutil.copytree(models[0], tmp, ignore=shutil.ignore_patterns(ModelDir.CALIBRATION, "profiles", "MODEL_CARD.md"))
     num, den = [0.0] * len(models), 0.0
     try:
         for name in TENSOR_FILES:
@@ -131,7 +132,7 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                     if t[k].shape != ts[0][k].shape:
                         raise ValueError(f"{name}: {k} has shape {tuple(ts[0][k].shape)} and {tuple(t[k].shape)}")
                 mixed[k] = sum(w * t[k].float() for w, t in zip(weights, ts)).to(ts[0][k].dtype).contiguous()
-                if name.startswith("adapter/"):
+                if name == ADAPTER_WEIGHTS:
                     den += float(ts[0][k].float().pow(2).sum())
                     for i, t in enumerate(ts):
                         num[i] += float((t[k].float() - ts[0][k].float()).pow(2).sum())
@@ -139,7 +140,7 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
         ingredients = [_ingredient(m) for m in manifests]
         ma.setdefault("training", {})["interpolation"] = {
             "models": [str(m) for m in models], "weights": list(weights), "ingredients": ingredients}
-        (tmp / "kevlike.json").write_text(json.dumps(ma, indent=1))
+        (tmp / ModelDir.MANIFEST).write_text(json.dumps(ma, indent=1))
         parts = " + ".join(f"{w:g}·{m}" for w, m in zip(weights, models))
         save_calibration(tmp, TemperatureTable(source=f"T = 1: interpolated ({parts}), not calibrated"))
         (tmp / "MODEL_CARD.md").write_text(_card(models, weights, ingredients))
