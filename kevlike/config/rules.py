@@ -162,6 +162,32 @@ class Section:
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
 
 
+class FrozenMap(Mapping):
+    """A read-only mapping over a copy of ``items`` (insertion order kept): what a frozen config holds where a
+    setting is a mapping. Unlike ``types.MappingProxyType`` it pickles and copies, and it hashes when its values
+    do. Assigning to a key raises ``TypeError``."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items=()):
+        self._items = dict(items)
+
+    def __getitem__(self, key):
+        return self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+
 def _plain(v: Any):
     if hasattr(v, "to_dict"):   # a section, a DataFile
         return v.to_dict()

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from types import MappingProxyType
 
-from kevlike.config.rules import (SEED, SHARE, ConfigError, Rule, Section, integer, number, section, setting,
-                                  settings)
+from kevlike.config.rules import (SEED, SHARE, ConfigError, FrozenMap, Rule, Section, integer, number, section,
+                                  setting, settings)
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -183,7 +182,8 @@ class TrainConfig(Section):
                                            "(TASK_OPTIONS); a config's tasks replace these")
     loss: LossConfig = section(LossConfig, "the loss weights")
     data: tuple[DataFile, ...] = setting((), None, "your labelled files, mixed with the tasks (the replay that keeps "
-                                         "the built-in skills): [{path: FILE.jsonl, weight: W}]")
+                                         "the built-in skills): [{path: FILE.jsonl, weight: W}], W relative to the "
+                                         "task weights")
     set_share: float = setting(0.0, SHARE, "share of training requests whose choice questions are read in set mode "
                                "(each option its own sub-branch); > 0 trains both templates")
     optim: OptimConfig = section(OptimConfig, "the optimizer")
@@ -229,10 +229,10 @@ def _tasks(tasks) -> Mapping[str, Mapping]:
             if k not in TASK_OPTIONS:
                 raise ConfigError(f"unknown config key 'tasks.{name}.{k}' (known: {', '.join(sorted(TASK_OPTIONS))})")
             TASK_OPTIONS[k][0].check(f"tasks.{name}.{k}", v)
-        out[name] = MappingProxyType(dict(opts))
+        out[name] = FrozenMap(opts)
     if sum(float(o.get("weight", 1.0)) for o in out.values()) <= 0:
         raise ConfigError("the task weights sum to 0: give at least one task a positive weight")
-    return MappingProxyType(out)
+    return FrozenMap(out)
 
 
 def help_texts(cls: type = TrainConfig, prefix: str = "") -> dict[str, str]:
