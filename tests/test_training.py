@@ -365,7 +365,7 @@ def test_every_key_has_one_default_one_rule_and_its_help():
     its rule and help in TASK_OPTIONS); every default passes its own rule."""
     from dataclasses import fields
 
-    from kevlike.config.train import TASK_OPTIONS, help_texts
+    from kevlike.config.train import TASK_OPTIONS
     from kevlike.data.tasks import FAMILY_KEYS
 
     def leaves(d, prefix=""):
@@ -375,19 +375,19 @@ def test_every_key_has_one_default_one_rule_and_its_help():
             else:
                 yield prefix + k
 
-    def rules(cls, prefix=""):
+    def declared(cls, prefix=""):
         for f in fields(cls):
             if "section" in f.metadata:
-                yield from rules(f.metadata["section"], f"{prefix}{f.name}.")
-            elif "rule" in f.metadata:
-                yield prefix + f.name, f.metadata["rule"], f.default
-    helps = help_texts()
-    assert set(leaves(TrainConfig().to_dict())) == {k for k in helps if not k.startswith("tasks.NAME.")}
-    assert {k for k, _, _ in rules(TrainConfig)} == set(helps) - {"tasks", "data"} - {f"tasks.NAME.{k}" for k in TASK_OPTIONS}
-    assert all(h.strip() for h in helps.values())
-    assert set(FAMILY_KEYS) <= set(TASK_OPTIONS)
-    for k, rule, default in rules(TrainConfig):   # every default passes its own rule
-        assert rule.accepts(default), k
+                yield from declared(f.metadata["section"], f"{prefix}{f.name}.")
+            else:
+                yield prefix + f.name, f
+    keys = dict(declared(TrainConfig))
+    assert set(leaves(TrainConfig().to_dict())) == set(keys)
+    assert all(f.metadata["help"].strip() for f in keys.values())
+    assert {k for k, f in keys.items() if "rule" not in f.metadata} == {"tasks", "data"}   # checked by TrainConfig
+    for k, f in keys.items():   # every default passes its own rule
+        assert "rule" not in f.metadata or f.metadata["rule"].accepts(f.default), k
+    assert set(FAMILY_KEYS) <= set(TASK_OPTIONS) and all(help.strip() for _, help in TASK_OPTIONS.values())
     # a mapping given on the command line sets its keys only; the others keep their values
     cfg = load_config(None, ["optim={lr: 1.0e-4}"])
     assert cfg.optim.to_dict() == {"lr": 1e-4, "head_lr": 1e-3, "weight_decay": 0.01, "warmup": 0.1, "grad_clip": 1.0}

@@ -4,8 +4,9 @@ A :class:`Rule` is one setting's check: its kind (an integer, a finite number, a
 of names, one of some choices), its range and whether null is accepted; :meth:`Rule.text` says it in words, as the
 error message does. :func:`setting` declares a dataclass field with its one default, its rule and its help text;
 :func:`settings` makes a class of such fields a frozen dataclass whose construction checks every field (the
-:class:`Section` base) and whose docstring lists them. A refused value raises :class:`ConfigError`, one line that
-names the field by its dotted path: ``optim.lr must be a finite number ≥ 0, got nan``.
+:class:`Section` base) and whose docstring lists them; a setting that is a mapping is held as a read-only
+:class:`FrozenMap`. A refused value raises :class:`ConfigError`, one line that names the field by its dotted path:
+``optim.lr must be a finite number ≥ 0, got nan``.
 """
 
 from __future__ import annotations
@@ -123,21 +124,16 @@ class Section:
         return f"{cls.key}.{name}" if cls.key else name
 
     def __post_init__(self) -> None:
-        subs = [f for f in fields(self) if "section" in f.metadata]
-        for f in subs:              # every section is a mapping before any value is checked
-            v, kind = getattr(self, f.name), f.metadata["section"]
-            if not isinstance(v, (kind, Mapping)):
+        for f in fields(self):
+            v, kind = getattr(self, f.name), f.metadata.get("section")
+            if kind is not None and isinstance(v, Mapping):
+                object.__setattr__(self, f.name, kind.from_dict(v))
+            elif kind is not None and not isinstance(v, kind):
                 raise ConfigError(f"{self.path(f.name)} must be a mapping of "
                                   f"{', '.join(x.name for x in fields(kind))}, got {v!r}")
-        for f in subs:
-            v, kind = getattr(self, f.name), f.metadata["section"]
-            if not isinstance(v, kind):
-                object.__setattr__(self, f.name, kind.from_dict(v))
-        for f in fields(self):
-            if "rule" in f.metadata:
-                v = getattr(self, f.name)
+            elif "rule" in f.metadata:
                 f.metadata["rule"].check(self.path(f.name), v)
-                if isinstance(v, list):
+                if isinstance(v, list):   # stored as a tuple: the config is frozen
                     object.__setattr__(self, f.name, tuple(v))
 
     @classmethod

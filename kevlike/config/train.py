@@ -11,7 +11,7 @@ exist — is checked in :mod:`kevlike.training.config`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from kevlike.config.rules import (SEED, SHARE, ConfigError, FrozenMap, Rule, Section, integer, number, section,
                                   setting, settings)
@@ -234,16 +234,3 @@ def _tasks(tasks) -> Mapping[str, Mapping]:
         raise ConfigError("the task weights sum to 0: give at least one task a positive weight")
     return FrozenMap(out)
 
-
-def help_texts(cls: type = TrainConfig, prefix: str = "") -> dict[str, str]:
-    """``{dotted key: help text}`` of every setting of ``cls`` and its sections (``tasks.NAME.KEY`` for the task
-    options)."""
-    out = {}
-    for f in fields(cls):
-        if "section" in f.metadata:
-            out.update(help_texts(f.metadata["section"], f"{prefix}{f.name}."))
-        else:
-            out[prefix + f.name] = f.metadata["help"]
-    if cls is TrainConfig:
-        out.update({f"tasks.NAME.{k}": h for k, (_, h) in TASK_OPTIONS.items()})
-    return out
