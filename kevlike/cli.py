@@ -170,7 +170,7 @@ def _train_inputs_error(args) -> str | None:
         cfg = load_config(args.config, list(args.overrides))
     except (ConfigError, FileNotFoundError) as e:
         return str(e)
-    for path in [e["path"] for e in cfg["data"]] + [cfg["validation"]["data"]]:
+    for path in [f.path for f in cfg.data] + [cfg.validation.data]:
         if path is not None and (err := _labelled_error(path)) is not None:
             return err
     return None

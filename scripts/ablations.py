@@ -65,7 +65,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import yaml
+from kevlike.training.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "configs" / "negation.yaml")
@@ -217,8 +217,8 @@ def main(argv=None) -> int:
         extract_stage2(ROOT / "runs" / "stage2")
         return 0
     variants = args.variants.split(",")
-    config = yaml.safe_load(Path(args.config).read_text())
-    tasks, backbone = config["tasks"], args.backbone or config["backbone"]
+    config = load_config(args.config)                 # resolved: a key the file leaves out takes its default
+    tasks, backbone = config.tasks, args.backbone or config.backbone
     for v in variants:
         try:                                                                       # fail before any work
             overrides(v, args.steps, Path(args.out), tasks, args.start, args.lr, args.backbone)

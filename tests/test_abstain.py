@@ -9,6 +9,7 @@ import random
 import pytest
 import torch
 
+from kevlike.config.train import TrainConfig
 from kevlike.data import abstain as abstain_data
 from kevlike.data.labelled import LabelledDataError, read_labelled, to_examples
 from kevlike.data.sources import Example
@@ -154,7 +155,7 @@ def test_abstain_loss_is_bce_on_all_questions_and_ce_on_the_answerable_ones():
     z[0, 0, :2] = torch.tensor([1.0, 0.0])
     z[0, 1, :3] = torch.tensor([0.0, 0.0, 0.0])
     z_none = torch.tensor([[0.0, 2.0]])
-    cfg = {"loss": {"perm": 0.0, "ord": 0.0, "abstain": 0.5}}
+    cfg = TrainConfig.from_dict({"head": {"abstain": True}, "loss": {"perm": 0.0, "ord": 0.0, "abstain": 0.5}})
     terms = loss_terms((z, z_none), batch, aux, cfg)
     ce = -math.log(math.e / (math.e + 1))                           # question a only
     a_a = 0.0 - math.log(math.e + 1)                                # z_none − LSE, answerable: target 0
@@ -171,7 +172,7 @@ def test_config_switches_are_checked(tiny_dir):
     with pytest.raises(ConfigError, match="phase is 'abstain'"):
         load_config(None, [f"backbone={tiny_dir}", "phase=abstain"])
     cfg = load_config("configs/abstain.yaml")
-    assert cfg["init_from"] == "kevlike-default" and cfg["phase"] == "abstain" and cfg["head"]["abstain"]
+    assert cfg.init_from == "kevlike-default" and cfg.phase == "abstain" and cfg.head.abstain
 
 
 def test_phase_abstain_trains_the_none_key_alone(tiny_dir):

@@ -159,7 +159,7 @@ def test_no_augmentation_ablation_uses_one_wording_and_word_keys(fake_labels):
 def test_a_heldout_source_cannot_be_trained():
     with pytest.raises(ConfigError, match="held-out source"):
         load_config(None, ["tasks={hwu64: {weight: 1}}"])
-    assert load_config(None, ["tasks={hwu64: {weight: 0}, trec: {weight: 1}}"])["tasks"]["trec"] == {"weight": 1}
+    assert load_config(None, ["tasks={hwu64: {weight: 0}, trec: {weight: 1}}"]).tasks["trec"] == {"weight": 1}
     with pytest.raises(ConfigError, match="tasks.trec.negatvies"):
         load_config(None, ["tasks={trec: {negatvies: 3}}"])
 
@@ -291,7 +291,7 @@ def test_precision_follows_the_cpu():
     assert resolve_precision("no", False, AMX)[0] == "no" and resolve_precision("bf16", False, AVX2)[0] == "bf16"
     with pytest.raises(ConfigError, match="mixed_precision"):
         load_config(None, ["mixed_precision=fp16"])
-    assert load_config(None, ["mixed_precision=no"])["mixed_precision"] == "no"   # YAML's `no` is false
+    assert load_config(None, ["mixed_precision=no"]).mixed_precision == "no"   # YAML's `no` is false
 
 
 # --- two processes --------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def test_training_picks_flex_on_cuda_and_sdpa_elsewhere():
         with pytest.raises(ConfigError, match="attention: flex_attention cannot train on cpu: NotImplementedError"):
             resolve_attention("flex_attention", "cpu")
     assert resolve_attention("flex_attention", "cpu", "head")[0] == "flex_attention"
-    assert load_config(None, ["attention=flex_attention"])["attention"] == "flex_attention"
+    assert load_config(None, ["attention=flex_attention"]).attention == "flex_attention"
     with pytest.raises(ConfigError, match="attention must be 'auto' or 'sdpa' or 'flex_attention', got 'eager'"):
         load_config(None, ["attention=eager"])
 

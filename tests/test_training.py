@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from kevlike.config.train import TrainConfig
 from kevlike.request.encode import Encoder
-from kevlike.training.config import DEFAULTS, ConfigError, load_config
+from kevlike.training.config import ConfigError, load_config
 from kevlike.data.sources import Example
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
 from kevlike.training.train import build_model, loss_terms, make_batch, write_artifact
@@ -79,7 +80,7 @@ def test_perm_kl_is_zero_when_logits_ignore_order_and_positive_otherwise():
     for j, crit in enumerate([ex.request["questions"][q]["criteria"] for q in ("team", "team_perm")]):
         logits[0, j, :4] = torch.tensor([value[k] for k in crit])       # depends on the option, not its slot
     logits[0, 2, :3] = torch.tensor([0.0, 1.0, 2.0])
-    cfg = {"loss": {"perm": 1.0, "ord": 1.0}}
+    cfg = TrainConfig.from_dict({"loss": {"perm": 1.0, "ord": 1.0}})
     terms = loss_terms(logits, batch, aux, cfg)
     assert terms["perm"].item() == pytest.approx(0.0, abs=1e-7)
     # CE averages the three questions: -log p(billing) twice and -log p(level 2) once
@@ -165,7 +166,7 @@ def test_build_model_scales_a_fresh_head_unless_the_config_says_not(tmp_path):
         model.get_decoder().norm.weight.fill_(3.0)
     model.save_pretrained(tmp_path)
     make_tokenizer().save_pretrained(tmp_path)
-    torch.manual_seed(load_config(None, [])["seed"])
+    torch.manual_seed(load_config(None, []).seed)
     plain = PointerHead(model.config.hidden_size)
     scaled, _, _ = build_model(_cfg(tmp_path))
     kept, _, _ = build_model(_cfg(tmp_path, "head.scale_init=false"))
@@ -294,8 +295,8 @@ def test_every_config_file_loads():
     assert files, "configs/ has no YAML"
     for f in files:
         cfg = load_config(f)
-        assert set(cfg) == set(DEFAULTS)
-        assert cfg["tasks"], f
+        assert set(cfg.to_dict()) == set(TrainConfig().to_dict())
+        assert cfg.tasks, f
 
 
 def test_config_errors_name_the_key(tmp_path):
@@ -320,7 +321,7 @@ def test_config_errors_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match="validation.seed must be an integer from 0 to 4294967295 or null, got 'x'"):
         load_config(None, ["validation.seed=x"])
     cfg = load_config(None, ["optim.lr=1e-4", "tasks.spam.weight=0.5", "stop_after=3"])
-    assert cfg["optim"]["lr"] == 1e-4 and cfg["tasks"]["spam"]["weight"] == 0.5 and cfg["stop_after"] == 3
+    assert cfg.optim.lr == 1e-4 and cfg.tasks["spam"]["weight"] == 0.5 and cfg.stop_after == 3
 
 
 @pytest.mark.parametrize("override, message", [
@@ -359,26 +360,37 @@ def test_every_key_is_checked_for_type_range_and_finiteness(override, message):
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
-def test_the_rule_table_covers_every_key_and_every_task_option():
+def test_every_key_has_one_default_one_rule_and_its_help():
+    """kevlike/config/train.py declares each key once, as a field with its default, rule and help (a task option:
+    its rule and help in TASK_OPTIONS); every default passes its own rule."""
+    from dataclasses import fields
+
+    from kevlike.config.train import TASK_OPTIONS
     from kevlike.data.tasks import FAMILY_KEYS
-    from kevlike.training.config import RULES, TASK_RULES
 
     def leaves(d, prefix=""):
         for k, v in d.items():
-            if prefix + k in ("tasks", "data"):   # checked by TASK_RULES and the data entry rule
-                continue
-            if isinstance(v, dict):
+            if isinstance(v, dict) and k not in ("tasks", "data"):
                 yield from leaves(v, f"{prefix}{k}.")
             else:
                 yield prefix + k
-    assert set(leaves(DEFAULTS)) == set(RULES)
-    assert set(FAMILY_KEYS) <= set(TASK_RULES)
-    for k, rule in RULES.items():   # every default passes its own rule
-        section, _, leaf = k.rpartition(".")
-        assert rule.accepts(DEFAULTS[section][leaf] if section else DEFAULTS[leaf]), k
+
+    def declared(cls, prefix=""):
+        for f in fields(cls):
+            if "section" in f.metadata:
+                yield from declared(f.metadata["section"], f"{prefix}{f.name}.")
+            else:
+                yield prefix + f.name, f
+    keys = dict(declared(TrainConfig))
+    assert set(leaves(TrainConfig().to_dict())) == set(keys)
+    assert all(f.metadata["help"].strip() for f in keys.values())
+    assert {k for k, f in keys.items() if "rule" not in f.metadata} == {"tasks", "data"}   # checked by TrainConfig
+    for k, f in keys.items():   # every default passes its own rule
+        assert "rule" not in f.metadata or f.metadata["rule"].accepts(f.default), k
+    assert set(FAMILY_KEYS) <= set(TASK_OPTIONS) and all(help.strip() for _, help in TASK_OPTIONS.values())
     # a mapping given on the command line sets its keys only; the others keep their values
     cfg = load_config(None, ["optim={lr: 1.0e-4}"])
-    assert cfg["optim"] == {**DEFAULTS["optim"], "lr": 1e-4}
+    assert cfg.optim.to_dict() == {"lr": 1e-4, "head_lr": 1e-3, "weight_decay": 0.01, "warmup": 0.1, "grad_clip": 1.0}
 
 
 def test_a_bad_config_value_exits_2_with_one_line_and_writes_no_run_directory(tmp_path):
@@ -549,7 +561,7 @@ def test_coherence_twins_align_through_their_key_map():
     logits[0, 0, :2] = torch.tensor([1.5, 0.0])       # P(yes | Q) = σ(1.5)
     logits[0, 1, :2] = torch.tensor([0.0, 1.5])       # P(yes | not Q) = 1 − σ(1.5)
     logits[0, 2, :2] = torch.tensor([0.0, 1.5])       # P(card arrival) = σ(1.5)
-    cfg = {"loss": {"perm": 1.0, "ord": 1.0}}
+    cfg = TrainConfig.from_dict({"loss": {"perm": 1.0, "ord": 1.0}})
     assert loss_terms(logits, batch, aux, cfg)["perm"].item() == pytest.approx(0.0, abs=1e-7)
     logits[0, 1, :2] = torch.tensor([1.5, 0.0])       # "yes" to both Q and not Q: incoherent
     p = torch.sigmoid(torch.tensor(1.5)).item()

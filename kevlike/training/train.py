@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
@@ -50,7 +49,8 @@ from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
 from kevlike.request.schema import validate_request
 from kevlike.runs import git_commit, set_seed
-from kevlike.training.config import load_config, resolve_attention, resolve_precision
+from kevlike.training.config import (TrainConfig, load_config, load_run_config, resolve_attention, resolve_precision,
+                                     save_run_config)
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
 
 # text whose mean token embedding initialises each delimiter row (a frozen backbone then reads the
@@ -86,19 +86,19 @@ class DecisionModel(nn.Module):
         return z
 
 
-def build_model(cfg: dict, device: str | None = None):
+def build_model(cfg: TrainConfig, device: str | None = None):
     """Backbone + tokenizer with delimiters, LoRA and head. Returns ``(DecisionModel, tokenizer, resolved)``; the
-    model's attention backend is :func:`kevlike.training.config.resolve_attention`'s for ``cfg["attention"]`` on
+    model's attention backend is :func:`kevlike.training.config.resolve_attention`'s for ``cfg.attention`` on
     ``device`` (flex_attention on CUDA by default, sdpa elsewhere).
 
     Raises:
         kevlike.training.config.ConfigError: ``attention: flex_attention`` off CUDA with ``phase: full``.
         ValueError: the backbone is a decision model, or ``init_from`` does not match the config."""
 
-    resolved = resolve_model(cfg["backbone"])
+    resolved = resolve_model(cfg.backbone)
     if resolved.artifact_dir is not None:
-        raise ValueError(f"backbone {cfg['backbone']!r} is a decision model; train from a backbone")
-    backend, _ = resolve_attention(cfg.get("attention", "auto"), device or "cpu", cfg.get("phase", "full"))
+        raise ValueError(f"backbone {cfg.backbone!r} is a decision model; train from a backbone")
+    backend, _ = resolve_attention(cfg.attention, device or "cpu", cfg.phase)
     model, tok = load_backbone(resolved.backbone_dir, "float32", backend, device or "cpu")
     enc = Encoder(tok)
     ensure_embedding_rows(model, len(tok))
@@ -112,18 +112,18 @@ def build_model(cfg: dict, device: str | None = None):
             for name, tid in zip(DELIMITERS, enc.delimiter_ids):
                 hint = tok(DELIMITER_INIT[name], add_special_tokens=False)["input_ids"]
                 emb[tid] = emb[hint].mean(0)
-    lora = cfg["lora"]
-    peft_cfg = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
-                          target_modules=list(lora["target_modules"]), bias="none",
+    lora = cfg.lora
+    peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                          target_modules=list(lora.target_modules), bias="none",
                           trainable_token_indices=({"embed_tokens": list(enc.delimiter_ids)}
-                                                   if cfg["train_delimiters"] else None))
+                                                   if cfg.train_delimiters else None))
     with warnings.catch_warnings():  # peft 0.21 calls a transformers API deprecated in v5 (FutureWarning)
         warnings.simplefilter("ignore", FutureWarning)
         lm = get_peft_model(model, peft_cfg)
     d = model.config.hidden_size
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg.seed)
     init_abstain = init is not None and "w_none" in ModelDir(init).head_weights()
-    head = PointerHead(d, cfg["head"]["d_head"] or d, abstain=cfg["head"].get("abstain", False) or init_abstain)
+    head = PointerHead(d, cfg.head.d_head or d, abstain=cfg.head.abstain or init_abstain)
     if init is not None:
         adapter = ModelDir(init).adapter_weights()
         result = set_peft_model_state_dict(lm, adapter)
@@ -137,13 +137,13 @@ def build_model(cfg: dict, device: str | None = None):
         # strict=False: a head gaining the none key (head.abstain) starts it at 0; all else must be there
         extra = {"w_none": w["w_none"], "b_none": w["b_none"]} if init_abstain else {}
         head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"], **extra}, strict=not head.abstain)
-    elif cfg["head"]["scale_init"]:
+    elif cfg.head.scale_init:
         scale_fresh_head(head, model)
-    head_only = cfg.get("phase", "full") in ("head", "abstain")
+    head_only = cfg.phase in ("head", "abstain")
     if head_only:   # phase A: nothing of the backbone side learns
         for p in lm.parameters():
             p.requires_grad_(False)
-    if cfg.get("phase") == "abstain":   # the none key alone: the option logits stay those of init_from
+    if cfg.phase == "abstain":   # the none key alone: the option logits stay those of init_from
         head.w_q.weight.requires_grad_(False)
         head.w_k.weight.requires_grad_(False)
     return DecisionModel(lm, head, backend=backend, head_only=head_only), tok, resolved
@@ -171,24 +171,24 @@ def scale_fresh_head(head: PointerHead, model: nn.Module) -> float:
     return g
 
 
-def _init_artifact(cfg: dict, resolved) -> Path | None:
+def _init_artifact(cfg: TrainConfig, resolved) -> Path | None:
     """The decision-model directory named by ``init_from`` (None when unset).
 
     Raises:
         ValueError: not a decision model, or one trained on another backbone or LoRA rank.
     """
-    if not cfg.get("init_from"):
+    if not cfg.init_from:
         return None
 
-    init = resolve_model(cfg["init_from"], auto_fetch=False)
+    init = resolve_model(cfg.init_from, auto_fetch=False)
     if init.artifact_dir is None:
-        raise ValueError(f"init_from {cfg['init_from']!r} is not a decision model (no kevlike.json)")
+        raise ValueError(f"init_from {cfg.init_from!r} is not a decision model (no kevlike.json)")
     if init.backbone_dir != resolved.backbone_dir:
-        raise ValueError(f"init_from {cfg['init_from']!r} was trained on another backbone than {cfg['backbone']!r}")
+        raise ValueError(f"init_from {cfg.init_from!r} was trained on another backbone than {cfg.backbone!r}")
     acfg = ModelDir(init.artifact_dir).adapter_config()
-    if acfg.get("r") != cfg["lora"]["r"] or acfg.get("lora_alpha") != cfg["lora"]["alpha"]:
-        raise ValueError(f"init_from {cfg['init_from']!r} has LoRA r={acfg.get('r')}, alpha={acfg.get('lora_alpha')}; "
-                         f"the config says r={cfg['lora']['r']}, alpha={cfg['lora']['alpha']}")
+    if acfg.get("r") != cfg.lora.r or acfg.get("lora_alpha") != cfg.lora.alpha:
+        raise ValueError(f"init_from {cfg.init_from!r} has LoRA r={acfg.get('r')}, alpha={acfg.get('lora_alpha')}; "
+                         f"the config says r={cfg.lora.r}, alpha={cfg.lora.alpha}")
     return init.artifact_dir
 
 # --- batches ---------------------------------------------------------------------------------
@@ -236,7 +236,7 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
     return batch, aux
 
 
-def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
+def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: TrainConfig) -> dict:
     """``{"loss", "ce", "perm", "ord", "abstain"}``: mean CE over questions + λ_perm · mean symmetric KL over twin
     pairs + λ_ord · mean RPS over score questions (0 where a batch has none) + λ_abstain · mean binary
     cross-entropy of the abstention logit (:func:`kevlike.model.heads.abstain_logit`) against ``cannot_tell``
@@ -246,7 +246,7 @@ def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
     z_none = None
     if isinstance(logits, tuple):
         logits, z_none = logits
-    lam_abstain = float(cfg["loss"].get("abstain", 0.0))
+    lam_abstain = float(cfg.loss.abstain)
     valid = batch.branch_mask
     answerable = valid & (aux["cannot_tell"] < 0.5) if lam_abstain > 0 else valid
     z = logits[answerable]                                # (N, K)
@@ -262,7 +262,7 @@ def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
     s = aux["is_score"] & answerable
     if s.any():
         ordq = ranked_probability_score(logits[s], aux["targets"][s]).mean()
-    loss = ce + cfg["loss"]["perm"] * perm + cfg["loss"]["ord"] * ordq
+    loss = ce + cfg.loss.perm * perm + cfg.loss.ord * ordq
     out = {"ce": ce.detach(), "perm": perm.detach(), "ord": ordq.detach()}
     if lam_abstain > 0:
         if z_none is None:
@@ -276,18 +276,18 @@ def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: dict) -> dict:
 # --- validation ------------------------------------------------------------------------------
 
 
-def validation_set(cfg: dict) -> list[Example]:
+def validation_set(cfg: TrainConfig) -> list[Example]:
     """The validation examples of a resolved config: ``validation.n`` per task of ``validation.tasks`` (default
     the training tasks) from their validation splits, drawn with ``validation.seed`` (default the run's
     ``seed``), then every line of ``validation.data``."""
-    tasks = cfg["validation"]["tasks"] or list(cfg["tasks"])
-    seed = cfg["validation"].get("seed")
-    seed = cfg["seed"] if seed is None else seed
+    tasks = cfg.validation.tasks or list(cfg.tasks)
+    seed = cfg.validation.seed
+    seed = cfg.seed if seed is None else seed
     out = []
     for t in tasks:
-        out.extend(eval_examples(t, "validation", cfg["validation"]["n"], seed=seed))
-    if cfg["validation"].get("data"):
-        path = cfg["validation"]["data"]
+        out.extend(eval_examples(t, "validation", cfg.validation.n, seed=seed))
+    if cfg.validation.data:
+        path = cfg.validation.data
         out.extend(to_examples(read_labelled(path), f"data:{path}"))
     return out
 
@@ -309,13 +309,13 @@ def _no_curves(obj):
     return obj
 
 
-def selection_score(summary: dict, cfg: dict) -> float:
+def selection_score(summary: dict, cfg: TrainConfig) -> float:
     """What a validation round is selected on (lower is better): the overall NLL of the answerable questions,
     plus, with ``loss.abstain`` > 0, λ_abstain times the mean binary log loss of ``x_abstain`` (the validation
     summary's ``abstention.nll``), so a run whose options are frozen (``phase: abstain``) still selects on
     what it learns."""
     score = summary["overall"]["nll"]
-    lam = float(cfg["loss"].get("abstain", 0.0))
+    lam = float(cfg.loss.abstain)
     abst = summary["overall"].get("abstention") or {}
     if lam > 0 and abst.get("nll") is not None:
         score += lam * abst["nll"]
@@ -328,24 +328,24 @@ def trainable_state(model: DecisionModel) -> dict:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, metrics: dict,
+def write_artifact(path: Path, model: DecisionModel, tok, cfg: TrainConfig, resolved, metrics: dict,
                    commit: str | None = None) -> Path:
     """Write the decision-model directory of ``model`` at ``path``; ``commit``: the git commit the run
     started from (its ``meta.json``; default: the current one)."""
-    backbone = cfg["backbone"]
-    tasks = [t for t, spec in cfg["tasks"].items() if float((spec or {}).get("weight", 1.0)) > 0]
+    backbone = cfg.backbone
+    tasks = [t for t in cfg.tasks if cfg.task_weight(t) > 0]
     try:
         scripts = training_scripts(tasks)
     except DataUnavailableError:  # artifacts written without the data packages declare no scripts
         scripts = None
-    modes = ["list", "set"] if cfg.get("set_share", 0) > 0 else ["list"]
+    modes = ["list", "set"] if cfg.set_share > 0 else ["list"]
     extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
              "scripts": scripts, "option_modes": modes, "option_mode": "list",
-             "training": {"config": cfg, "metrics": metrics, "git_commit": commit or git_commit()}}
+             "training": {"config": cfg.to_dict(), "metrics": metrics, "git_commit": commit or git_commit()}}
     parent = _init_artifact(cfg, resolved)
     if parent is not None:  # provenance: the training record of the model this run fine-tuned
         pm = ModelDir(parent).manifest()
-        extra["training"]["init_from"] = {"model": str(cfg["init_from"]), "training": pm.get("training")}
+        extra["training"]["init_from"] = {"model": str(cfg.init_from), "training": pm.get("training")}
         # a fine-tune keeps the reading of the model it starts from: its option modes (with this run's), its
         # served option mode and its option orders (before: a fine-tune of the set-mode default saved list)
         modes = list(dict.fromkeys([*pm.get("option_modes", ["list"]), *modes]))
@@ -354,7 +354,7 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: dict, resolved, m
         if "option_orders" in pm:
             extra["option_orders"] = pm["option_orders"]
     # phase abstain leaves every option logit as init_from's: its fitted temperatures still hold
-    temperatures = ModelDir(parent).temperatures() if parent is not None and cfg.get("phase") == "abstain" else None
+    temperatures = ModelDir(parent).temperatures() if parent is not None and cfg.phase == "abstain" else None
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
                                temperatures=temperatures, extra=extra, adapter=model.lm)
 
@@ -396,41 +396,40 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
 
     if resume:
         run_dir = Path(resume)
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        cfg = load_run_config(run_dir)
         ckpt = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
     else:
         cfg = load_config(config_path, list(overrides))
         ckpt = None
     precision, precision_reason = resolve_precision(
-        cfg["mixed_precision"], torch.cuda.is_available() and cfg["device"] != "cpu")
-    accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg["grad_accum"],
-                              cpu=cfg["device"] == "cpu")
+        cfg.mixed_precision, torch.cuda.is_available() and cfg.device != "cpu")
+    accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg.grad_accum,
+                              cpu=cfg.device == "cpu")
     if not resume:  # the main process names and creates the run directory; the others are told its name
         name = [None]
         if accelerator.is_main_process:
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-            run_dir = Path(cfg["output_dir"]) / f"{cfg['name']}-{stamp}"
+            run_dir = Path(cfg.output_dir) / f"{cfg.name}-{stamp}"
             run_dir.mkdir(parents=True, exist_ok=False)
-            (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+            save_run_config(cfg, run_dir)
             name = [str(run_dir)]
         if accelerator.num_processes > 1:
             broadcast_object_list(name)
         run_dir = Path(name[0])
-    set_seed(cfg["seed"])
+    set_seed(cfg.seed)
     if os.environ.get("KEVLIKE_THREADS"):      # `train --threads` or the variable: N, or auto measured once here
         from kevlike.model.threads import ThreadPolicy
 
         ThreadPolicy.from_env(None).apply(force=True)
     if not quiet and accelerator.is_main_process:
         print(f"precision: {'bf16 autocast' if precision == 'bf16' else 'fp32'} ({precision_reason})", file=sys.stderr)
-    attention, attention_reason = resolve_attention(cfg.get("attention", "auto"), str(accelerator.device),
-                                                    cfg.get("phase", "full"))
+    attention, attention_reason = resolve_attention(cfg.attention, str(accelerator.device), cfg.phase)
     if not quiet and accelerator.is_main_process:
         print(f"attention: {attention} ({attention_reason})", file=sys.stderr)
     model, tok, resolved = build_model(cfg, str(accelerator.device))
     if not resume and accelerator.is_main_process:
         (run_dir / "meta.json").write_text(json.dumps({
-            "seed": cfg["seed"], "git_commit": git_commit(), "started": datetime.now(timezone.utc).isoformat(),
+            "seed": cfg.seed, "git_commit": git_commit(), "started": datetime.now(timezone.utc).isoformat(),
             "backbone_dir": str(resolved.backbone_dir), "device": str(accelerator.device),
             "precision": precision, "precision_reason": precision_reason,
             "attention": attention, "attention_reason": attention_reason,
@@ -442,15 +441,15 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         }, indent=2))
 
     encoder = Encoder(tok, getattr(model.causal_lm().config, "max_position_embeddings", None))
-    mixture = TaskMixture(cfg["tasks"], "train", cfg["seed"], files=cfg["data"])
+    mixture = TaskMixture(cfg.tasks, "train", cfg.seed, files=[f.to_dict() for f in cfg.data])
     val_examples = validation_set(cfg)
-    o = cfg["optim"]
+    o = cfg.optim
     head_params = list(model.head.parameters())
     lora_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" in n]
     token_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" not in n]
-    groups = [{"params": lora_params, "lr": o["lr"]}, {"params": head_params + token_params, "lr": o["head_lr"]}]
-    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=o["weight_decay"])
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(o["warmup"] * cfg["max_steps"]), cfg["max_steps"])
+    groups = [{"params": lora_params, "lr": o.lr}, {"params": head_params + token_params, "lr": o.head_lr}]
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=o.weight_decay)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(o.warmup * cfg.max_steps), cfg.max_steps)
     model, optimizer = accelerator.prepare(model, optimizer)
     inner = accelerator.unwrap_model(model)
     step, best, bad_rounds, history = 0, math.inf, 0, []
@@ -474,9 +473,9 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
 
     # validation reads the training model through the serving engine, on the training backend (an engine of
     # another backend would switch the shared model's attention implementation under the training loop)
-    engine = Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend=inner.backend)
-    set_engine = (Engine(inner.causal_lm(), tok, name=cfg["name"], head=inner.head, backend=inner.backend,
-                         option_mode="set") if cfg["set_share"] > 0 else None)
+    engine = Engine(inner.causal_lm(), tok, name=cfg.name, head=inner.head, backend=inner.backend)
+    set_engine = (Engine(inner.causal_lm(), tok, name=cfg.name, head=inner.head, backend=inner.backend,
+                         option_mode="set") if cfg.set_share > 0 else None)
 
     def run_validation() -> dict:
         inner.eval()
@@ -498,20 +497,20 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     start_step = step
     tokens = ckpt.get("tokens", 0) if ckpt is not None else 0
     t0 = time.monotonic()
-    deadline = t0 + 60 * cfg["max_minutes"] if cfg["max_minutes"] else math.inf
+    deadline = t0 + 60 * cfg.max_minutes if cfg.max_minutes else math.inf
     inner.train()
-    bar = tqdm(total=cfg["max_steps"], initial=step, desc=f"train {cfg['name']}", unit="step",
+    bar = tqdm(total=cfg.max_steps, initial=step, desc=f"train {cfg.name}", unit="step",
                disable=quiet, dynamic_ncols=True)
     stop_reason = "max_steps"
     window: list[dict] = []
-    while step < cfg["max_steps"]:
-        for _ in range(cfg["grad_accum"]):
+    while step < cfg.max_steps:
+        for _ in range(cfg.grad_accum):
             # every process draws the same global batch and keeps its own share (one process: all of it)
-            drawn = mixture.take(cfg["batch_size"] * accelerator.num_processes)
+            drawn = mixture.take(cfg.batch_size * accelerator.num_processes)
             examples = drawn[accelerator.process_index::accelerator.num_processes]
             # each request's option mode, a function of (seed, step, draw): the same on resume
-            draw = random.Random(f"{cfg['seed']}/{step}/{len(window)}")
-            modes = ["set" if draw.random() < cfg["set_share"] else "list" for _ in examples]
+            draw = random.Random(f"{cfg.seed}/{step}/{len(window)}")
+            modes = ["set" if draw.random() < cfg.set_share else "list" for _ in examples]
             batch, aux = make_batch(examples, encoder, accelerator.device, modes)
             tokens += sum(batch.n_tokens)
             with accelerator.accumulate(model):
@@ -524,7 +523,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                                        "steps; try a lower optim.lr or optim.grad_clip)")
                 accelerator.backward(terms["loss"])
                 if accelerator.sync_gradients:
-                    accelerator.clip_grad_norm_(model.parameters(), o["grad_clip"])
+                    accelerator.clip_grad_norm_(model.parameters(), o.grad_clip)
                 optimizer.step()
                 if accelerator.sync_gradients:
                     # stepped here, once per optimizer step: accelerate's prepared scheduler would step once per
@@ -536,13 +535,13 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         step += 1
         bar.update(1)
         bar.set_postfix(loss=f"{np.mean([w['loss'] for w in window[-20:]]):.3f}", best_val=f"{best:.3f}")
-        if step % 10 == 0 or step == cfg["max_steps"]:
+        if step % 10 == 0 or step == cfg.max_steps:
             log({"kind": "train", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), "tokens": tokens,
                  "lr": scheduler.get_last_lr()[0],
                  **{k: float(np.mean([w[k] for w in window])) for k in window[0]}})
             window = []
-        last = step == cfg["max_steps"] or time.monotonic() > deadline
-        if step % cfg["eval_every"] == 0 or last:
+        last = step == cfg.max_steps or time.monotonic() > deadline
+        if step % cfg.eval_every == 0 or last:
             summary = run_validation()
             row = {"kind": "validation", "step": step, "elapsed_s": round(time.monotonic() - t0, 1),
                    **_no_curves(summary["overall"]), "per_source": _no_curves(summary["per_source"])}
@@ -557,19 +556,19 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                 bad_rounds += 1
             bar.write(f"step {step}: validation nll {summary['overall']['nll']:.4f} "
                       f"accuracy {summary['overall']['accuracy']:.3f} (best nll {best:.4f})")
-            if bad_rounds >= cfg["patience"]:
-                stop_reason = f"early stop: no better validation NLL in {cfg['patience']} rounds"
+            if bad_rounds >= cfg.patience:
+                stop_reason = f"early stop: no better validation NLL in {cfg.patience} rounds"
                 break
-        if cfg["checkpoint_every"] and step % cfg["checkpoint_every"] == 0:
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
             save_checkpoint()
         if time.monotonic() > deadline:
-            stop_reason = f"max_minutes={cfg['max_minutes']} reached"
+            stop_reason = f"max_minutes={cfg.max_minutes} reached"
             break
-        if cfg["stop_after"] and step - start_step >= cfg["stop_after"] and step < cfg["max_steps"]:
-            stop_reason = f"stop_after={cfg['stop_after']} (resume with: kevlike train --resume {run_dir})"
+        if cfg.stop_after and step - start_step >= cfg.stop_after and step < cfg.max_steps:
+            stop_reason = f"stop_after={cfg.stop_after} (resume with: kevlike train --resume {run_dir})"
             break
     bar.close()
-    if cfg["checkpoint_every"]:
+    if cfg.checkpoint_every:
         save_checkpoint()
     metrics_f.close()
     wall = time.monotonic() - t0
