@@ -30,7 +30,7 @@ from kevlike.eval.generalization import (CONTRAST_SPLITS, contrast_metrics, cont
 from kevlike.metrics import records_from_logits, summary
 from kevlike.model.backbones import ModelNotFoundError
 from kevlike.model.engine import Engine
-from kevlike.model.threads import parse_threads
+from kevlike.config.engine import parse_threads
 
 SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "target/spam_balanced", *CONTRAST_SPLITS)
 

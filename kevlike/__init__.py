@@ -18,7 +18,7 @@ __all__ = ["DEFAULT_MODEL", "Engine", "Limits", "ModelNotFoundError", "Request",
 
 # name -> submodule it is imported from on first access (model.* import torch, request.schema pydantic)
 _LAZY = {"DEFAULT_MODEL": "model.backbones", "ModelNotFoundError": "model.backbones", "SetupError": "model.backbones",
-         "Engine": "model.engine", "Limits": "request.limits", "Request": "request.schema",
+         "Engine": "model.engine", "Limits": "config.limits", "Request": "request.schema",
          "RequestError": "request.schema", "parse_request": "request.schema", "validate_request": "request.schema"}
 
 

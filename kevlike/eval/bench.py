@@ -39,6 +39,7 @@ import psutil
 import torch
 from torch._dynamo.utils import counters
 
+from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
 from kevlike.model.engine import Engine
 from kevlike.model.heads import PointerHead
 from kevlike.model.kernels import share_backends
@@ -285,19 +286,23 @@ def plot(results: list[dict], path: str) -> bool:
     return True
 
 
-def run(model: str | None, quick: bool, reps: int, batch: int, dtype: str, json_path: str | None,
-        plot_path: str | None, S: list[int] | None = None, Q: list[int] | None = None, K: list[int] | None = None,
-        compare: list[str] | None = None, max_separate_tokens: int | None = None,
-        option_mode: str | None = None, quantize: str = "none") -> list[dict]:
-    """The benchmark grid; ``compare``: extra attention backends timed as ``packed-NAME`` (default
-    ``["sdpa"]`` when the engine's backend is ``kevlike_packed``); ``option_mode``: how choice options are
-    read (``list``/``set``; default: the model's own, its manifest's ``option_mode``, list for a bare backbone;
-    the header line and the JSON say which and why; see :class:`kevlike.model.engine.Engine`); ``quantize``: as
-    :meth:`kevlike.model.engine.Engine.from_pretrained` (with int8 the roof is the int8 Linear's rate)."""
+def run(model: str | None, options: EngineOptions = DEFAULT_OPTIONS, *, quick: bool = False, reps: int = 5,
+        batch: int = 4, json_path: str | None = None, plot_path: str | None = None, S: list[int] | None = None,
+        Q: list[int] | None = None, K: list[int] | None = None, compare: list[str] | None = None,
+        max_separate_tokens: int | None = None) -> list[dict]:
+    """The benchmark grid (``quick``: :data:`QUICK`, else :data:`FULL`; ``S``, ``Q``, ``K`` replace its axes), each
+    mode timed ``reps`` times after one warm-up, ``batch`` requests per pass in the batched mode; results written
+    to ``json_path`` and plotted to ``plot_path`` when given. ``compare``: extra attention backends timed as
+    ``packed-NAME`` (default ``["sdpa"]`` when the engine's backend is ``kevlike_packed``). ``options``: how the
+    model is loaded (:meth:`kevlike.model.engine.Engine.from_pretrained`; with int8 the roof is the int8 Linear's
+    rate); ``options.option_mode``: how choice options are read (None: the model's own, its manifest's
+    ``option_mode``, list for a bare backbone; the header line and the JSON say which and why), timed with a
+    random pointer head whatever modes the model was trained for."""
 
     grid = dict(QUICK if quick else FULL)
     grid.update({k: v for k, v in (("S", S), ("Q", Q), ("K", K)) if v})
-    eng = Engine.from_pretrained(model, dtype=dtype, quantize=quantize)
+    option_mode = options.option_mode
+    eng = Engine.from_pretrained(model, options, option_mode=None)
     torch.manual_seed(0)
     head = PointerHead(eng.model.config.hidden_size).to(eng.device).eval()
     label, reason = eng.dtype, eng.dtype_reason          # "int8" is a label of the loaded engine, not of its weights

@@ -14,6 +14,7 @@ from dataclasses import replace as _replace
 from datetime import datetime
 from pathlib import Path
 
+from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
 from kevlike.data.tasks import TASKS, eval_examples
 from kevlike.metrics import choice_records, records_from_logits
 from kevlike.model.engine import Engine
@@ -23,28 +24,25 @@ from kevlike.model.temperatures import MIN_BUCKET, TemperatureTable, bound_hits_
 
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
                        batch_size: int = 4, quiet: bool = False, min_count: int | None = None,
-                       out: str | Path = "runs", tasks: list[str] | None = None,
-                       option_orders: int | None = None, option_mode: str | None = None,
-                       dtype: str = "auto") -> dict:
+                       out: str | Path = "runs", tasks: list[str] | None = None, *,
+                       options: EngineOptions = DEFAULT_OPTIONS, fit_mode: str | None = None) -> dict:
     """Fit and write temperatures; returns the fit report (with validation NLL at T = 1 and fitted).
 
     The validation logits are written to ``OUT/calibrate-STAMP/records.jsonl`` (with the report), so
     a later call can refit from them: ``records_path`` skips the forward passes. Raises ValueError if
     ``artifact`` is not a decision-model directory, or ``tasks`` names an unknown task (``tasks``:
     the tasks whose validation splits are used; default the artifact's training tasks).
-    ``option_orders``: the engine's option orders (:class:`kevlike.model.engine.Engine`) to fit the
-    temperatures for; default the artifact's. The value is written to ``kevlike.json``, so serving
-    uses the setting the temperatures were fitted with. Raises ValueError if it is negative.
-    ``option_mode``: ``list``, ``set`` or ``both`` (default): the option modes whose choice temperatures
+    ``options``: how the model is loaded (:meth:`kevlike.model.engine.Engine.from_pretrained`; ``dtype``: the
+    weight precision the validation logits are computed in, recorded in the report). ``options.option_orders``:
+    the engine's option orders to fit the temperatures for; None: the artifact's. The value is written to
+    ``kevlike.json``, so serving uses the setting the temperatures were fitted with.
+    ``fit_mode``: ``list``, ``set`` or ``both`` (None: both): the option modes whose choice temperatures
     are fitted; set-mode choice questions are stored as type ``choice:set``
     (:func:`kevlike.model.temperatures.calibration_type`). Temperatures of types not fitted in this call (e.g.
     ``choice:set`` with ``list``) are kept from the existing ``calibration.json``. Raises ValueError for
     a mode the model was not trained for.
-    ``dtype``: the weight precision the validation logits are computed in (``auto``, ``float32``,
-    ``bfloat16``; as :meth:`kevlike.model.engine.Engine.from_pretrained`); the report records it.
     """
-    if option_orders is not None and option_orders < 0:
-        raise ValueError(f"--option-orders must be >= 0, got {option_orders}")
+    option_orders = options.option_orders
 
     artifact = Path(artifact)
     model_dir = ModelDir(artifact)
@@ -52,9 +50,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         raise ValueError(f"{artifact} is not a decision-model directory (no {ModelDir.MANIFEST})")
     manifest = model_dir.manifest()
     trained = manifest.get("option_modes", ["list"])
-    modes = trained if option_mode in (None, "both") else [option_mode]
+    modes = trained if fit_mode in (None, "both") else [fit_mode]
     if any(m not in trained for m in modes):
-        raise ValueError(f"--option-mode {option_mode}: {artifact} was trained for option mode(s) {', '.join(trained)}")
+        raise ValueError(f"--option-mode {fit_mode}: {artifact} was trained for option mode(s) {', '.join(trained)}")
     if tasks is None:
         tasks = sorted((manifest.get("training", {}).get("config", {}).get("tasks") or {"banking77": {}}).keys())
     unknown = [t for t in tasks if t not in TASKS]
@@ -64,7 +62,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if records_path is not None:
         records = [json.loads(x) for x in Path(records_path).read_text().splitlines() if x.strip()]
     else:
-        engine = Engine.from_pretrained(artifact, option_orders=option_orders, option_mode="list", dtype=dtype)
+        engine = Engine.from_pretrained(artifact, options, option_mode="list")
         precision = f"{engine.dtype} ({engine.dtype_reason})"
         option_orders = engine.option_orders
         set_engine = Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,

@@ -976,7 +976,7 @@ def serve_in_process(model: str):
     ``errors()`` counts records the server logged at ERROR level."""
 
     config = ServerConfig()
-    engine = Engine.from_pretrained(model, limits=config.limits)
+    engine = Engine.from_pretrained(model, limits=config.engine.limits)
     app = create_app({engine.name: engine}, engine.name, config)
     logged = []
 
@@ -1024,20 +1024,23 @@ def _show(case: Case) -> str:
             f"{case.method} {case.path} headers={case.headers!r}{' chunked' if case.chunks else ''}\nbody: {shown}")
 
 
-def run(args) -> int:
-    """``kevlike fuzz``: ``args.n`` hostile requests against a server of ``args.model`` (default a tiny random
-    Llama); writes the run directory and prints a summary. Returns 1 when any check failed.
+def run(*, n: int, seed: int, model: str | None, workers: int, out: str | None, in_process: bool,
+        no_progress: bool, show: int | None) -> int:
+    """``kevlike fuzz``: ``n`` hostile requests of ``seed`` from ``workers`` client threads against a server of
+    ``model`` (default a tiny random Llama; ``in_process``: in a thread here, else a subprocess); writes the run
+    directory ``out`` and prints a summary. Returns 1 when any check failed. ``show``: only print request
+    ``show`` of ``seed``.
 
     Raises:
-        ValueError: ``--n`` or ``--workers`` below 1.
+        ValueError: ``n`` or ``workers`` below 1.
     """
-    if args.show is not None:
-        print(_show(make_case(args.seed, args.show)))
+    if show is not None:
+        print(_show(make_case(seed, show)))
         return 0
-    if args.n < 1 or args.workers < 1:
+    if n < 1 or workers < 1:
         raise ValueError("--n and --workers must be >= 1")
-    run_dir = Path(args.out or f"runs/fuzz-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    run_dir.mkdir(parents=True, exist_ok=args.out is not None)
+    run_dir = Path(out or f"runs/fuzz-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=out is not None)
     (run_dir / "failures").mkdir(exist_ok=True)
     saved = []
 
@@ -1048,22 +1051,22 @@ def run(args) -> int:
             saved.append(str(path))
 
     with tempfile.TemporaryDirectory(prefix="kevlike-fuzz-") as tmp:
-        model = args.model or tiny_model(Path(tmp) / "tiny-llama")
-        mode = "in-process" if args.in_process else "subprocess"
+        served = model or tiny_model(Path(tmp) / "tiny-llama")
+        mode = "in-process" if in_process else "subprocess"
         t_start = time.perf_counter()
-        if args.in_process:
-            base, stop, server_errors = serve_in_process(model)
+        if in_process:
+            base, stop, server_errors = serve_in_process(served)
         else:
-            base, stop, server_errors = serve_subprocess(model, run_dir / "server.log")
+            base, stop, server_errors = serve_subprocess(served, run_dir / "server.log")
         startup_s = time.perf_counter() - t_start
         try:
-            result = fuzz(base, args.n, args.seed, args.workers, progress=not args.no_progress, on_failure=on_failure)
+            result = fuzz(base, n, seed, workers, progress=not no_progress, on_failure=on_failure)
         finally:
             stop()
         n_logged = server_errors()
-    summary = summarize(result, args.n, args.seed)
-    summary.update(model=args.model or "tiny random Llama (kevlike/eval/fuzz.py tiny_model)", server=mode, url=base,
-                   workers=args.workers, startup_s=round(startup_s, 1), server_errors_logged=n_logged,
+    summary = summarize(result, n, seed)
+    summary.update(model=model or "tiny random Llama (kevlike/eval/fuzz.py tiny_model)", server=mode, url=base,
+                   workers=workers, startup_s=round(startup_s, 1), server_errors_logged=n_logged,
                    saved_failures=saved, **_meta())
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
     with open(run_dir / "results.jsonl", "w") as f:
@@ -1072,7 +1075,7 @@ def run(args) -> int:
     failed = summary["count_5xx"] + summary["transport_errors"] + summary["shape_violations"] + summary["health_failures"]
     hist = ", ".join(f"{k}×{v:,}" for k, v in summary["status_histogram"].items())
     health_ok = len(summary["health"]) - summary["health_failures"]
-    print(f"fuzz: {len(result['records']):,} hostile requests (seed {args.seed}, {args.workers} workers) against "
+    print(f"fuzz: {len(result['records']):,} hostile requests (seed {seed}, {workers} workers) against "
           f"{summary['model']} served {mode} at {base}, in {summary['wall_s']:.1f} s ({summary['requests_per_s']:.1f} req/s); "
           f"statuses {hist}; {summary['count_5xx']} 5xx, {summary['transport_errors']} transport errors "
           f"({summary['tolerated_cuts']} tolerated cuts of over-limit uploads), {summary['shape_violations']} error-shape "

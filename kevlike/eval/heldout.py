@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
 from kevlike.data.tasks import eval_examples
 from kevlike.eval.baselines import baseline_section, compare
 from kevlike.eval.generalization import (
@@ -137,11 +138,10 @@ def rescore(records: list[dict], table) -> list[dict]:
     return out
 
 
-def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", n: int | None = None,
-              batch_size: int = 4, quiet: bool = False, engine=None, reuse: str | Path | None = None,
-              url: str | None = None, probes: int = 0, option_orders: int | None = None,
-              bigbench: str | Path | None = None, quantize: str | None = "none", dtype: str = "auto",
-              option_mode: str | None = None, half: str | None = None, lm_baseline: bool = True,
+def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", *,
+              options: EngineOptions = DEFAULT_OPTIONS, n: int | None = None, batch_size: int = 4, quiet: bool = False,
+              engine=None, reuse: str | Path | None = None, url: str | None = None, probes: int = 0,
+              bigbench: str | Path | None = None, half: str | None = None, lm_baseline: bool = True,
               lm_engine=None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
@@ -149,9 +149,9 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     temperatures (e.g. before vs after ``kevlike calibrate``), without a forward pass.
     ``probes``: also run :func:`kevlike.eval.probes.run_probes` with this ``n`` (0: no probes; the structural
     probes, not leak and needle: ``kevlike probes`` runs those).
-    ``option_orders``: override the model's option orders (:class:`kevlike.model.engine.Engine`; local models).
+    ``options``: how a local model is loaded and reads (:meth:`kevlike.model.engine.Engine.from_pretrained`; its
+    ``dtype``, ``quantize`` and ``threads`` also load the LM-readout baseline).
     ``bigbench``: BIG-bench's source archive for the generalization suites (default: ``$KEVLIKE_HOME``).
-    ``quantize``, ``dtype``, ``option_mode``: as :meth:`kevlike.model.engine.Engine.from_pretrained` (local models).
     ``half``: generalization suites only — answer only the items of this half (``validation`` or ``test``).
     ``model`` may be a bare backbone (its training-free LM readout is then the model evaluated).
     Every report carries the baselines of :mod:`kevlike.eval.baselines` on the same items (chance, majority and,
@@ -174,9 +174,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     if engine is None and url is not None:
         engine = RemoteEngine(url, model)
     if engine is None:
-        engine = Engine.from_pretrained(model, option_orders=option_orders, quantize=quantize,
-                                        dtype=dtype, option_mode=option_mode)
-    lm = _LMBaseline(engine, url, lm_baseline, lm_engine, dtype, quantize)
+        engine = Engine.from_pretrained(model, options)
+    lm = _LMBaseline(engine, url, lm_baseline, lm_engine, options)
     if suite in GENERALIZATION_SUITES:
         return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench, half, lm)
     sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
@@ -359,11 +358,10 @@ class _LMBaseline:
     """The LM-readout baseline of a run (:mod:`kevlike.eval.baselines`): the bare backbone of the evaluated model,
     run on each split's examples after the model; ``note`` says which backbone, or why there is none."""
 
-    def __init__(self, engine, url: str | None, wanted: bool, lm_engine=None, dtype: str = "auto",
-                 quantize: str | None = "none"):
+    def __init__(self, engine, url: str | None, wanted: bool, lm_engine=None, options: EngineOptions = DEFAULT_OPTIONS):
         self.loaded, self.ran = lm_engine, False
         self.same = getattr(getattr(engine, "readout", None), "name", None) == "lm"
-        self.dtype, self.quantize = dtype, quantize
+        self.options = EngineOptions(dtype=options.dtype, quantize=options.quantize, threads=options.threads)
         self.artifact = getattr(engine, "artifact_dir", None)
         self.note = None
         if self.same:
@@ -387,8 +385,7 @@ class _LMBaseline:
             return model_records
         if self.loaded is None:
             backbone = ModelDir(self.artifact).manifest()["backbone"]
-            self.loaded = Engine.from_pretrained(str(resolve_model(backbone).backbone_dir), dtype=self.dtype,
-                                                 quantize=self.quantize)
+            self.loaded = Engine.from_pretrained(str(resolve_model(backbone).backbone_dir), self.options)
             self.loaded.name = backbone
         if self.note is None:
             self.note = f"backbone {self.loaded.name} ({getattr(self.loaded, 'dtype', '?')}), no adapter, no head"

@@ -104,26 +104,32 @@ def _spawn(model: str | None, extra: list[str], stdout=None) -> tuple[subprocess
     raise SystemExit("server did not start within 300 s")
 
 
-def run(args) -> int:
-    """``kevlike loadtest``: the grid of ``args.concurrency`` × (serial, batched) with ``--spawn``, or the
-    server at ``args.url``; prints one line per cell and writes ``args.json``.
+def run(*, concurrency: str, requests: int, max_seconds: float, url: str | None = None, spawn: bool = False,
+        model: str | None = None, files: list[str] | None = None, json_path: str | None = None,
+        soak_minutes: float | None = None, record: str | None = None, threads: int | str | None = None,
+        dtype: str = "auto") -> int:
+    """``kevlike loadtest``: the grid of ``concurrency`` (client counts, comma-separated) × (serial, batched) with
+    ``spawn`` (servers of ``model`` started here), or the server at ``url``; ``requests`` per cell (at least
+    2 × the clients), each cell bounded by ``max_seconds``; the request ``files`` (default ``examples/*.json``).
+    Prints one line per cell and writes ``json_path``. ``threads``, ``dtype``: of the servers started here
+    (handed down as ``KEVLIKE_THREADS``, ``KEVLIKE_DTYPE`` by the command line; ``threads`` also to the soak's).
 
-    With ``args.soak`` (minutes): :func:`soak` instead.
+    With ``soak_minutes``: :func:`soak` instead (``record``: its store).
 
     Raises:
         ValueError: neither or both of ``--url`` and ``--spawn``; no request files; a bad ``--soak``.
     """
-    if getattr(args, "soak", None) is not None:
-        if args.url:
+    if soak_minutes is not None:
+        if url:
             raise ValueError("--soak starts its own server (it reads the server's memory): drop --url")
-        soak(args.soak, args.model, args.record, args.threads, args.json)
+        soak(soak_minutes, model, record, threads, json_path)
         return 0
-    if bool(args.url) == bool(args.spawn):
+    if bool(url) == bool(spawn):
         raise ValueError("give exactly one of --url or --spawn")
-    if args.url and (getattr(args, "threads", None) is not None or getattr(args, "dtype", "auto") != "auto"):
+    if url and (threads is not None or dtype != "auto"):
         raise ValueError("--threads and --dtype set the server loadtest starts (--spawn, --soak); a server at --url "
                          "has its own: drop them")
-    files = args.files or sorted(str(f) for f in Path("examples").glob("*.json") if not f.name.endswith(".meta.json"))
+    files = files or sorted(str(f) for f in Path("examples").glob("*.json") if not f.name.endswith(".meta.json"))
     if not files:
         raise ValueError("no request files (run from the repository root or pass --files)")
     bodies = []
@@ -131,21 +137,21 @@ def run(args) -> int:
         req = json.loads(Path(f).read_text())
         req.pop("model", None)  # answered by the server's default model
         bodies.append(json.dumps(req).encode())
-    levels = [int(c) for c in args.concurrency.split(",")]
-    configs = [("serial (--max-batch 1)", ["--max-batch", "1"]), ("batched (default)", [])] if args.spawn else [("server", [])]
+    levels = [int(c) for c in concurrency.split(",")]
+    configs = [("serial (--max-batch 1)", ["--max-batch", "1"]), ("batched (default)", [])] if spawn else [("server", [])]
     results = []
     for label, extra in configs:
-        if args.spawn:
-            proc, port = _spawn(args.model, extra)
+        if spawn:
+            proc, port = _spawn(model, extra)
             host = "127.0.0.1"
         else:
-            u = urlparse(args.url)
+            u = urlparse(url)
             host, port, proc = u.hostname, u.port or 80, None
             _check_loopback(host)
         try:
-            run_cell(host, port, bodies, 1, 2, args.max_seconds)  # warm-up
+            run_cell(host, port, bodies, 1, 2, max_seconds)  # warm-up
             for c in levels:
-                row = run_cell(host, port, bodies, c, max(args.requests, 2 * c), args.max_seconds)
+                row = run_cell(host, port, bodies, c, max(requests, 2 * c), max_seconds)
                 row["config"] = label
                 results.append(row)
                 print(f"{label:24} c={c:3d} n={row['requests']:4d} {row['throughput_rps']:7.2f} req/s  "
@@ -154,13 +160,13 @@ def run(args) -> int:
             if proc is not None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(120)
-    if args.spawn:
+    if spawn:
         for c in levels:
             s = next(r for r in results if r["concurrency"] == c and r["config"].startswith("serial"))
             b = next(r for r in results if r["concurrency"] == c and r["config"].startswith("batched"))
             print(f"batching speed-up at c={c}: {b['throughput_rps'] / s['throughput_rps']:.2f}x throughput")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"files": files, "machine": f"{os.cpu_count()} CPUs",
+    if json_path:
+        Path(json_path).write_text(json.dumps({"files": files, "machine": f"{os.cpu_count()} CPUs",
                                                "results": results}, indent=2))
     return 0
 

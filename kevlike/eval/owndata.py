@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
 from kevlike.data.labelled import read_labelled, to_examples
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.heldout import reliability_plots
@@ -125,11 +126,11 @@ def threshold_table(records: list[dict], costs: dict) -> dict:
     return out
 
 
-def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs", costs: str | Path | None = None,
-                  url: str | None = None, batch_size: int = 4, quiet: bool = False, option_mode: str | None = None,
-                  profile: str | None = None, engine=None, dtype: str = "auto") -> Path:
+def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs", costs: str | Path | None = None, *,
+                  options: EngineOptions = DEFAULT_OPTIONS, url: str | None = None, batch_size: int = 4,
+                  quiet: bool = False, engine=None) -> Path:
     """``kevlike eval --data``: the run directory of the module docstring; returns its path.
-    ``dtype``: as :meth:`kevlike.model.engine.Engine.from_pretrained` (local models).
+    ``options``: how a local model is loaded (:meth:`kevlike.model.engine.Engine.from_pretrained`).
 
     Raises:
         FileNotFoundError, kevlike.data.labelled.LabelledDataError: the data file.
@@ -142,7 +143,7 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
     if engine is None and url is not None:
         engine = RemoteEngine(url, model)
     if engine is None:
-        engine = Engine.from_pretrained(model, option_mode=option_mode, profile=profile, dtype=dtype)
+        engine = Engine.from_pretrained(model, options)
     records = answer_records(engine, items, batch_size, progress=not quiet)
     summary = summarize(records)
     summary["per_question"] = summary.pop("per_source")
@@ -191,17 +192,17 @@ def report(summary: dict, thresholds: dict) -> str:
     return md
 
 
-def fit_profile(model: str | None, data: str | Path, profile: str, min_count: int = 50, batch_size: int = 4,
-                quiet: bool = False, option_mode: str | None = None, records: list[dict] | None = None,
-                engine=None, dtype: str = "auto") -> tuple[Path, dict]:
+def fit_profile(model: str | None, data: str | Path, profile: str, min_count: int = 50, *,
+                options: EngineOptions = DEFAULT_OPTIONS, batch_size: int = 4, quiet: bool = False,
+                records: list[dict] | None = None, engine=None) -> tuple[Path, dict]:
     """``kevlike calibrate MODEL --data FILE --profile NAME``: fit temperatures per (type, K-bucket) on the
     labelled questions (:func:`kevlike.model.temperatures.fit_table`: a bucket or type under ``min_count``
     questions, or without errors, falls back to its type's fitted temperature, else to the model's own
     temperatures from its ``calibration.json``, never to T = 1 in their place) and store them as profile ``NAME``
     (:func:`kevlike.model.modeldir.save_profile`). ``records``: already answered records (``logits``, ``gold``,
     ``type``), e.g. from the feedback store; then ``data`` only names their origin. Returns the
-    profile's path and the fit report. ``dtype``: the weight precision the logits are computed in (as
-    :meth:`kevlike.model.engine.Engine.from_pretrained`; fit in the precision you serve in).
+    profile's path and the fit report. ``options``: how the model is loaded to compute the logits (as
+    :meth:`kevlike.model.engine.Engine.from_pretrained`: fit in the precision and option mode you serve in).
 
     Raises:
         ValueError: a bad profile name, a model that is not a decision model, or no labelled question.
@@ -210,7 +211,7 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     check_profile_name(profile)
     items = read_labelled(data) if records is None else None      # before any model loads
     if engine is None:
-        engine = Engine.from_pretrained(model, option_mode=option_mode, dtype=dtype)
+        engine = Engine.from_pretrained(model, options)
     if engine.artifact_dir is None:
         raise ValueError(f"model {engine.name!r} is not a decision-model directory; profiles calibrate decision models")
     if records is None:

@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+from kevlike.config.engine import EngineOptions
 from kevlike.model.engine import Engine
 
 
@@ -48,15 +49,16 @@ def packed_vs_separate(engine, requests: list) -> dict:
             "n_probabilities": len(diffs)}
 
 
-def run(args) -> int:
-    """``kevlike parity``: :func:`packed_vs_separate` on ``args.paths``, printed as a table."""
+def run(options: EngineOptions, *, paths: list[str], model: str | None) -> int:
+    """``kevlike parity``: :func:`packed_vs_separate` of ``model`` (loaded with ``options``) on the request files
+    ``paths``, printed as a table."""
 
-    engine = Engine.from_pretrained(args.model, dtype=args.dtype)
-    requests = [json.loads(Path(x).read_text()) for x in args.paths]
+    engine = Engine.from_pretrained(model, options)
+    requests = [json.loads(Path(x).read_text()) for x in paths]
     res = packed_vs_separate(engine, requests)
-    print(f"model={engine.name} readout={engine.readout.name} dtype={args.dtype} backend={engine.backend}")
+    print(f"model={engine.name} readout={engine.readout.name} dtype={options.dtype} backend={engine.backend}")
     print(f"{'request':32} {'Q':>3} {'tok packed':>10} {'tok sep':>8} {'max|dp|':>9} {'packed s':>9} {'sep s':>7}")
-    for path, row in zip(args.paths, res["requests"]):
+    for path, row in zip(paths, res["requests"]):
         print(f"{Path(path).name:32} {row['questions']:3d} {row['tokens_packed']:10d} {row['tokens_separate']:8d} "
               f"{row['max_abs_dp']:9.1e} {row['packed_s']:9.2f} {row['separate_s']:7.2f}")
     print(f"overall: max |dp| = {res['max_abs_dp']:.1e}, mean |dp| = {res['mean_abs_dp']:.1e} "

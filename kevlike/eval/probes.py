@@ -45,6 +45,7 @@ from pathlib import Path
 
 import torch
 
+from kevlike.config.engine import EngineOptions
 from kevlike.data.sources import INTENT_PROMPTS, humanize, intent_labels, read_intents
 from kevlike.data.tasks import eval_examples
 from kevlike.eval.leak import leak_probe, leak_requests
@@ -405,61 +406,60 @@ def run_probes(engine, n: int = 40, seed: int = 0, progress: bool = False, only:
     return out
 
 
-def command_line(args) -> str:
-    """The ``kevlike probes`` command that repeats this run (every option that was set)."""
-    flags = [("--model", args.model), ("--url", args.url), ("--n", args.n), ("--seed", args.seed),
-             ("--only", args.only), ("--needle-max-tokens", args.needle_max_tokens), ("--dtype", args.dtype),
-             ("--option-orders", args.option_orders), ("--option-mode", args.option_mode)]
+def command_line(options: EngineOptions, **values) -> str:
+    """The ``kevlike probes`` command that repeats a run of :func:`run` (every option that was set)."""
+    flags = [("--model", values.get("model")), ("--url", values.get("url")), ("--n", values.get("n")),
+             ("--seed", values.get("seed")), ("--only", values.get("only")),
+             ("--needle-max-tokens", values.get("needle_max_tokens")), ("--dtype", options.dtype),
+             ("--option-orders", options.option_orders), ("--option-mode", options.option_mode)]
     return " ".join(["kevlike probes", *(f"{k} {v}" for k, v in flags if v is not None)])
 
 
-def run(args) -> int:
-    """``kevlike probes``: every probe (or ``args.only``) on ``args.model`` or the server at ``args.url``;
-    writes a run directory (:mod:`kevlike.eval.probe_report`: ``probes.json``, ``report.md``, plots) at
-    ``args.out`` (default ``runs/probes-YYYYmmdd-HHMMSS``) and prints the report and its path.
+def run(options: EngineOptions, *, model: str | None, url: str | None, n: int, seed: int, needle_max_tokens: int,
+        only: str | None, out: str | None) -> int:
+    """``kevlike probes``: every probe (or those of ``only``, comma-separated) on ``model`` (loaded with
+    ``options``) or the server at ``url``, ``n`` questions, trials or requests each; writes a run directory
+    (:mod:`kevlike.eval.probe_report`: ``probes.json``, ``report.md``, plots) at ``out`` (default
+    ``runs/probes-YYYYmmdd-HHMMSS``) and prints the report and its path.
 
     Raises:
-        ValueError: an unknown probe name in ``args.only``, ``--n`` < 1, ``--needle-max-tokens`` < 256 (before
-            any model loads) or beyond the model's branch limit, or ``--out`` an existing non-empty directory.
+        ValueError: an unknown probe name in ``only``, ``n`` < 1, ``needle_max_tokens`` < 256 (before
+            any model loads) or beyond the model's branch limit, or ``out`` an existing non-empty directory.
     """
     from kevlike.eval.probe_report import write_probe_run
     from kevlike.runs import git_commit, machine, set_seed
 
-    only = None if args.only is None else [x for x in args.only.split(",") if x]
+    given = {"model": model, "url": url, "n": n, "seed": seed, "needle_max_tokens": needle_max_tokens, "only": only}
+    only = None if only is None else [x for x in only.split(",") if x]
     try:
         check_probes(only)  # before any model loads
     except ValueError as e:
         raise ValueError(f"--only: {e}") from None
-    if args.n < 1:
-        raise ValueError(f"--n must be >= 1, got {args.n}")
+    if n < 1:
+        raise ValueError(f"--n must be >= 1, got {n}")
     try:
-        needle_lengths(args.needle_max_tokens)
+        needle_lengths(needle_max_tokens)
     except ValueError as e:
         raise ValueError(f"--needle-max-tokens: {e}") from None
-    run_dir = Path(args.out or f"runs/probes-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    run_dir = Path(out or f"runs/probes-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ValueError(f"--out {run_dir} exists and is not empty; give a new directory")
-    set_seed(args.seed)
-    if args.url:
-        engine = RemoteEngine(args.url, args.model)
-    else:
-        engine = Engine.from_pretrained(args.model, option_orders=args.option_orders, option_mode=args.option_mode,
-                                        dtype=args.dtype)
+    set_seed(seed)
+    engine = RemoteEngine(url, model) if url else Engine.from_pretrained(model, options)
     if hasattr(engine, "encoder") and (only is None or "needle" in only):
         try:
-            check_needle(engine, args.needle_max_tokens)
+            check_needle(engine, needle_max_tokens)
         except ValueError as e:
             raise ValueError(f"--needle-max-tokens: {e}") from None
-    results = run_probes(engine, args.n, seed=args.seed, progress=True, only=only,
-                         needle_max_tokens=args.needle_max_tokens)
-    meta = {"model": engine.name, "url": args.url, "dtype": getattr(engine, "dtype", None),
+    results = run_probes(engine, n, seed=seed, progress=True, only=only, needle_max_tokens=needle_max_tokens)
+    meta = {"model": engine.name, "url": url, "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None),
             "option_orders": getattr(engine, "option_orders", None), "option_mode": getattr(engine, "option_mode", None),
-            "backend": getattr(engine, "backend", None), "seed": args.seed, "git_commit": git_commit(),
-            "machine": machine(), "command": command_line(args),
-            "config": {"n": args.n, "seed": args.seed, "only": only, "needle_max_tokens": args.needle_max_tokens,
-                       "dtype": args.dtype, "option_orders": args.option_orders, "option_mode": args.option_mode,
-                       "model": args.model, "url": args.url}}
+            "backend": getattr(engine, "backend", None), "seed": seed, "git_commit": git_commit(),
+            "machine": machine(), "command": command_line(options, **given),
+            "config": {"n": n, "seed": seed, "only": only, "needle_max_tokens": needle_max_tokens,
+                       "dtype": options.dtype, "option_orders": options.option_orders,
+                       "option_mode": options.option_mode, "model": model, "url": url}}
     run_dir, md = write_probe_run(run_dir, meta, results)
     print(md)
     print(f"run directory: {run_dir}")

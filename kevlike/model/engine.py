@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
+from kevlike.config.engine import DEFAULT_OPTIONS, MAX_OPTION_ORDERS, EngineOptions  # noqa: F401 (re-exported)
 from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
@@ -28,7 +29,7 @@ from kevlike.model.state_cache import StateCache, cached_branch_outputs
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.model.threads import ThreadPolicy
 from kevlike.request.answers import answer
-from kevlike.request.encode import EncodedRequest, Encoder, check_option_mode, option_orders
+from kevlike.request.encode import EncodedRequest, Encoder, option_orders
 from kevlike.request.pack import pack
 from kevlike.request.render import render_text
 from kevlike.request.schema import (
@@ -100,45 +101,6 @@ class ShortlistPlan:
         return sum(e.n_tokens for e in self.passes)
 
 
-MAX_OPTION_ORDERS = 24
-"""The most option orders (``option_orders``) a choice question may be read in. Each order is one
-more branch per choice question in the same forward pass (M orders cost M× the choice branches'
-tokens), and distinct orders run out at K! for K options (6 options: 720), so an unbounded value
-turns one request into minutes of CPU time. 24 = 4! reads every order of up to 4 options; pooling
-more orders changes the answers little (docs/guide/options.md, "Option order")."""
-
-
-def check_option_orders(option_orders: int, name: str = "option_orders") -> int:
-    """Validate an ``option_orders`` setting (see :class:`Engine`) and return it.
-    ``name`` is how the error calls the setting (``"--option-orders"`` on the command line).
-
-    Raises:
-        ValueError: not an integer in ``[0, MAX_OPTION_ORDERS]``.
-    """
-    if isinstance(option_orders, bool) or not isinstance(option_orders, int):
-        raise ValueError(f"{name} must be an integer from 0 to {MAX_OPTION_ORDERS}, got {option_orders!r}")
-    if option_orders < 0:
-        raise ValueError(f"{name} must be >= 0, got {option_orders}")
-    if option_orders > MAX_OPTION_ORDERS:
-        raise ValueError(f"{name} must be at most {MAX_OPTION_ORDERS} (each order is one more branch per choice "
-                         f"question in the forward pass), got {option_orders}")
-    return option_orders
-
-
-def check_abstain_above(value, name: str = "abstain_above") -> float | None:
-    """Validate an abstention threshold (None, or a probability in [0, 1]) and return it as a float.
-    ``name`` is how the error calls the setting (``"--abstain-above"`` on the command line).
-
-    Raises:
-        ValueError: not None and not a number from 0 to 1.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a probability from 0 to 1, got {value!r}")
-    return float(value)
-
-
 def as_request(request: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
     """Accept a validated :class:`Request`, a decoded JSON object, or raw JSON text/bytes.
 
@@ -174,65 +136,83 @@ def softmax_order_free(question: Question, z: torch.Tensor, temperature: float =
     return torch.empty_like(z).index_copy_(0, order, torch.softmax(z[order] / temperature, dim=-1))
 
 
+def state_cache_refusal(model, readout) -> str | None:
+    """Why an engine of ``model`` with ``readout`` cannot keep a state cache (the LM readout, sliding-window
+    attention layers), or None when it can."""
+    if not readout.state_cache:
+        return "the state cache serves the pointer readout; this model has none (LM readout)"
+    if sliding_window(model):
+        return "the state cache does not support sliding-window attention layers (this backbone has them)"
+    return None
+
+
+def sliding_window(model) -> bool:
+    """Whether ``model``'s backbone has sliding-window attention layers."""
+    return bool(getattr(model.config, "use_sliding_window", False)
+                or "sliding_attention" in (getattr(model.config, "layer_types", None) or ()))
+
+
 class Engine:
     """Answers typed questions about a state.
 
     Args:
         model: a Hugging Face causal LM (Llama, Qwen2, …) in eval mode.
         tokenizer: its tokenizer (the delimiter tokens are added to it).
+        options: how it reads and answers (:class:`kevlike.config.engine.EngineOptions`; checked there); ``settings``
+            replace single fields, e.g. ``Engine(model, tok, option_mode="set")``. Here ``option_orders`` None
+            means 1 and ``option_mode`` None ``"list"``; ``dtype``, ``quantize`` and ``profile`` act when a model is
+            loaded (:meth:`from_pretrained`), not here. What the fields do:
+
+            * ``option_orders``: the option orders each choice question is read in (pointer readout, see
+              :func:`kevlike.request.encode.option_orders`): 1 reads the options in a canonical order, so answers
+              do not depend on the order a request lists them in; M ≥ 2 pools M orders (M× the choice branches'
+              tokens); 0 reads the request's order. The LM readout scores each option in its own sub-branch and
+              is order-free already.
+            * ``option_mode``: ``"list"`` or ``"set"``: how the pointer readout reads a choice question's options
+              (:meth:`kevlike.request.encode.Encoder.encode`). In set mode every option is its own sub-branch, so
+              adding, removing or reordering options leaves the logits of the others unchanged
+              (``option_orders`` does not apply). The LM readout scores options as sub-branches in either mode.
+            * ``threads``: torch's intra-op threads on the CPU: ``"auto"`` (the cores other processes leave free,
+              re-measured at most once a second, see :mod:`kevlike.model.threads`), a fixed count, or None
+              (``KEVLIKE_THREADS``, else ``auto``). Off the CPU it is ignored. ``thread_policy``: an already
+              made :class:`ThreadPolicy` instead.
+            * ``state_cache_mb``: MiB of state keys/values kept between requests
+              (:mod:`kevlike.model.state_cache`; 0 = off): a request whose state, or a prefix of it, was seen
+              recently runs only the rest; responses then carry ``x_cached_tokens``. Pointer readout only.
+            * ``script_policy``: ``"annotate"`` (every response reports the state's script and whether the model
+              was trained on it) or ``"refuse"`` (also reject, with a 422, states whose script is not in
+              ``scripts``); see :mod:`kevlike.request.writing_systems`.
+            * ``abstain_above``: for a model with the ``x_abstain`` capability, answers whose ``x_abstain``
+              exceeds this probability also carry ``"x_abstained": true`` (a request's ``x_abstain_above``
+              overrides it); None: never. The Jev fields are never removed.
+            * ``limits``: request limits.
         name: the model name reported in responses.
         head: a trained :class:`PointerHead`; ``None`` selects the training-free LM readout.
         temperatures: per (type, K-bucket) temperatures; default all 1.
         backend: ``"kevlike_packed"`` (block-sparse CPU kernel, no mask), ``"sdpa"`` (dense bool mask) or
             ``"flex_attention"`` (BlockMask); default by device (see :mod:`kevlike.model.kernels.attention`).
-        limits: request limits.
         scripts: the scripts the model was trained on (``kevlike.json`` ``scripts``); None = unknown.
-        script_policy: ``"annotate"`` (default: every response reports the state's script and whether
-            the model was trained on it) or ``"refuse"`` (also reject, with a 422, states whose script is
-            not in ``scripts``); see :mod:`kevlike.request.writing_systems`.
-        option_orders: the option orders each choice question is read in (pointer readout, see
-            :func:`kevlike.request.encode.option_orders`): 1 (default) reads the options in a canonical order,
-            so answers do not depend on the order a request lists them in; M ≥ 2 pools M orders (M×
-            the choice branches' tokens); 0 reads the request's order. The LM readout scores each
-            option in its own sub-branch and is order-free already. At most
-            :data:`MAX_OPTION_ORDERS` (24).
-        threads: torch's intra-op threads on the CPU: ``"auto"`` (the cores other processes leave
-            free, re-measured at most once a second, see :mod:`kevlike.model.threads`), a fixed count, or
-            None (``KEVLIKE_THREADS``, else ``auto``). Off the CPU it is ignored.
-        state_cache_mb: MiB of state keys/values kept between requests (:mod:`kevlike.model.state_cache`;
-            0 = off, the default): a request whose state, or a prefix of it, was seen recently runs
-            only the rest; responses then carry ``x_cached_tokens``. Pointer readout only.
-        option_mode: ``"list"`` (default) or ``"set"``: how the pointer readout reads a choice question's
-            options (:meth:`kevlike.request.encode.Encoder.encode`). In set mode every option is its own
-            sub-branch, so adding, removing or reordering options leaves the logits of the others
-            unchanged (``option_orders`` does not apply). The LM readout scores options as sub-branches
-            in either mode.
-        abstain_above: for a model with the ``x_abstain`` capability, answers whose ``x_abstain`` exceeds this
-            probability also carry ``"x_abstained": true`` (a request's ``x_abstain_above`` overrides it);
-            None (default): never. The Jev fields are never removed.
 
     Raises:
-        ValueError: an unknown backend, script policy or option mode, ``option_orders`` outside
-            ``[0, MAX_OPTION_ORDERS]``, ``abstain_above`` outside [0, 1], or ``kevlike_packed`` off the CPU.
+        kevlike.config.fields.SettingError: a refused setting (a ``ValueError`` naming the field).
+        ValueError: an unknown backend, ``kevlike_packed`` off the CPU, or a state cache the model cannot keep
+            (:func:`state_cache_refusal`).
     """
 
-    def __init__(self, model, tokenizer, *, name: str = DEFAULT_MODEL, head: PointerHead | None = None,
-                 temperatures: TemperatureTable | None = None, backend: str | None = None,
-                 limits: Limits = DEFAULT_LIMITS, scripts=None, script_policy: str = "annotate",
-                 option_orders: int = 1, threads: int | str | None = None, state_cache_mb: float = 0,
-                 option_mode: str = "list", abstain_above: float | None = None):
-        check_option_orders(option_orders)
-        self.abstain_above = check_abstain_above(abstain_above)
-        self.option_mode = check_option_mode(option_mode)
+    def __init__(self, model, tokenizer, options: EngineOptions = DEFAULT_OPTIONS, *, name: str = DEFAULT_MODEL,
+                 head: PointerHead | None = None, temperatures: TemperatureTable | None = None,
+                 backend: str | None = None, scripts=None, thread_policy: ThreadPolicy | None = None, **settings):
+        options = replace(options, **settings) if settings else options
+        option_mode = options.option_mode or "list"
+        self.option_orders = 1 if options.option_orders is None else options.option_orders
+        self.abstain_above = options.abstain_above
+        self.option_mode = option_mode
         self.readout = readout_for(head)
-        if state_cache_mb and not self.readout.state_cache:
-            raise ValueError("the state cache serves the pointer readout; this model has none (LM readout)")
-        self.sliding_window = bool(getattr(model.config, "use_sliding_window", False)
-                                   or "sliding_attention" in (getattr(model.config, "layer_types", None) or ()))
-        if state_cache_mb and self.sliding_window:
-            raise ValueError("the state cache does not support sliding-window attention layers (this backbone has them)")
-        self.state_cache = StateCache(state_cache_mb) if state_cache_mb else None
-        self.thread_policy = threads if isinstance(threads, ThreadPolicy) else ThreadPolicy.from_env(threads)
+        self.sliding_window = sliding_window(model)
+        if options.state_cache_mb and (refusal := state_cache_refusal(model, self.readout)) is not None:
+            raise ValueError(refusal)
+        self.state_cache = StateCache(options.state_cache_mb) if options.state_cache_mb else None
+        self.thread_policy = thread_policy or ThreadPolicy.from_env(options.threads)
         self.model = model
         self.name = name
         self.temperatures = temperatures or TemperatureTable()
@@ -245,106 +225,88 @@ class Engine:
             # a model set to kevlike_packed runs the sdpa and flex masks too (kevlike/model/kernels/block_sparse.py), so
             # engines of several backends can share one model (kevlike bench)
             model.set_attn_implementation(self.backend)
-        self.option_orders = option_orders
         self.artifact_dir = None      # from_pretrained: the decision-model directory (its calibration profiles)
         self.profile = None           # the calibration profile whose temperatures are served (with_profile)
         # the modes this model answers in (from_pretrained: its manifest's option_modes)
         self.option_modes = tuple(dict.fromkeys(("list", option_mode, self.readout.layout(option_mode))))
         self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype_reason = "the given model's weights"  # from_pretrained: why auto chose it
-        self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), limits,
-                               option_orders=option_orders, option_mode=option_mode)
+        self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), options.limits,
+                               option_orders=self.option_orders, option_mode=option_mode)
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
-        self.limits = limits
-        # imported here so that `python -m kevlike.request.writing_systems` runs without a runpy warning
-        from kevlike.request.writing_systems import check_policy
-
+        self.limits = options.limits
         self.scripts = None if scripts is None else frozenset(scripts)
-        self.script_policy = check_policy(script_policy)
+        self.script_policy = options.script_policy
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, dtype: str = "auto",
-                        device: str | torch.device | None = None, backend: str | None = None,
-                        limits: Limits = DEFAULT_LIMITS, script_policy: str = "annotate",
-                        option_orders: int | None = None, threads: int | str | None = None,
-                        quantize: str | None = "none", state_cache_mb: float = 0,
-                        option_mode: str | None = None, profile: str | None = None,
-                        abstain_above: float | None = None) -> "Engine":
+    def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, options: EngineOptions = DEFAULT_OPTIONS,
+                        *, device: str | torch.device | None = None, backend: str | None = None,
+                        **settings) -> "Engine":
         """Load a registered model name (default ``kevlike-default``), a decision-model directory, or
         any HF causal-decoder directory. The embedded backbone is set up on first use.
-        ``option_orders``: see :class:`Engine`; None takes the artifact's ``option_orders`` (the
-        setting its temperatures were fitted with; 1 when the manifest has none). ``threads``: see
-        :class:`Engine`; with ``auto`` the model load is the first window in which the CPU use of
-        other processes is measured. ``quantize``: ``None``/``"none"``, ``"int8"`` (:func:`kevlike.model.quantize.quantize_int8`; CPU, float32 only — ``dtype="auto"`` then means
-        float32; applied after the LoRA adapter is merged) or ``"auto"`` (int8 where the weights are float32 on the CPU:
-        :func:`kevlike.model.quantize.resolve_quantize`). ``option_mode``: see :class:`Engine`; None takes the
-        manifest's ``option_mode`` (``"list"`` when it has none); a decision model answers only in the
-        modes its manifest lists in ``option_modes`` (``["list"]`` when absent: it was never trained on
-        the set template). ``profile``: serve the temperatures of this calibration profile (``kevlike
-        calibrate --data FILE --profile NAME``) instead of the model's own; the engine is then named
-        ``MODEL@NAME``. ``abstain_above``: see :class:`Engine`.
+
+        ``options`` (:class:`kevlike.config.engine.EngineOptions`; ``settings`` replace single fields, e.g.
+        ``Engine.from_pretrained(name, dtype="float32")``), beyond what :class:`Engine` says of them:
+        ``option_orders`` None takes the artifact's ``option_orders`` (the setting its temperatures were fitted
+        with; 1 when the manifest has none). ``option_mode`` None takes the manifest's ``option_mode``
+        (``"list"`` when it has none); a decision model answers only in the modes its manifest lists in
+        ``option_modes`` (``["list"]`` when absent: it was never trained on the set template). ``threads``
+        ``auto``: the model load is the first window in which the CPU use of other processes is measured.
+        ``quantize``: ``"none"``, ``"int8"`` (:func:`kevlike.model.quantize.quantize_int8`; CPU, float32 only —
+        ``dtype="auto"`` then means float32; applied after the LoRA adapter is merged) or ``"auto"`` (int8 where
+        the weights are float32 on the CPU: :func:`kevlike.model.quantize.resolve_quantize`). ``profile``: serve
+        the temperatures of this calibration profile (``kevlike calibrate --data FILE --profile NAME``) instead of
+        the model's own; the engine is then named ``MODEL@NAME``. ``state_cache_mb``: a model that cannot keep a
+        state cache (:func:`state_cache_refusal`) is loaded without one.
 
         Raises:
             kevlike.model.backbones.ModelNotFoundError: unknown name or path.
-            ValueError: unknown dtype, backend, quantize setting, script policy or option mode, int8 off the
-                CPU or on non-float32 weights, an option mode the model
-                was not trained for, an unknown profile (or one given for a model without a pointer head), or ``option_orders`` (given, or the artifact's) outside
-                ``[0, MAX_OPTION_ORDERS]`` (a given one before any weights load).
+            ValueError: a refused setting (before any weights load), an unknown backend, int8 off the CPU, an
+                option mode the model was not trained for, an unknown profile (or one given for a model without a
+                pointer head), or the artifact's ``option_orders`` outside ``[0, MAX_OPTION_ORDERS]``.
         """
-        from kevlike.request.writing_systems import check_policy
-
-        check_policy(script_policy)
-        check_abstain_above(abstain_above)
-        if option_mode is not None:
-            check_option_mode(option_mode)
-        if profile is not None:
-            check_profile_name(profile)
-        if option_orders is not None:
-            check_option_orders(option_orders)
+        options = replace(options, **settings) if settings else options
+        if options.profile is not None:
+            check_profile_name(options.profile)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         backend = check_backend(backend or default_backend(device))  # before loading any weights
-        if quantize == "int8" and dtype == "auto":
-            dtype = "float32"                 # int8 quantizes float32 weights, whatever auto would pick
-        dtype, dtype_reason = resolve_dtype(dtype, device)
-        quantize, quantize_reason = resolve_quantize(quantize, device, dtype)
-        policy = ThreadPolicy.from_env(threads)
+        # int8 quantizes float32 weights, whatever auto would pick
+        dtype, dtype_reason = resolve_dtype("float32" if options.quantize == "int8" and options.dtype == "auto"
+                                            else options.dtype, device)
+        quantize, quantize_reason = resolve_quantize(options.quantize, device, dtype)
+        policy = ThreadPolicy.from_env(options.threads)
         resolved = resolve_model(name_or_path)
-        if profile is not None:
+        if options.profile is not None:
             if resolved.artifact_dir is None:
                 raise ValueError(f"model {resolved.name!r} has no pointer head; calibration profiles are for decision models")
-
-            path = profile_path(resolved.artifact_dir, resolved.name, profile)
+            path = profile_path(resolved.artifact_dir, resolved.name, options.profile)
             if not path.is_file():
                 have = list_profiles(resolved.artifact_dir, resolved.name)
-                raise ValueError(f"model {resolved.name!r} has no calibration profile {profile!r} (looked for {path}; "
-                                 f"profiles: {', '.join(have) or 'none'})")
+                raise ValueError(f"model {resolved.name!r} has no calibration profile {options.profile!r} (looked for "
+                                 f"{path}; profiles: {', '.join(have) or 'none'})")
         model, tok, head, temperatures = load_weights(resolved.artifact_dir, resolved.backbone_dir, dtype, backend,
                                                       device)
+        manifest = None
         if resolved.artifact_dir is not None:
             manifest = ModelDir(resolved.artifact_dir).manifest()
-            if option_orders is None:
-                option_orders = int(manifest.get("option_orders", 1))
+            options = replace(options, option_orders=int(manifest.get("option_orders", 1)) if options.option_orders
+                              is None else options.option_orders, option_mode=options.option_mode
+                              or manifest.get("option_mode", "list"))
             modes = manifest.get("option_modes", ["list"])
-            if option_mode is None:
-                option_mode = manifest.get("option_mode", "list")
-            if option_mode not in modes:
+            if options.option_mode not in modes:
                 raise ValueError(f"model {resolved.name!r} was trained for option mode(s) {', '.join(modes)}, "
-                                 f"not {option_mode!r}")
-            engine = cls(model, tok, name=resolved.name, head=head, temperatures=temperatures,
-                         backend=backend, limits=limits, scripts=manifest.get("scripts"),
-                         script_policy=script_policy, option_orders=option_orders, threads=policy,
-                         state_cache_mb=state_cache_mb, option_mode=option_mode)
+                                 f"not {options.option_mode!r}")
+        if options.state_cache_mb and state_cache_refusal(model, readout_for(head)) is not None:
+            options = replace(options, state_cache_mb=0.0)
+        engine = cls(model, tok, options, name=resolved.name, head=head, temperatures=temperatures, backend=backend,
+                     scripts=None if manifest is None else manifest.get("scripts"), thread_policy=policy)
+        if manifest is not None:
             engine.option_modes = tuple(modes)
-        else:
-            engine = cls(model, tok, name=resolved.name, backend=backend, limits=limits, script_policy=script_policy,
-                         option_orders=1 if option_orders is None else option_orders, threads=policy,
-                         option_mode=option_mode or "list")
         engine.dtype_reason = dtype_reason if quantize_reason == "quantize none" else f"{dtype_reason}; {quantize_reason}"
         engine.artifact_dir = resolved.artifact_dir
-        engine.abstain_above = check_abstain_above(abstain_above)
-        if profile is not None:
-            engine = engine.with_profile(profile)
+        if options.profile is not None:
+            engine = engine.with_profile(options.profile)
         if quantize == "int8":
             n = quantize_int8(engine)
             engine.dtype, engine.dtype_reason = "int8", (f"{quantize_reason}: dynamic int8 in {n} Linear layers after "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DTYPE_CHOICES = ("auto", "float32", "bfloat16")
+from kevlike.config.engine import DTYPE_CHOICES
 
 
 def dtype_from_env() -> str | None:

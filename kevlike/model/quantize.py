@@ -22,11 +22,11 @@ import warnings
 import torch
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
+from kevlike.config.engine import QUANTIZE_CHOICES
+
 ALPHA = 0.8
 """SmoothQuant's migration strength α (0.5 in the paper; 0.8 measured best here, docs/guide/benchmark.md "int8")."""
 
-QUANTIZE_CHOICES = ("none", "auto", "int8")
-"""What ``--quantize`` accepts (:func:`resolve_quantize`)."""
 
 KEEP_FLOAT = ("down_proj", "lm_head")
 """Linear layers (name suffixes) that stay float32."""

@@ -24,9 +24,10 @@ Linux) ``auto`` keeps torch's default. A fixed count (``threads=N``, ``--threads
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
+
+from kevlike.config.engine import check_threads, threads_from_env
 
 RESAMPLE_S = 1.0
 """Seconds after which ``auto`` measures the neighbours' CPU use again (before the next forward pass)."""
@@ -60,22 +61,6 @@ def threads_for(busy_others: float, cores: int) -> int:
     return max(1, min(cores, round(cores - busy_others)))
 
 
-def parse_threads(value: str) -> int | str:
-    """``--threads`` from text: ``"auto"`` or an integer from 1 to 256 (an argparse ``type``).
-
-    Raises:
-        argparse.ArgumentTypeError: anything else (argparse prints its message and exits 2)."""
-    if value == "auto":
-        return value
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 256:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer from 1 to 256, got {value!r}")
-    return n
-
-
 class ThreadPolicy:
     """Chooses torch's intra-op thread count.
 
@@ -87,8 +72,8 @@ class ThreadPolicy:
     """
 
     def __init__(self, threads: int | str = "auto"):
-        if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256):
-            raise ValueError(f"threads must be 'auto' or an integer from 1 to 256, got {threads!r}")
+        if (requirement := check_threads(threads)) is not None:
+            raise ValueError(f"threads {requirement}, got {threads!r}")
         self.threads = threads
         self.cores = usable_cores()
         self._mark = (_ticks(), time.monotonic())
@@ -102,13 +87,7 @@ class ThreadPolicy:
         Raises:
             ValueError: an invalid value (the message names ``KEVLIKE_THREADS`` when it came from there).
         """
-        if threads is None:
-            raw = os.environ.get("KEVLIKE_THREADS", "auto").strip()
-            try:
-                return cls("auto" if raw == "auto" else int(raw))
-            except ValueError:  # not an integer, or out of range
-                raise ValueError(f"KEVLIKE_THREADS must be 'auto' or an integer from 1 to 256, got {raw!r}") from None
-        return cls(threads)
+        return cls(threads_from_env() if threads is None else threads)
 
     def apply(self, force: bool = False) -> int:
         """Set ``torch.set_num_threads`` for the next forward pass and return the count. ``auto``

@@ -14,15 +14,11 @@ import random
 import threading
 from dataclasses import dataclass, replace
 
+from kevlike.config.engine import OPTION_MODES
 from kevlike.request.render import lm_answers, lm_prompt, lm_state, option_text, render_text
 from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError
 
 DELIMITERS = ("<state>", "<q>", "<opt>", "</opt>", "<decide>")
-
-OPTION_MODES = ("list", "set")
-"""How a choice question's options are read by the pointer readout (see :meth:`Encoder.encode`):
-``list`` — one after another in one branch (each option reads the ones before it); ``set`` — each option
-in its own sub-branch that sees the state, the question and itself only."""
 
 
 def check_option_mode(mode: str, name: str = "option_mode") -> str:
@@ -155,8 +151,6 @@ class Encoder:
 
     def __init__(self, tokenizer, context_limit: int | None = None, limits: Limits = DEFAULT_LIMITS,
                  option_orders: int = 0, option_mode: str = "list"):
-        if option_orders < 0:
-            raise ValueError(f"option_orders must be >= 0, got {option_orders}")
         self.option_orders = option_orders
         self.option_mode = check_option_mode(option_mode)
         vocab = tokenizer.get_vocab()            # a fresh dict of the whole vocabulary per call: read it once

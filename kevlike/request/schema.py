@@ -44,7 +44,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Di
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from kevlike.request.limits import DEFAULT_LIMITS, Limits
+from kevlike.config.limits import DEFAULT_LIMITS, Limits
 
 Text = Union[str, dict, list]
 """User text: a string, or a JSON object/array rendered as canonical JSON (see :mod:`render`)."""

@@ -34,7 +34,6 @@ SCRIPTS = ("Latin", "Cyrillic", "Greek", "Arabic", "Hebrew", "Han", "Hiragana", 
            "Sinhala", "Thai", "Lao", "Khmer", "Myanmar", "Tibetan", "Georgian", "Armenian", "Ethiopic",
            "Syriac", "Thaana", "Bopomofo", "Other")
 SAMPLE_CHARS = 20_000
-POLICIES = ("annotate", "refuse")
 _SCRIPT_RE = {s: regex.compile(rf"\p{{Script={s}}}") for s in SCRIPTS if s != "Other"}
 _NEUTRAL_RE = regex.compile(r"[\p{Script=Common}\p{Script=Inherited}]")
 
@@ -94,17 +93,6 @@ def detect_script(text: str) -> ScriptReport:
 
 
 _ASCII_DROP_LETTERS = {c: None for c in range(128) if chr(c).isalpha()}
-
-
-def check_policy(policy: str) -> str:
-    """Return ``policy`` if it is one of :data:`POLICIES`.
-
-    Raises:
-        ValueError: any other value.
-    """
-    if policy not in POLICIES:
-        raise ValueError(f"script policy must be one of {POLICIES}, got {policy!r}")
-    return policy
 
 
 def main() -> int:

@@ -47,16 +47,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from kevlike.config.server import ServerConfig
 from kevlike.data.labelled import answer_target
 from kevlike.model.backbones import MODELS, SetupError
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import list_profiles, profile_path
-from kevlike.model.state_cache import StateCache
 from kevlike.model.temperatures import ProfileError, calibration_type, read_temperatures
 from kevlike.request.render import render_text
 from kevlike.request.schema import RequestError, parse_request, request_json_schema
 from kevlike.service.batcher import Batcher, QueueFullError
-from kevlike.service.config import ServerConfig, client_limit_error
 from kevlike.service.listen import listen_socket
 from kevlike.service.feedback import CANNOT_TELL_OUTCOME, FeedbackStore, Recorder, RecorderFull, StoreBusy, UnknownRequest, report
 
@@ -221,10 +220,7 @@ def client_protocol(header_timeout_s: float = HEADER_TIMEOUT_S, body_timeout_s: 
     Raises:
         ValueError: a timeout that is not a finite number of seconds > 0, or ``max_connections`` < 1.
     """
-    for name, v in (("header_timeout_s", header_timeout_s), ("body_timeout_s", body_timeout_s),
-                    ("max_connections", max_connections)):
-        if (err := client_limit_error(name, v)) is not None:
-            raise ValueError(f"{name} {err}")
+    ServerConfig(header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s, max_connections=max_connections)
     return type("ClientHygiene", (ClientHygiene,), {"header_timeout_s": float(header_timeout_s),
                                                     "body_timeout_s": float(body_timeout_s),
                                                     "max_connections": max_connections})
@@ -351,7 +347,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
     # the body is parsed by kevlike.request.schema (pre-pass + pydantic models), not by FastAPI; its JSON Schema,
     # generated from those models with this server's limits, goes into the OpenAPI document's components
-    body_schema = request_json_schema(config.limits, ref_template="#/components/schemas/{model}")
+    body_schema = request_json_schema(config.engine.limits, ref_template="#/components/schemas/{model}")
     components = {**body_schema.pop("$defs"), "RequestBody": body_schema}
     fastapi_openapi = app.openapi
 
@@ -365,7 +361,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         "application/json": {"schema": {"$ref": "#/components/schemas/RequestBody"}}}}})
     async def systemone(request: Request):
         """Answer typed questions about a state (Jev's System One endpoint)."""
-        limit = config.limits.max_body_bytes
+        limit = config.engine.limits.max_body_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             return _error(413, "tokens_exceeded", f"body is {declared} bytes; the limit is {limit}")
@@ -376,7 +372,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
                 return _error(413, "tokens_exceeded", f"body exceeds the limit of {limit} bytes")
             chunks.append(chunk)
         try:
-            req = parse_request(b"".join(chunks), config.limits)
+            req = parse_request(b"".join(chunks), config.engine.limits)
         except RequestError as e:
             return _request_error(e)
         name = req.model or default
@@ -446,7 +442,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
-        limit = config.limits.max_body_bytes
+        limit = config.engine.limits.max_body_bytes
         body = await request.body()
         if len(body) > limit:
             return _error(413, "tokens_exceeded", f"body is {len(body)} bytes; the limit is {limit}")
@@ -470,9 +466,9 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             if not isinstance(outcomes, dict) or not outcomes:
                 errors.append({"loc": ["body", "outcomes"], "type": "dict_type",
                                "msg": "outcomes must be a non-empty object {question id: answer}"})
-            elif len(outcomes) > config.limits.max_questions:
+            elif len(outcomes) > config.engine.limits.max_questions:
                 errors.append({"loc": ["body", "outcomes"], "type": "too_long",
-                               "msg": f"{len(outcomes)} outcomes; a request has at most {config.limits.max_questions} "
+                               "msg": f"{len(outcomes)} outcomes; a request has at most {config.engine.limits.max_questions} "
                                       f"questions"})
         if errors:
             return JSONResponse({"detail": errors}, status_code=422)
@@ -573,34 +569,25 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     return app
 
 
-def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: str = "auto", quantize: str = "none",
-          log_level: str = "info",
-          script_policy: str = "annotate", option_orders: int | None = None, threads: int | str | None = None,
-          option_mode: str | None = None, record: str | None = None, record_state: bool = False,
-          sock: socket.socket | None = None, abstain_above: float | None = None) -> None:
-    """Listen on ``config.host:config.port`` (or on ``sock``, already listening), load the models, and answer requests until SIGTERM or SIGINT; then
-    the requests in flight are answered (at most ``config.timeout_s + 5`` s) and the call returns
-    normally, so the process can exit 0. ``option_orders``, ``option_mode``, ``abstain_above`` (answers of models
-    with ``x_abstain`` above it carry ``"x_abstained": true``): see :class:`kevlike.model.engine.Engine`
-    (None: each model's own setting). ``dtype``, ``quantize``: see :meth:`kevlike.model.engine.Engine.from_pretrained`.
-    Every calibration profile of a served model is checked before it is served
-    (:func:`kevlike.model.temperatures.read_temperatures`); one bad profile file refuses the start.
-    ``record``: a SQLAlchemy URL to record answered requests in and to
-    take outcome feedback for (:mod:`kevlike.service.feedback`); ``record_state`` also keeps the state texts. ``threads``: torch's CPU threads, ``"auto"``, N or None
-    (``KEVLIKE_THREADS``, else auto; see :mod:`kevlike.model.threads`). ``config.state_cache_mb``: per model, see
-    :mod:`kevlike.model.state_cache` (0 = off; models without a pointer head or with sliding-window layers
-    are served without it).
+def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: socket.socket | None = None) -> None:
+    """Listen on ``config.host:config.port`` (or on ``sock``, already listening), load the models, and answer
+    requests until SIGTERM or SIGINT; then the requests in flight are answered (at most ``config.timeout_s + 5`` s)
+    and the call returns normally, so the process can exit 0.
 
-    ``config.header_timeout_s``, ``config.body_timeout_s``, ``config.max_connections``: see :class:`ClientHygiene`
-    (``kevlike serve`` takes them from its flags, else from ``KEVLIKE_HEADER_TIMEOUT_S``, ``KEVLIKE_BODY_TIMEOUT_S``,
-    ``KEVLIKE_MAX_CONNECTIONS``, else 10 s, 30 s and 512; :func:`kevlike.service.config.client_limits_from_env`).
+    Each model is loaded with ``config.engine`` (:meth:`kevlike.model.engine.Engine.from_pretrained`; its
+    ``state_cache_mb`` is per model, and models that cannot keep a state cache are served without one). Every
+    calibration profile of a served model is checked before it is served
+    (:func:`kevlike.model.temperatures.read_temperatures`); one bad profile file refuses the start.
+    ``config.record``: a SQLAlchemy URL to record answered requests in and to take outcome feedback for
+    (:mod:`kevlike.service.feedback`); ``config.record_state`` also keeps the state texts.
+    ``config.header_timeout_s``, ``config.body_timeout_s``, ``config.max_connections``: see :class:`ClientHygiene`.
 
     The socket is bound and listening before any model loads (:func:`listen_socket`): a busy port
     fails at once, not after the load, and no other process can take the port in between.
 
     Raises:
         kevlike.service.listen.ListenError: cannot listen on ``host:port`` (nothing is loaded then).
-        ValueError: a bad dtype, quantize setting, script policy or ``option_orders``.
+        ValueError: an option a model refuses (an option mode it was not trained for, an unknown profile, ...).
         kevlike.model.backbones.ModelNotFoundError: a model cannot be found.
         kevlike.model.backbones.SetupError: a model cannot be set up, or the server's startup failed
             (details in the log).
@@ -614,11 +601,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
         engines = {}
         info = {}
         for m in models:
-            eng = Engine.from_pretrained(m, dtype=dtype, quantize=quantize, limits=config.limits, script_policy=script_policy,
-                                         option_orders=option_orders, threads=threads, option_mode=option_mode,
-                                         abstain_above=abstain_above)
-            if config.state_cache_mb and eng.readout.state_cache and not eng.sliding_window:
-                eng.state_cache = StateCache(config.state_cache_mb)
+            eng = Engine.from_pretrained(m, config.engine)
             engines[eng.name] = eng
             entry = MODELS.get(eng.name)
             info[eng.name] = {"description": entry.description if entry else f"{eng.readout.name} readout on {m}",
@@ -636,15 +619,15 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, dtype: st
                     info[pe.name] = {"description": f"{info[eng.name]['description']}; temperatures of calibration "
                                                     f"profile {prof!r} ({pe.temperatures.source})",
                                      "release_date": info[eng.name]["release_date"]}
-        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         store = None
-        if record is not None:
+        if config.record is not None:
             try:
-                store = FeedbackStore(record)
+                store = FeedbackStore(config.record)
             except StoreBusy as e:
-                raise SetupError(f"--record {record}: {e}") from None
-        app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=record_state)
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                raise SetupError(f"--record {config.record}: {e}") from None
+        app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=config.record_state)
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=config.log_level, access_log=False,
                                                timeout_graceful_shutdown=int(config.timeout_s) + 5, http=protocol))
 
         # uvicorn handles SIGINT/SIGTERM while it runs, then restores the handlers it found and

@@ -1,0 +1,145 @@
+"""The engine's settings: how a model is loaded and how it reads and answers requests (:class:`EngineOptions`).
+
+``Engine.from_pretrained``, ``Engine``, ``kevlike serve`` (:class:`kevlike.config.server.ServerConfig`), the
+evaluation suites and the tools take one :class:`EngineOptions`; the command line generates its
+``--dtype``, ``--quantize``, ``--threads``, ``--option-mode``, ``--option-orders``, ``--script-policy``,
+``--profile``, ``--state-cache-mb``, ``--abstain-above`` and ``--max-options`` from its fields.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from kevlike.config.fields import (
+    SettingError, argparse_type, is_int, is_number, number, parse_text, setting, settings, validate
+)
+from kevlike.config.limits import DEFAULT_LIMITS, Limits
+
+DTYPE_CHOICES = ("auto", "float32", "bfloat16")
+"""Weight precisions (``auto``: :func:`kevlike.model.backbones.resolve_dtype`)."""
+
+QUANTIZE_CHOICES = ("none", "auto", "int8")
+"""Quantization settings (:func:`kevlike.model.quantize.resolve_quantize`)."""
+
+OPTION_MODES = ("list", "set")
+"""How a choice question's options are read by the pointer readout (see
+:meth:`kevlike.request.encode.Encoder.encode`): ``list`` — one after another in one branch (each option reads
+the ones before it); ``set`` — each option in its own sub-branch that sees the state, the question and itself
+only."""
+
+SCRIPT_POLICIES = ("annotate", "refuse")
+"""What the engine does with a state in a script its model was not trained on
+(:mod:`kevlike.request.writing_systems`)."""
+
+MAX_OPTION_ORDERS = 24
+"""The most option orders (``option_orders``) a choice question may be read in. Each order is one
+more branch per choice question in the same forward pass (M orders cost M× the choice branches'
+tokens), and distinct orders run out at K! for K options (6 options: 720), so an unbounded value
+turns one request into minutes of CPU time. 24 = 4! reads every order of up to 4 options; pooling
+more orders changes the answers little (docs/guide/options.md, "Option order")."""
+
+MAX_THREADS = 256
+
+
+def check_threads(v) -> str | None:
+    """``threads``: ``"auto"`` or an integer from 1 to :data:`MAX_THREADS`."""
+    return None if v == "auto" or (is_int(v) and 1 <= v <= MAX_THREADS) else \
+        f"must be 'auto' or an integer from 1 to {MAX_THREADS}"
+
+
+def _check_orders(v) -> str | None:
+    if not is_int(v):
+        return f"must be an integer from 0 to {MAX_OPTION_ORDERS}"
+    if v < 0:
+        return "must be >= 0"
+    if v > MAX_OPTION_ORDERS:
+        return (f"must be at most {MAX_OPTION_ORDERS} (each order is one more branch per choice question in the "
+                f"forward pass)")
+    return None
+
+
+def _megabytes(v) -> str | None:
+    return None if is_number(v) and 0 <= v < math.inf else "must be a number of MiB >= 0 (0 turns it off)"
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How an engine is loaded and answers. Every field's metadata holds its help text, choices and check
+    (:func:`kevlike.config.fields.setting`); None means "the model's own" (``option_mode``, ``option_orders``:
+    from its manifest; ``profile``: its own temperatures) or, for ``threads``, ``KEVLIKE_THREADS`` else auto.
+    ``dtype``, ``quantize`` and ``profile`` act when a model is loaded (``Engine.from_pretrained``).
+
+    Raises:
+        kevlike.config.fields.SettingError: a refused value, naming the field (``option_orders must be >= 0, got
+            -1``), or ``quantize`` int8 with ``dtype`` bfloat16.
+    """
+
+    dtype: str = setting(
+        "auto", "weight precision: auto takes $KEVLIKE_DTYPE if set, else picks bfloat16 on CUDA and on CPUs with "
+                "bf16 matrix units (AMX, AVX512-BF16), float32 elsewhere; float32 is the tested reference",
+        choices=DTYPE_CHOICES)
+    quantize: str = setting(
+        "none", "int8: SmoothQuant smoothing, then dynamic int8 in the decoder's Linear layers but down_proj (CPU, "
+                "from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.011 on 650 questions: see the int8 "
+                "section of docs/guide/benchmark.md); auto: int8 where the weights are float32 on the CPU (not on "
+                "CUDA nor where --dtype auto picks bfloat16); none: no quantization", choices=QUANTIZE_CHOICES)
+    threads: int | str | None = setting(
+        None, "torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at most once a "
+              "second), N a fixed count (default: $KEVLIKE_THREADS, else auto)",
+        check=check_threads, parse=lambda t: t if t == "auto" else int(t))
+    option_mode: str | None = setting(
+        None, "how a choice question's options are read: list (one after another in one branch) or set (each option "
+              "its own sub-branch: no option sees another, so adding, removing or reordering options leaves the "
+              "others' log-odds unchanged){note} (default: {whose})", choices=OPTION_MODES,
+        words={"whose": "the model's"})
+    option_orders: int | None = setting(
+        None, f"orders each choice question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, M>=2 "
+              f"pooled (M x the choice branches' tokens), 0 as listed{{note}} (default: {{whose}})",
+        check=_check_orders, metavar="M", words={"whose": "the model's"})
+    script_policy: str = setting(
+        "annotate", "a state in a script the model was not trained on: annotate (report it in the response) or "
+                    "refuse it", choices=SCRIPT_POLICIES)
+    profile: str | None = setting(
+        None, "answer with the temperatures of this calibration profile (kevlike calibrate --profile; default: the "
+              "model's own)", check=lambda v: None if isinstance(v, str) else "must be a profile name",
+        metavar="NAME")
+    state_cache_mb: float = setting(
+        0.0, "MiB of state keys/values kept per model between requests: a request whose state (or a prefix of it) "
+             "was seen recently runs only its questions; 0 turns it off (models without a pointer head or with "
+             "sliding-window layers are loaded without it)", check=_megabytes, parse=float, metavar="MB")
+    abstain_above: float | None = setting(
+        None, "models with x_abstain: answers whose x_abstain is above P also carry \"x_abstained\": true; a "
+              "request's x_abstain_above overrides it (the Jev fields stay; docs/guide/abstention.md; default: none, "
+              "no x_abstained)", check=number(0, 1, requirement="must be a probability from 0 to 1"), metavar="P")
+    limits: Limits = DEFAULT_LIMITS
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if not isinstance(self.limits, Limits):
+            raise SettingError("limits", f"must be a Limits, got {self.limits!r}")
+        if self.quantize == "int8" and self.dtype == "bfloat16":
+            raise SettingError("quantize", "int8 quantizes float32 weights; drop {dtype} bfloat16 (or {quantize})",
+                               ("dtype", "quantize"))
+
+
+DEFAULT_OPTIONS = EngineOptions()
+
+
+def threads_from_env(environ=None) -> int | str:
+    """``KEVLIKE_THREADS`` (``auto`` or N; unset: ``auto``): what ``threads=None`` means.
+
+    Raises:
+        ValueError: any other value (the message names the variable).
+    """
+    raw = (os.environ if environ is None else environ).get("KEVLIKE_THREADS", "auto").strip()
+    try:
+        return parse_text(settings(EngineOptions)["threads"], raw)
+    except SettingError as e:
+        raise ValueError(f"KEVLIKE_THREADS {e.problem}") from None
+
+
+
+parse_threads = argparse_type(settings(EngineOptions)["threads"])
+"""``--threads`` as an argparse ``type`` for scripts: ``"auto"`` or an integer from 1 to 256."""
