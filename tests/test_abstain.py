@@ -124,9 +124,9 @@ def test_threshold_adds_x_abstained_and_never_removes_jev_fields(eng):
     for bad in (1.5, -0.1, True, "0.5"):
         with pytest.raises(Exception, match="x_abstain_above: must be a probability from 0 to 1"):
             eng.decide({**REQUEST, "x_abstain_above": bad})
-    from kevlike.model.engine import check_abstain_above
-    with pytest.raises(ValueError, match="--abstain-above must be a probability"):
-        check_abstain_above(2, "--abstain-above")
+    from kevlike.config.engine import EngineOptions
+    with pytest.raises(ValueError, match="^abstain_above must be a probability from 0 to 1, got 2$"):
+        EngineOptions(abstain_above=2)
 
 
 def test_the_abstention_temperature_scales_the_logit(eng):

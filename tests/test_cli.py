@@ -133,57 +133,44 @@ def test_every_option_has_help_and_shows_its_default():
     assert "(default: 8000)" in " ".join(commands["serve"].format_help().split())
 
 
-def test_cli_defaults_are_the_library_defaults():
-    """Each option default of the command line equals the default of what it configures: the
-    ServerConfig and Limits fields (the options take them from the dataclasses) and the parameter of the
-    same name of the function a command calls (first function listed that has it)."""
+def test_engine_and_server_options_are_generated_from_their_settings():
+    """Every setting of EngineOptions, ServerConfig and Limits that has a flag is one option of the commands that
+    take it, with the setting's own default (the server's: ServerConfig's, whose engine keeps a state cache), help
+    text and choices: the command line declares none of them itself."""
     import dataclasses
-    import inspect
 
     from kevlike.cli import build_parser
-    from kevlike.eval.calibration import calibrate_artifact
-    from kevlike.eval.heldout import run_suite
-    from kevlike.eval.owndata import evaluate_data, fit_profile
-    from kevlike.eval.probes import run_probes
-    from kevlike.model.engine import Engine
-    from kevlike.request.limits import Limits
-    from kevlike.eval.bench import run as bench_run
-    from kevlike.config.server import CLIENT_LIMITS, ServerConfig
-    from kevlike.service.server import serve
+    from kevlike.config.engine import EngineOptions
+    from kevlike.config.fields import flags, settings, value_of
+    from kevlike.config.server import ServerConfig
 
-    rename = {"batch": "batch_size", "timeout": "timeout_s", "records": "records_path"}
-    targets = {
-        "decide": [Engine.from_pretrained],
-        "serve": [ServerConfig, Limits, serve, Engine.from_pretrained],
-        "eval": [run_suite, evaluate_data, Engine.from_pretrained],
-        "calibrate": [fit_profile, calibrate_artifact],
-        "recalibrate": [fit_profile],
-        "bench": [bench_run, Engine.from_pretrained],
-        "probes": [run_probes, Engine.from_pretrained],
-    }
-
-    def defaults(f):
-        if dataclasses.is_dataclass(f):
-            return {x.name: x.default for x in dataclasses.fields(f) if x.default is not dataclasses.MISSING}
-        return {k: p.default for k, p in inspect.signature(f).parameters.items() if p.default is not p.empty}
     commands = _subparsers(build_parser())
-    checked, wrong = 0, []
-    for name, fs in targets.items():
-        tables = [defaults(f) for f in fs]
-        for a in commands[name]._actions:
-            key = rename.get(a.dest, a.dest)
-            table = next((t for t in tables if key in t), None)
-            if not a.option_strings or table is None:
-                continue
-            checked += 1
-            if name == "serve" and key in CLIENT_LIMITS:   # default: its environment variable, else the config's
-                if a.default is not None or f"${CLIENT_LIMITS[key][1]}, else {table[key]:g}" not in a.help:
-                    wrong.append(f"kevlike serve {a.option_strings[0]}: {a.default!r}, {a.help!r} vs {table[key]!r}")
-                continue
-            if a.default != table[key]:
-                wrong.append(f"kevlike {name} {a.option_strings[0]}: {a.default!r} vs {table[key]!r}")
-    assert not wrong, wrong
-    assert checked >= 40
+    by_dest = {name: {a.dest: a for a in sub._actions if a.option_strings} for name, sub in commands.items()}
+    decide = [f.name for f in dataclasses.fields(EngineOptions) if f.name not in ("limits", "state_cache_mb")]
+    for name in decide + ["max_options"]:          # every engine setting but the state cache (serve's)
+        a = by_dest["decide"][name]
+        f = settings(EngineOptions)[name]
+        assert a.option_strings == [flags(EngineOptions)[name]] and a.default == value_of(EngineOptions(), name)
+        assert a.help.startswith(f.metadata["help"][:40]), (name, a.help)
+        assert a.choices in (None, list(f.metadata["choices"] or ())), name
+    decide_help = " ".join(commands["decide"].format_help().split())
+    for name in ("dtype", "quantize", "script_policy"):       # each shows its default, taken from the dataclass
+        assert f"{flags(EngineOptions)[name]} " in decide_help and f"(default: {getattr(EngineOptions(), name)})" \
+            in decide_help, name
+    server, library_only = ServerConfig(), {"profile", "max_questions", "min_options", "min_levels", "max_levels",
+                                            "max_depth", "max_body_bytes", "max_branch_context"}
+    for name, f in settings(ServerConfig).items():
+        a = by_dest["serve"].get(name)
+        if name in library_only:
+            assert a is None, name
+            continue
+        assert a is not None and a.option_strings == [flags(ServerConfig)[name]], name
+        if f.metadata["env"]:                                    # its variable, else the config's default
+            assert a.default is None and f"${f.metadata['env']}, else {value_of(server, name):g}" in a.help
+        else:
+            assert a.default == value_of(server, name), name
+    assert by_dest["serve"]["state_cache_mb"].default == 256.0 and EngineOptions().state_cache_mb == 0
+    assert "(default: 8000)" in " ".join(commands["serve"].format_help().split())
 
 
 def test_help_texts_name_no_unshipped_documents():
@@ -250,7 +237,7 @@ def test_option_orders_limit_in_cli_and_engine(tmp_path, capsys):
     from kevlike import cli
     from kevlike.model.engine import MAX_OPTION_ORDERS
 
-    assert MAX_OPTION_ORDERS == cli.MAX_OPTION_ORDERS == 24
+    assert MAX_OPTION_ORDERS == 24
     from kevlike.eval.probes import PROBES
 
     assert cli.PROBE_NAMES == PROBES            # `kevlike probes --help` lists them without importing torch

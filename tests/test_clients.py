@@ -141,12 +141,12 @@ def test_slow_clients_are_cut_off_and_open_connections_are_bounded(model_dir):
 
 
 def test_client_limits_come_from_flags_or_the_environment_and_are_checked(monkeypatch):
-    from kevlike.cli import _client_limits, build_parser
+    from kevlike.cli import _options, build_parser
     from kevlike.config.server import ServerConfig, client_limits_from_env
     from kevlike.service.server import client_protocol
 
     def limits(*flags):
-        return ServerConfig(**_client_limits(build_parser().parse_args(["serve", *flags])))
+        return _options(ServerConfig(), build_parser().parse_args(["serve", *flags]))
 
     for var in ("KEVLIKE_HEADER_TIMEOUT_S", "KEVLIKE_BODY_TIMEOUT_S", "KEVLIKE_MAX_CONNECTIONS"):
         monkeypatch.delenv(var, raising=False)

@@ -150,15 +150,12 @@ def test_int8_needs_the_cpu_and_float32():
 
     with pytest.raises(ValueError, match="quantize must be one of none, auto, int8, got 'int4'"):
         Engine.from_pretrained("no-such-model", quantize="int4")
-    with pytest.raises(ValueError, match="runs on the CPU from float32 weights"):
-        Engine.from_pretrained("no-such-model", quantize="int8", dtype="bfloat16")
+    with pytest.raises(ValueError, match="^quantize int8 quantizes float32 weights; drop dtype bfloat16"):
+        Engine.from_pretrained("no-such-model", quantize="int8", dtype="bfloat16")     # EngineOptions refuses it
 
 
 def test_quantize_auto_is_int8_exactly_where_the_weights_are_float32_on_the_cpu():
-    from kevlike import cli
-    from kevlike.model.quantize import QUANTIZE_CHOICES, resolve_quantize
-
-    assert cli.QUANTIZE_CHOICES == QUANTIZE_CHOICES           # --help lists them without importing torch
+    from kevlike.model.quantize import resolve_quantize
     assert resolve_quantize("auto", "cpu", "float32")[0] == "int8"
     assert resolve_quantize("auto", "cpu", "bfloat16")[0] is None      # bf16 units: no int8
     assert resolve_quantize("auto", "cuda", "float32")[0] is None
@@ -201,7 +198,7 @@ def test_bad_cpu_settings_fail_before_any_model_loads(argv, env, message):
 
 
 def test_server_settings_must_be_finite():
-    from kevlike.service.server import ServerConfig
+    from kevlike.config.server import ServerConfig
     from kevlike.model.state_cache import StateCache
 
     for bad in ({"timeout_s": float("inf")}, {"timeout_s": float("nan")}, {"max_wait_ms": float("inf")}):

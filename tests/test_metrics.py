@@ -122,6 +122,7 @@ def test_calibrate_from_records_reports_accuracy_and_stores_option_orders(tmp_pa
     """``kevlike calibrate --records``: accuracy per type by hand; the option orders go to kevlike.json."""
     import json
 
+    from kevlike.config.engine import EngineOptions
     from kevlike.eval.calibration import calibrate_artifact
 
     art = tmp_path / "artifact"
@@ -132,13 +133,13 @@ def test_calibrate_from_records_reports_accuracy_and_stores_option_orders(tmp_pa
     records = tmp_path / "records.jsonl"
     records.write_text("".join(json.dumps({"source": "banking77", "type": t, "logits": z, "gold": g}) + "\n"
                                for t, z, g in rows))
-    report = calibrate_artifact(art, records_path=records, quiet=True, option_orders=2)
+    report = calibrate_artifact(art, records_path=records, quiet=True, options=EngineOptions(option_orders=2))
     assert report["types"]["choice"]["accuracy"] == pytest.approx(2 / 3)
     assert report["types"]["noul"]["accuracy"] == pytest.approx(1 / 2)
     assert report["option_orders"] == 2
     assert json.loads((art / "kevlike.json").read_text())["option_orders"] == 2
-    with pytest.raises(ValueError, match="option-orders must be >= 0"):
-        calibrate_artifact(art, records_path=records, quiet=True, option_orders=-1)
+    with pytest.raises(ValueError, match="option_orders must be >= 0"):       # refused by the options themselves
+        EngineOptions(option_orders=-1)
 
 
 def _bound_records():
