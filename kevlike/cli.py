@@ -754,7 +754,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--requests", type=int, default=32, help="requests per cell (at least 2 x concurrency)")
     lt.add_argument("--max-seconds", type=float, default=300.0, help="time bound per cell, in seconds")
     lt.add_argument("--files", nargs="*", default=None, help="request JSON files (default: examples/*.json)")
-    lt.add_argument("--json", dest="json_path", default=None, help="write the results here (default: not written)")
+    lt.add_argument("--json", dest="json_path", default=None, metavar="JSON", help="write the results here (default: not written)")
     lt.add_argument("--soak", dest="soak_minutes", type=float, default=None, metavar="MINUTES",
                     help="instead: start a server with a store and send it mixed traffic for MINUTES (decisions with "
                          "repeated states, long question lists, outcome posts, report polls, abandoned and slow "

@@ -48,7 +48,7 @@ class ServerConfig:
                                  check=number(0, requirement="must be a finite number >= 0"))
     queue_size: int = setting(64, "waiting requests before answering 429", check=_COUNT)
     timeout_s: float = setting(60.0, "per-request timeout in seconds (then 503)", flag="--timeout",
-                               check=number(0, above=True, requirement="must be a finite number > 0"))
+                               metavar="S", check=number(0, above=True, requirement="must be a finite number > 0"))
     max_batch_tokens: int = setting(32768, "padded tokens per forward pass", check=_COUNT)
     api_keys: frozenset = field(default_factory=frozenset)
     record_queue: int = field(default=1024, metadata={"check": _COUNT})
