@@ -42,7 +42,7 @@ from pathlib import Path
 
 from kevlike import __version__
 from kevlike.config.engine import DEFAULT_OPTIONS, DTYPE_CHOICES, threads_from_env
-from kevlike.config.fields import SettingError, argument, build, flags, settings, value_of
+from kevlike.config.fields import SettingError, argument, build, flag, leaves
 from kevlike.config.server import ServerConfig, api_keys_from_env
 from kevlike.model.precision import dtype_from_env
 
@@ -63,7 +63,7 @@ config), an unknown model, a missing data package, an unreadable file or a serve
 failures are 1. An error of a module that is not loaded cannot have been raised, so the table imports nothing;
 anything else is a bug and shows its traceback."""
 
-FLAGS = flags(ServerConfig)
+FLAGS = {name: flag(f) for name, (f, _) in leaves(ServerConfig()).items()}
 """Setting -> its flag, of every setting of the engine, the server and the request limits."""
 
 PROBE_NAMES = ("packed_vs_separate", "permutation", "option_addition", "none_of_the_above", "isolation", "forgery",
@@ -500,8 +500,8 @@ def _tool(module: str, options: bool = False, drop: tuple[str, ...] = ()):
         run = importlib.import_module(f"kevlike.{module}").run
         if not options:
             return run(**values)
-        engine = set(settings(type(DEFAULT_OPTIONS)))
-        return run(_options(DEFAULT_OPTIONS, args), **{k: v for k, v in values.items() if k not in engine})
+        return run(_options(DEFAULT_OPTIONS, args), **{k: v for k, v in values.items()
+                                                       if k not in leaves(DEFAULT_OPTIONS)})
     return call
 
 
@@ -521,10 +521,10 @@ def _add(parser: argparse.ArgumentParser, owner, *names: str, lead: str = "", **
     """Add the flags of settings ``names`` of config object ``owner`` (:func:`kevlike.config.fields.argument`), each
     with its value in ``owner`` as the default; ``words`` fill the help texts' placeholders (``note``: appended,
     ``whose``: whose default applies), ``lead`` goes before them."""
-    fields = settings(type(owner))
+    table = leaves(owner)
     for name in names:
-        flag, kw = argument(fields[name], value_of(owner, name), **words)
-        parser.add_argument(flag, **{**kw, "help": lead + kw["help"]})
+        option, kw = argument(*table[name], **words)
+        parser.add_argument(option, **{**kw, "help": lead + kw["help"]})
 
 
 def build_parser() -> argparse.ArgumentParser:

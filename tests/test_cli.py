@@ -137,38 +137,35 @@ def test_engine_and_server_options_are_generated_from_their_settings():
     """Every setting of EngineOptions, ServerConfig and Limits that has a flag is one option of the commands that
     take it, with the setting's own default (the server's: ServerConfig's, whose engine keeps a state cache), help
     text and choices: the command line declares none of them itself."""
-    import dataclasses
-
     from kevlike.cli import build_parser
     from kevlike.config.engine import EngineOptions
-    from kevlike.config.fields import flags, settings, value_of
+    from kevlike.config.fields import flag, leaves
     from kevlike.config.server import ServerConfig
 
     commands = _subparsers(build_parser())
     by_dest = {name: {a.dest: a for a in sub._actions if a.option_strings} for name, sub in commands.items()}
-    decide = [f.name for f in dataclasses.fields(EngineOptions) if f.name not in ("limits", "state_cache_mb")]
-    for name in decide + ["max_options"]:          # every engine setting but the state cache (serve's)
-        a = by_dest["decide"][name]
-        f = settings(EngineOptions)[name]
-        assert a.option_strings == [flags(EngineOptions)[name]] and a.default == value_of(EngineOptions(), name)
-        assert a.help.startswith(f.metadata["help"][:40]), (name, a.help)
-        assert a.choices in (None, list(f.metadata["choices"] or ())), name
-    decide_help = " ".join(commands["decide"].format_help().split())
-    for name in ("dtype", "quantize", "script_policy"):       # each shows its default, taken from the dataclass
-        assert f"{flags(EngineOptions)[name]} " in decide_help and f"(default: {getattr(EngineOptions(), name)})" \
-            in decide_help, name
-    server, library_only = ServerConfig(), {"profile", "max_questions", "min_options", "min_levels", "max_levels",
-                                            "max_depth", "max_body_bytes", "max_branch_context"}
-    for name, f in settings(ServerConfig).items():
-        a = by_dest["serve"].get(name)
+    library_only = {"max_questions", "min_options", "min_levels", "max_levels", "max_depth", "max_body_bytes",
+                    "max_branch_context", "max_request_tokens", "state_cache_mb"}       # (the last two: serve's)
+    for name, (f, default) in leaves(EngineOptions()).items():
+        a = by_dest["decide"].get(name)
         if name in library_only:
             assert a is None, name
             continue
-        assert a is not None and a.option_strings == [flags(ServerConfig)[name]], name
+        assert a.option_strings == [flag(f)] and a.default == default, name
+        assert a.help.startswith(f.metadata["help"][:40]) and a.choices in (None, list(f.metadata["choices"] or ()))
+    decide_help = " ".join(commands["decide"].format_help().split())
+    for name in ("dtype", "quantize", "script_policy"):       # each shows its default, taken from the dataclass
+        assert f"(default: {getattr(EngineOptions(), name)})" in decide_help, name
+    for name, (f, default) in leaves(ServerConfig()).items():
+        a = by_dest["serve"].get(name)
+        if name in library_only - {"max_request_tokens", "state_cache_mb"} or name == "profile":
+            assert a is None, name
+            continue
+        assert a is not None and a.option_strings == [flag(f)], name
         if f.metadata["env"]:                                    # its variable, else the config's default
-            assert a.default is None and f"${f.metadata['env']}, else {value_of(server, name):g}" in a.help
+            assert a.default is None and f"${f.metadata['env']}, else {default:g}" in a.help
         else:
-            assert a.default == value_of(server, name), name
+            assert a.default == default, name
     assert by_dest["serve"]["state_cache_mb"].default == 256.0 and EngineOptions().state_cache_mb == 0
     assert "(default: 8000)" in " ".join(commands["serve"].format_help().split())
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from kevlike.config.engine import DEFAULT_OPTIONS, MAX_OPTION_ORDERS, EngineOptions, threads_from_env
-from kevlike.config.fields import SettingError, build, flags
+from kevlike.config.fields import SettingError, build, flag, leaves
 from kevlike.config.limits import Limits
 from kevlike.config.server import ServerConfig
 
@@ -49,7 +49,7 @@ def test_a_refusal_that_names_two_settings_names_both_by_their_flags():
     with pytest.raises(SettingError) as e:
         EngineOptions(quantize="int8", dtype="bfloat16")
     assert str(e.value) == "quantize int8 quantizes float32 weights; drop dtype bfloat16 (or quantize)"
-    assert e.value.named(flags(EngineOptions).get) == ("--quantize int8 quantizes float32 weights; drop --dtype "
+    assert e.value.named(lambda name: flag(leaves(EngineOptions())[name][0])) == ("--quantize int8 quantizes float32 weights; drop --dtype "
                                                         "bfloat16 (or --quantize)")
 
 

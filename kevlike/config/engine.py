@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from kevlike.config.fields import (
-    SettingError, argparse_type, is_int, is_number, number, parse_text, setting, settings, validate
+    SettingError, argparse_type, is_int, is_number, leaves, number, parse_text, setting, validate
 )
 from kevlike.config.limits import DEFAULT_LIMITS, Limits
 
@@ -66,10 +66,26 @@ def _megabytes(v) -> str | None:
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """How an engine is loaded and answers. Every field's metadata holds its help text, choices and check
-    (:func:`kevlike.config.fields.setting`); None means "the model's own" (``option_mode``, ``option_orders``:
-    from its manifest; ``profile``: its own temperatures) or, for ``threads``, ``KEVLIKE_THREADS`` else auto.
-    ``dtype``, ``quantize`` and ``profile`` act when a model is loaded (``Engine.from_pretrained``).
+    """How an engine (:class:`kevlike.model.engine.Engine`) is loaded and answers; each field's help text, choices
+    and check are in its metadata (:func:`kevlike.config.fields.setting`). None: the model's own
+    (``option_mode``, ``option_orders``: from its manifest; ``profile``: its own temperatures) or, for
+    ``threads``, ``KEVLIKE_THREADS`` else auto. ``dtype``, ``quantize`` and ``profile`` act when a model is loaded.
+
+    Attributes:
+        option_orders: the orders each choice question is read in by the pointer readout
+            (:func:`kevlike.request.encode.option_orders`): 1 a canonical order, so answers do not depend on the
+            order a request lists the options in; M ≥ 2 pools M orders (M× the choice branches' tokens); 0 the
+            request's order. At most :data:`MAX_OPTION_ORDERS`. The LM readout is order-free already.
+        option_mode: ``list`` or ``set`` (:data:`OPTION_MODES`); in set mode adding, removing or reordering
+            options leaves the others' logits unchanged and ``option_orders`` does not apply.
+        threads: torch's intra-op threads on the CPU: ``"auto"`` (:mod:`kevlike.model.threads`) or N.
+        state_cache_mb: MiB of state keys/values kept between requests (:mod:`kevlike.model.state_cache`; 0 off);
+            responses then carry ``x_cached_tokens``. Pointer readout without sliding-window layers only.
+        script_policy: ``annotate`` (responses report the state's script) or ``refuse`` (also a 422 for a script
+            the model was not trained on; :mod:`kevlike.request.writing_systems`).
+        abstain_above: answers of a model with ``x_abstain`` above it also carry ``"x_abstained": true`` (a
+            request's ``x_abstain_above`` overrides it); the Jev fields stay.
+        limits: the request limits.
 
     Raises:
         kevlike.config.fields.SettingError: a refused value, naming the field (``option_orders must be >= 0, got
@@ -134,12 +150,9 @@ def threads_from_env(environ=None) -> int | str:
         ValueError: any other value (the message names the variable).
     """
     raw = (os.environ if environ is None else environ).get("KEVLIKE_THREADS", "auto").strip()
-    try:
-        return parse_text(settings(EngineOptions)["threads"], raw)
-    except SettingError as e:
-        raise ValueError(f"KEVLIKE_THREADS {e.problem}") from None
+    return parse_text(leaves(DEFAULT_OPTIONS)["threads"][0], raw, "KEVLIKE_THREADS")
 
 
 
-parse_threads = argparse_type(settings(EngineOptions)["threads"])
+parse_threads = argparse_type(leaves(DEFAULT_OPTIONS)["threads"][0])
 """``--threads`` as an argparse ``type`` for scripts: ``"auto"`` or an integer from 1 to 256."""

@@ -158,34 +158,11 @@ class Engine:
     Args:
         model: a Hugging Face causal LM (Llama, Qwen2, …) in eval mode.
         tokenizer: its tokenizer (the delimiter tokens are added to it).
-        options: how it reads and answers (:class:`kevlike.config.engine.EngineOptions`; checked there); ``settings``
-            replace single fields, e.g. ``Engine(model, tok, option_mode="set")``. Here ``option_orders`` None
-            means 1 and ``option_mode`` None ``"list"``; ``dtype``, ``quantize`` and ``profile`` act when a model is
-            loaded (:meth:`from_pretrained`), not here. What the fields do:
-
-            * ``option_orders``: the option orders each choice question is read in (pointer readout, see
-              :func:`kevlike.request.encode.option_orders`): 1 reads the options in a canonical order, so answers
-              do not depend on the order a request lists them in; M ≥ 2 pools M orders (M× the choice branches'
-              tokens); 0 reads the request's order. The LM readout scores each option in its own sub-branch and
-              is order-free already.
-            * ``option_mode``: ``"list"`` or ``"set"``: how the pointer readout reads a choice question's options
-              (:meth:`kevlike.request.encode.Encoder.encode`). In set mode every option is its own sub-branch, so
-              adding, removing or reordering options leaves the logits of the others unchanged
-              (``option_orders`` does not apply). The LM readout scores options as sub-branches in either mode.
-            * ``threads``: torch's intra-op threads on the CPU: ``"auto"`` (the cores other processes leave free,
-              re-measured at most once a second, see :mod:`kevlike.model.threads`), a fixed count, or None
-              (``KEVLIKE_THREADS``, else ``auto``). Off the CPU it is ignored. ``thread_policy``: an already
-              made :class:`ThreadPolicy` instead.
-            * ``state_cache_mb``: MiB of state keys/values kept between requests
-              (:mod:`kevlike.model.state_cache`; 0 = off): a request whose state, or a prefix of it, was seen
-              recently runs only the rest; responses then carry ``x_cached_tokens``. Pointer readout only.
-            * ``script_policy``: ``"annotate"`` (every response reports the state's script and whether the model
-              was trained on it) or ``"refuse"`` (also reject, with a 422, states whose script is not in
-              ``scripts``); see :mod:`kevlike.request.writing_systems`.
-            * ``abstain_above``: for a model with the ``x_abstain`` capability, answers whose ``x_abstain``
-              exceeds this probability also carry ``"x_abstained": true`` (a request's ``x_abstain_above``
-              overrides it); None: never. The Jev fields are never removed.
-            * ``limits``: request limits.
+        options: how it reads and answers (:class:`kevlike.config.engine.EngineOptions`, where each field is
+            described and checked); ``settings`` replace single fields, e.g. ``Engine(model, tok, option_mode="set")``.
+            Here ``option_orders`` None means 1 and ``option_mode`` None ``"list"``; ``dtype``, ``quantize`` and
+            ``profile`` act when a model is loaded (:meth:`from_pretrained`). ``thread_policy``: an already made
+            :class:`ThreadPolicy` instead of ``options.threads``.
         name: the model name reported in responses.
         head: a trained :class:`PointerHead`; ``None`` selects the training-free LM readout.
         temperatures: per (type, K-bucket) temperatures; default all 1.
