@@ -57,7 +57,7 @@ def test_engine_annotates_and_refuses_by_policy():
     assert "Cyrillic" in err["msg"] and "Latin" in err["msg"]
     # no declared scripts: nothing to judge, nothing refused
     assert make_engine("llama", "pointer", script_policy="refuse").decide(RU)["x_input"]["script_trained"] is None
-    with pytest.raises(ValueError, match="script policy"):
+    with pytest.raises(ValueError, match="^script_policy must be one of annotate, refuse, got 'block'$"):
         make_engine("llama", "pointer", script_policy="block")
 
 

@@ -153,6 +153,5 @@ def threads_from_env(environ=None) -> int | str:
     return parse_text(leaves(DEFAULT_OPTIONS)["threads"][0], raw, "KEVLIKE_THREADS")
 
 
-
 parse_threads = argparse_type(leaves(DEFAULT_OPTIONS)["threads"][0])
 """``--threads`` as an argparse ``type`` for scripts: ``"auto"`` or an integer from 1 to 256."""
