@@ -16,11 +16,13 @@ import os
 from dataclasses import Field, field, fields, is_dataclass, replace
 from typing import Any, Callable, Mapping
 
+from kevlike.config.rules import ConfigError
 
-class SettingError(ValueError):
-    """A refused setting. ``str(e)`` names it by its field (``port must be from 0 to 65535, got 70000``),
-    :meth:`named` by another name, e.g. its flag. ``problem``: the message without the name, in which
-    ``{other}`` stands for each field of ``also`` it names too."""
+
+class SettingError(ConfigError):
+    """A refused setting (a :class:`~kevlike.config.rules.ConfigError`, so a ``ValueError``). ``str(e)`` names it
+    by its field (``port must be from 0 to 65535, got 70000``), :meth:`named` by another name, e.g. its flag.
+    ``problem``: the message without the name, in which ``{other}`` stands for each field of ``also`` it names."""
 
     def __init__(self, field: str, problem: str, also: tuple[str, ...] = ()):
         self.field, self.problem, self.also = field, problem, also
