@@ -12,7 +12,7 @@ import os
 
 from kevlike.config.fields import argparse_type, leaves, parse_text
 from kevlike.config.limits import DEFAULT_LIMITS, Limits
-from kevlike.config.rules import Section, SettingError, custom, is_int, number, one_of, setting, settings
+from kevlike.config.rules import Rule, Section, SettingError, is_int, number, one_of, setting, settings
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 """Weight precisions (``auto``: :func:`kevlike.model.backbones.resolve_dtype`)."""
@@ -40,14 +40,10 @@ more orders changes the answers little (docs/guide/options.md, "Option order")."
 MAX_THREADS = 256
 
 
-THREADS = custom(f"'auto' or an integer from 1 to {MAX_THREADS}",
-                 lambda v: v == "auto" or (is_int(v) and 1 <= v <= MAX_THREADS))
+THREADS = Rule("custom", says=f"'auto' or an integer from 1 to {MAX_THREADS}",
+               test=lambda v: v == "auto" or (is_int(v) and 1 <= v <= MAX_THREADS))
 """``threads``: ``"auto"`` or an integer from 1 to :data:`MAX_THREADS`."""
-
-
-def check_threads(v) -> str | None:
-    """What ``threads`` value ``v`` must be (``"must be ..."``) when it is refused, else None."""
-    return THREADS.problem(v)
+check_threads = THREADS.problem   # threads value -> "must be ..." when refused, else None
 
 
 def _orders(v) -> bool | str:
@@ -88,7 +84,8 @@ class EngineOptions(Section):
 
     dtype: str = setting(
         "auto", one_of(DTYPE_CHOICES), "weight precision: auto takes $KEVLIKE_DTYPE if set, else picks bfloat16 on "
-        "CUDA and on CPUs with bf16 matrix units (AMX, AVX512-BF16), float32 elsewhere; float32 is the tested reference")
+        "CUDA and on CPUs with bf16 matrix units (AMX, AVX512-BF16), float32 elsewhere; float32 is the tested "
+        "reference")
     quantize: str = setting(
         "none", one_of(QUANTIZE_CHOICES), "int8: SmoothQuant smoothing, then dynamic int8 in the decoder's Linear "
         "layers but down_proj (CPU, from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.011 on 650 "
@@ -103,15 +100,16 @@ class EngineOptions(Section):
         "branch) or set (each option its own sub-branch: no option sees another, so adding, removing or reordering "
         "options leaves the others' log-odds unchanged){note} (default: {whose})", words={"whose": "the model's"})
     option_orders: int | None = setting(
-        None, custom(f"an integer from 0 to {MAX_OPTION_ORDERS}", _orders), f"orders each choice question's options "
-        f"are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, M>=2 pooled (M x the choice branches' tokens), 0 as "
-        f"listed{{note}} (default: {{whose}})", metavar="M", words={"whose": "the model's"})
+        None, Rule("custom", says=f"an integer from 0 to {MAX_OPTION_ORDERS}", test=_orders), f"orders each choice "
+        f"question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, M>=2 pooled (M x the choice "
+        f"branches' tokens), 0 as listed{{note}} (default: {{whose}})", metavar="M", words={"whose": "the model's"})
     script_policy: str = setting(
         "annotate", one_of(SCRIPT_POLICIES), "a state in a script the model was not trained on: annotate (report it "
         "in the response) or refuse it")
     profile: str | None = setting(
-        None, custom("a profile name", lambda v: isinstance(v, str)), "answer with the temperatures of this "
-        "calibration profile (kevlike calibrate --profile; default: the model's own)", metavar="NAME")
+        None, Rule("custom", says="a profile name", test=lambda v: isinstance(v, str)), "answer with the "
+        "temperatures of this calibration profile (kevlike calibrate --profile; default: the model's own)",
+        metavar="NAME")
     state_cache_mb: float = setting(
         0.0, number(0, says="a number of MiB >= 0 (0 turns it off)"), "MiB of state keys/values kept per model "
         "between requests: a request whose state (or a prefix of it) was seen recently runs only its questions; 0 "

@@ -57,10 +57,9 @@ def show(value: Any, terse: bool = False) -> str:
 class Rule:
     """What one setting accepts: ``kind`` ``int`` (an integer, never a bool), ``number`` (an int or a finite
     float), ``bool``, ``str`` (non-empty), ``names`` (a non-empty list of non-empty strings), ``choice`` (one of
-    ``choices``) or ``custom`` (``test(value)``: True accepts, False refuses, a string refuses and says what the value
-    must be instead); numbers
-    within ``lo``..``hi`` (``lo_open``/``hi_open``: the bound itself excluded); ``null``: None is accepted too.
-    :meth:`text` is the rule in words, as the error message states it: ``says`` where given, else derived."""
+    ``choices``) or ``custom`` (``test(value)``: True accepts, False refuses, words refuse saying what it must be);
+    numbers within ``lo``..``hi`` (``lo_open``/``hi_open``: the bound itself excluded); ``null``: None is accepted
+    too. :meth:`text` is the rule in words, as the error message states it: ``says`` where given, else derived."""
 
     kind: str
     lo: float | None = None
@@ -138,12 +137,6 @@ def number(lo=None, hi=None, lo_open=False, hi_open=False, null=False, says=None
 def one_of(choices: tuple) -> Rule:
     """A choice worded as a flag's: ``one of a, b``."""
     return Rule("choice", choices=tuple(choices), says=f"one of {', '.join(choices)}")
-
-
-def custom(says: str, test: Callable[[Any], bool | str]) -> Rule:
-    """A rule its kinds cannot say, ``says`` in words: ``test(value)`` is True (accepted), False (refused) or, to
-    say what a refused value must be in other words, those words."""
-    return Rule("custom", says=says, test=test)
 
 
 SHARE = number(0, 1)          # a probability or a share
