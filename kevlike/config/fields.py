@@ -31,7 +31,7 @@ def parse_text(f: Field, text: str, var: str | None = None) -> Any:
         value = f.metadata["parse"](text.strip())
     except ValueError:
         value = text                               # a rule refuses text where it wants a number
-    if (rule := f.metadata["rule"]) is not None and (req := rule.problem(value)) is not None:
+    if (rule := f.metadata.get("rule")) is not None and (req := rule.problem(value)) is not None:
         if var is not None:
             raise ValueError(f"{var} {req}, got {text!r}")
         raise SettingError(f.name, f"{req}, got {text!r}")

@@ -155,8 +155,8 @@ def setting(default, rule: Rule | None, help: str | None, *, parse: Callable[[st
     ``flag`` (default ``--field-name``) and ``metavar``."""
     if rule is not None and default is None and not rule.null:
         rule = replace(rule, null=True)
-    meta = {"rule": rule, "help": help, "choices": rule.choices if rule and rule.kind == "choice" else None,
-            "parse": parse, "flag": flag, "metavar": metavar, "env": env, "words": dict(words or {})}
+    meta = {"help": help, "choices": rule.choices if rule and rule.kind == "choice" else None, "parse": parse,
+            "flag": flag, "metavar": metavar, "env": env, "words": dict(words or {}), **({"rule": rule} if rule else {})}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -201,7 +201,7 @@ class Section:
             elif kind is not None and not isinstance(v, kind):
                 raise SettingError(self.path(f.name), f"must be a mapping of "
                                    f"{', '.join(x.name for x in fields(kind))}, got {v!r}")
-            elif f.metadata.get("rule") is not None:
+            elif "rule" in f.metadata:
                 f.metadata["rule"].check(self.path(f.name), v, self.terse)
                 if isinstance(v, list):   # stored as a tuple: the config is frozen
                     object.__setattr__(self, f.name, tuple(v))
@@ -278,7 +278,7 @@ def settings(key: str = "", *, terse: bool = False):
                 lines.append(f"    {f.name} (:class:`{f.metadata['section'].__name__}`): {f.metadata['help']}")
             elif f.metadata.get("help") is not None:
                 default = f.default if f.default is not MISSING else f.default_factory()
-                rule = f"{f.metadata['rule'].text()}; " if f.metadata["rule"] is not None else ""
+                rule = f"{f.metadata['rule'].text()}; " if "rule" in f.metadata else ""
                 lines.append(f"    {f.name} ({rule}default {default!r}): {help_text(f)}")
         cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\nFields:\n" + "\n".join(lines) + "\n"
         return cls
