@@ -8,14 +8,11 @@ evaluation suites and the tools take one :class:`EngineOptions`; the command lin
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
 
-from kevlike.config.fields import (
-    SettingError, argparse_type, is_int, is_number, leaves, number, parse_text, setting, validate
-)
+from kevlike.config.fields import argparse_type, leaves, parse_text
 from kevlike.config.limits import DEFAULT_LIMITS, Limits
+from kevlike.config.rules import Rule, Section, SettingError, is_int, number, one_of, setting, settings
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 """Weight precisions (``auto``: :func:`kevlike.model.backbones.resolve_dtype`)."""
@@ -43,31 +40,24 @@ more orders changes the answers little (docs/guide/options.md, "Option order")."
 MAX_THREADS = 256
 
 
-def check_threads(v) -> str | None:
-    """``threads``: ``"auto"`` or an integer from 1 to :data:`MAX_THREADS`."""
-    return None if v == "auto" or (is_int(v) and 1 <= v <= MAX_THREADS) else \
-        f"must be 'auto' or an integer from 1 to {MAX_THREADS}"
+THREADS = Rule("custom", says=f"'auto' or an integer from 1 to {MAX_THREADS}",
+               test=lambda v: v == "auto" or (is_int(v) and 1 <= v <= MAX_THREADS))
+"""``threads``: ``"auto"`` or an integer from 1 to :data:`MAX_THREADS`."""
+check_threads = THREADS.problem   # threads value -> "must be ..." when refused, else None
 
 
-def _check_orders(v) -> str | None:
-    if not is_int(v):
-        return f"must be an integer from 0 to {MAX_OPTION_ORDERS}"
-    if v < 0:
-        return "must be >= 0"
-    if v > MAX_OPTION_ORDERS:
-        return (f"must be at most {MAX_OPTION_ORDERS} (each order is one more branch per choice question in the "
-                f"forward pass)")
-    return None
+def _orders(v) -> bool | str:
+    if is_int(v) and v < 0:
+        return ">= 0"
+    if is_int(v) and v > MAX_OPTION_ORDERS:
+        return f"at most {MAX_OPTION_ORDERS} (each order is one more branch per choice question in the forward pass)"
+    return is_int(v)
 
 
-def _megabytes(v) -> str | None:
-    return None if is_number(v) and 0 <= v < math.inf else "must be a number of MiB >= 0 (0 turns it off)"
-
-
-@dataclass(frozen=True)
-class EngineOptions:
+@settings(terse=True)
+class EngineOptions(Section):
     """How an engine (:class:`kevlike.model.engine.Engine`) is loaded and answers; each field's help text, choices
-    and check are in its metadata (:func:`kevlike.config.fields.setting`). None: the model's own
+    and rule are its field's (:func:`kevlike.config.rules.setting`). None: the model's own
     (``option_mode``, ``option_orders``: from its manifest; ``profile``: its own temperatures) or, for
     ``threads``, ``KEVLIKE_THREADS`` else auto. ``dtype``, ``quantize`` and ``profile`` act when a model is loaded.
 
@@ -88,51 +78,51 @@ class EngineOptions:
         limits: the request limits.
 
     Raises:
-        kevlike.config.fields.SettingError: a refused value, naming the field (``option_orders must be >= 0, got
+        kevlike.config.rules.SettingError: a refused value, naming the field (``option_orders must be >= 0, got
             -1``), or ``quantize`` int8 with ``dtype`` bfloat16.
     """
 
     dtype: str = setting(
-        "auto", "weight precision: auto takes $KEVLIKE_DTYPE if set, else picks bfloat16 on CUDA and on CPUs with "
-                "bf16 matrix units (AMX, AVX512-BF16), float32 elsewhere; float32 is the tested reference",
-        choices=DTYPE_CHOICES)
+        "auto", one_of(DTYPE_CHOICES), "weight precision: auto takes $KEVLIKE_DTYPE if set, else picks bfloat16 on "
+        "CUDA and on CPUs with bf16 matrix units (AMX, AVX512-BF16), float32 elsewhere; float32 is the tested "
+        "reference")
     quantize: str = setting(
-        "none", "int8: SmoothQuant smoothing, then dynamic int8 in the decoder's Linear layers but down_proj (CPU, "
-                "from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.011 on 650 questions: see the int8 "
-                "section of docs/guide/benchmark.md); auto: int8 where the weights are float32 on the CPU (not on "
-                "CUDA nor where --dtype auto picks bfloat16); none: no quantization", choices=QUANTIZE_CHOICES)
+        "none", one_of(QUANTIZE_CHOICES), "int8: SmoothQuant smoothing, then dynamic int8 in the decoder's Linear "
+        "layers but down_proj (CPU, from float32 weights; 1.3-1.5x faster on an AVX2 CPU, accuracy -0.011 on 650 "
+        "questions: see the int8 section of docs/guide/benchmark.md); auto: int8 where the weights are float32 on the "
+        "CPU (not on CUDA nor where --dtype auto picks bfloat16); none: no quantization")
     threads: int | str | None = setting(
-        None, "torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at most once a "
-              "second), N a fixed count (default: $KEVLIKE_THREADS, else auto)",
-        check=check_threads, parse=lambda t: t if t == "auto" else int(t))
+        None, THREADS, "torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at most "
+        "once a second), N a fixed count (default: $KEVLIKE_THREADS, else auto)",
+        parse=lambda t: t if t == "auto" else int(t))
     option_mode: str | None = setting(
-        None, "how a choice question's options are read: list (one after another in one branch) or set (each option "
-              "its own sub-branch: no option sees another, so adding, removing or reordering options leaves the "
-              "others' log-odds unchanged){note} (default: {whose})", choices=OPTION_MODES,
-        words={"whose": "the model's"})
+        None, one_of(OPTION_MODES), "how a choice question's options are read: list (one after another in one "
+        "branch) or set (each option its own sub-branch: no option sees another, so adding, removing or reordering "
+        "options leaves the others' log-odds unchanged){note} (default: {whose})", words={"whose": "the model's"})
     option_orders: int | None = setting(
-        None, f"orders each choice question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, M>=2 "
-              f"pooled (M x the choice branches' tokens), 0 as listed{{note}} (default: {{whose}})",
-        check=_check_orders, metavar="M", words={"whose": "the model's"})
+        None, Rule("custom", says=f"an integer from 0 to {MAX_OPTION_ORDERS}", test=_orders), f"orders each choice "
+        f"question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, M>=2 pooled (M x the choice "
+        f"branches' tokens), 0 as listed{{note}} (default: {{whose}})", metavar="M", words={"whose": "the model's"})
     script_policy: str = setting(
-        "annotate", "a state in a script the model was not trained on: annotate (report it in the response) or "
-                    "refuse it", choices=SCRIPT_POLICIES)
+        "annotate", one_of(SCRIPT_POLICIES), "a state in a script the model was not trained on: annotate (report it "
+        "in the response) or refuse it")
     profile: str | None = setting(
-        None, "answer with the temperatures of this calibration profile (kevlike calibrate --profile; default: the "
-              "model's own)", check=lambda v: None if isinstance(v, str) else "must be a profile name",
+        None, Rule("custom", says="a profile name", test=lambda v: isinstance(v, str)), "answer with the "
+        "temperatures of this calibration profile (kevlike calibrate --profile; default: the model's own)",
         metavar="NAME")
     state_cache_mb: float = setting(
-        0.0, "MiB of state keys/values kept per model between requests: a request whose state (or a prefix of it) "
-             "was seen recently runs only its questions; 0 turns it off (models without a pointer head or with "
-             "sliding-window layers are loaded without it)", check=_megabytes, parse=float, metavar="MB")
+        0.0, number(0, says="a number of MiB >= 0 (0 turns it off)"), "MiB of state keys/values kept per model "
+        "between requests: a request whose state (or a prefix of it) was seen recently runs only its questions; 0 "
+        "turns it off (models without a pointer head or with sliding-window layers are loaded without it)",
+        parse=float, metavar="MB")
     abstain_above: float | None = setting(
-        None, "models with x_abstain: answers whose x_abstain is above P also carry \"x_abstained\": true; a "
-              "request's x_abstain_above overrides it (the Jev fields stay; docs/guide/abstention.md; default: none, "
-              "no x_abstained)", check=number(0, 1, requirement="must be a probability from 0 to 1"), metavar="P")
+        None, number(0, 1, says="a probability from 0 to 1"), "models with x_abstain: answers whose x_abstain is "
+        "above P also carry \"x_abstained\": true; a request's x_abstain_above overrides it (the Jev fields stay; "
+        "docs/guide/abstention.md; default: none, no x_abstained)", metavar="P")
     limits: Limits = DEFAULT_LIMITS
 
     def __post_init__(self) -> None:
-        validate(self)
+        super().__post_init__()
         if not isinstance(self.limits, Limits):
             raise SettingError("limits", f"must be a Limits, got {self.limits!r}")
         if self.quantize == "int8" and self.dtype == "bfloat16":

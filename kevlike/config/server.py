@@ -4,23 +4,24 @@ checks and help texts (``kevlike serve``'s options are generated from it)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from kevlike.config.engine import EngineOptions
-from kevlike.config.fields import from_env, integer, number, setting, validate
+from kevlike.config.fields import from_env
+from kevlike.config.rules import Section, integer, number, one_of, setting, settings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 SERVER_ENGINE = EngineOptions(state_cache_mb=256.0)
 """The options a server loads each model with by default: a 256 MiB state cache per model."""
 
-_COUNT = integer(1)
-_SECONDS = number(0, above=True, requirement="must be a finite number of seconds > 0")
+_COUNT = integer(1, says=">= 1")
+_SECONDS = number(0, lo_open=True, says="a finite number of seconds > 0")
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    """Server settings (help text, check and flag of each: its field's metadata).
+@settings(terse=True)
+class ServerConfig(Section):
+    """Server settings (help text, rule and flag of each: its field's, :func:`kevlike.config.rules.setting`).
 
     Attributes:
         host, port: where to listen (port 0: one the system picks).
@@ -38,43 +39,43 @@ class ServerConfig:
             ``state_cache_mb`` is per model, for models that can use it).
 
     Raises:
-        kevlike.config.fields.SettingError: a refused value (one line naming the field).
+        kevlike.config.rules.SettingError: a refused value (one line naming the field).
     """
 
-    host: str = setting("127.0.0.1", "address to listen on (0.0.0.0: all IPv4 interfaces; an address with ':' is IPv6)")
-    port: int = setting(8000, "TCP port to listen on (exit code 3 when it is taken)", check=integer(0, 65535))
-    max_batch: int = setting(8, "requests per packed forward pass", check=_COUNT)
-    max_wait_ms: float = setting(5.0, "how long a batch waits for more requests, in ms",
-                                 check=number(0, requirement="must be a finite number >= 0"))
-    queue_size: int = setting(64, "waiting requests before answering 429", check=_COUNT)
-    timeout_s: float = setting(60.0, "per-request timeout in seconds (then 503)", flag="--timeout",
-                               metavar="S", check=number(0, above=True, requirement="must be a finite number > 0"))
-    max_batch_tokens: int = setting(32768, "padded tokens per forward pass", check=_COUNT)
+    host: str = setting("127.0.0.1", None, "address to listen on (0.0.0.0: all IPv4 interfaces; an address with ':' "
+                                           "is IPv6)")
+    port: int = setting(8000, integer(0, 65535, says="from 0 to 65535"), "TCP port to listen on (exit code 3 when it "
+                        "is taken)")
+    max_batch: int = setting(8, _COUNT, "requests per packed forward pass")
+    max_wait_ms: float = setting(5.0, number(0, says="a finite number >= 0"), "how long a batch waits for more "
+                                 "requests, in ms")
+    queue_size: int = setting(64, _COUNT, "waiting requests before answering 429")
+    timeout_s: float = setting(60.0, number(0, lo_open=True, says="a finite number > 0"), "per-request timeout in "
+                               "seconds (then 503)", flag="--timeout", metavar="S")
+    max_batch_tokens: int = setting(32768, _COUNT, "padded tokens per forward pass")
     api_keys: frozenset = field(default_factory=frozenset)
-    record_queue: int = field(default=1024, metadata={"check": _COUNT})
+    record_queue: int = setting(1024, _COUNT, None)
     header_timeout_s: float = setting(
-        10.0, "seconds a connection has to send a request's headers, from its start or its next request's first byte "
-              "(then 408 and closed; default: $KEVLIKE_HEADER_TIMEOUT_S, else {default})", flag="--header-timeout",
-        metavar="S", check=_SECONDS, parse=float, env="KEVLIKE_HEADER_TIMEOUT_S")
+        10.0, _SECONDS, "seconds a connection has to send a request's headers, from its start or its next request's "
+        "first byte (then 408 and closed; default: $KEVLIKE_HEADER_TIMEOUT_S, else {default})", flag="--header-timeout",
+        metavar="S", parse=float, env="KEVLIKE_HEADER_TIMEOUT_S")
     body_timeout_s: float = setting(
-        30.0, "seconds a request's body may take after its headers (then 408 and closed; default: "
-              "$KEVLIKE_BODY_TIMEOUT_S, else {default})", flag="--body-timeout", metavar="S", check=_SECONDS, parse=float,
+        30.0, _SECONDS, "seconds a request's body may take after its headers (then 408 and closed; default: "
+        "$KEVLIKE_BODY_TIMEOUT_S, else {default})", flag="--body-timeout", metavar="S", parse=float,
         env="KEVLIKE_BODY_TIMEOUT_S")
     max_connections: int = setting(
-        512, "open connections; the next one is answered 503 (Retry-After: 1) and closed (default: "
-             "$KEVLIKE_MAX_CONNECTIONS, else {default})", metavar="N", check=integer(1, requirement="must be an integer >= 1"),
-        parse=int, env="KEVLIKE_MAX_CONNECTIONS")
+        512, integer(1, says="an integer >= 1"), "open connections; the next one is answered 503 (Retry-After: 1) and "
+        "closed (default: $KEVLIKE_MAX_CONNECTIONS, else {default})", metavar="N", parse=int,
+        env="KEVLIKE_MAX_CONNECTIONS")
     record: str | None = setting(
-        None, "record every answered request (id, model, time, each question's id, type and probabilities) in this "
-              "database and accept outcomes on POST /v1/feedback; a SQLAlchemy URL, e.g. sqlite:///feedback.db "
-              "(default: off)", metavar="DB_URL")
-    record_state: bool = setting(False, "with --record: also store each request's state text (default: not stored)")
-    log_level: str = setting("info", "log level of the server and of uvicorn (info: one line per request)",
-                             choices=LOG_LEVELS)
+        None, None, "record every answered request (id, model, time, each question's id, type and probabilities) in "
+        "this database and accept outcomes on POST /v1/feedback; a SQLAlchemy URL, e.g. sqlite:///feedback.db "
+        "(default: off)", metavar="DB_URL")
+    record_state: bool = setting(False, None, "with --record: also store each request's state text (default: not "
+                                 "stored)")
+    log_level: str = setting("info", one_of(LOG_LEVELS), "log level of the server and of uvicorn (info: one line per "
+                             "request)")
     engine: EngineOptions = SERVER_ENGINE
-
-    def __post_init__(self):
-        validate(self)
 
 
 def client_limits_from_env(environ=None) -> dict:

@@ -171,7 +171,7 @@ class Engine:
         scripts: the scripts the model was trained on (``kevlike.json`` ``scripts``); None = unknown.
 
     Raises:
-        kevlike.config.fields.SettingError: a refused setting (a ``ValueError`` naming the field).
+        kevlike.config.rules.SettingError: a refused setting (a ``ValueError`` naming the field).
         ValueError: an unknown backend, ``kevlike_packed`` off the CPU, or a state cache the model cannot keep
             (:func:`state_cache_refusal`).
     """
