@@ -302,20 +302,20 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_soup(args) -> int:
-    from kevlike.training.soup import soup
+    from kevlike.training.soup import interpolate, soup
 
     n = len(args.models)
     if n < 2:
         return _fail(f"soup needs at least two models and an output directory, got {n} model(s)")
+    models, out = [Path(m) for m in args.models], Path(args.out)
     if args.alpha is not None:
         if n != 2:
             return _fail(f"--alpha needs exactly two models, got {n}; use --weights")
-        if not 0.0 <= args.alpha <= 1.0:
-            return _fail(f"--alpha must be in [0, 1], got {args.alpha}")
         weights = [1.0 - args.alpha, args.alpha]
+        rel = [0.0, interpolate(*models, out, args.alpha)]          # refuses an alpha outside [0, 1]
     else:
         weights = args.weights if args.weights is not None else [1.0 / n] * n
-    rel = soup([Path(m) for m in args.models], weights, Path(args.out))
+        rel = soup(models, weights, out)
     parts = " + ".join(f"{w:g} * {m}" for w, m in zip(weights, args.models))
     dist = ", ".join(f"{r:.4f}" for r in rel[1:])
     print(f"{args.out}: {parts}; |model - first| / |first| over the LoRA tensors: {dist}; "

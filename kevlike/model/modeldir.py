@@ -185,7 +185,7 @@ def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, Poi
     emb = model.get_input_embeddings().weight
     with torch.no_grad():
         emb[manifest["delimiter_ids"]] = rows.to(emb.dtype).to(emb.device)
-    return (model, *load_decision_head(path, model, tokenizer))
+    return (model, *_head(path, manifest, emb.device))
 
 
 def _checked_manifest(path: Path, tokenizer) -> dict:
@@ -208,8 +208,12 @@ def load_decision_head(path: str | Path, model, tokenizer) -> tuple[PointerHead,
         ValueError: as :func:`load_decision_model`.
     """
     path = Path(path)
+    return _head(path, _checked_manifest(path, tokenizer), model.get_input_embeddings().weight.device)
+
+
+def _head(path: Path, manifest: dict, device) -> tuple[PointerHead, TemperatureTable]:
+    """The head and temperatures of the decision model at ``path`` whose manifest is already checked."""
     d = ModelDir(path)
-    manifest = _checked_manifest(path, tokenizer)
     h = manifest["head"]
     abstain = ABSTAIN in manifest.get("capabilities", [])
     head = PointerHead(h["d_model"], h["d_head"], abstain=abstain)
@@ -218,7 +222,7 @@ def load_decision_head(path: str | Path, model, tokenizer) -> tuple[PointerHead,
         raise ValueError(f"{path}: the manifest declares {ABSTAIN} but {d.HEAD} has no w_none/b_none")
     head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"],
                           **({"w_none": w["w_none"], "b_none": w["b_none"]} if abstain else {})})
-    head.to(model.get_input_embeddings().weight.device).eval()
+    head.to(device).eval()
     return head, d.temperatures()
 
 
