@@ -433,6 +433,16 @@ def _cmd_eval(args) -> int:
         return _fail(f"--reuse {args.reuse}: not an eval run directory (no records.jsonl; use a runs/eval-… directory)")
     if args.half is not None and not args.suite.startswith("generalization"):
         return _fail(f"--half goes with --suite generalization or generalization-quick, not {args.suite!r}")
+    if args.splits is not None and not args.suite.startswith("generalization"):
+        return _fail(f"--splits goes with --suite generalization or generalization-quick, not {args.suite!r}")
+    splits = None
+    if args.splits is not None:
+        from kevlike.eval.generalization import check_splits
+
+        try:
+            splits = check_splits([s.strip() for s in args.splits.split(",") if s.strip()])
+        except ValueError as e:
+            return _fail(f"--{e}")
     if args.url is not None and args.reuse is not None:
         return _fail("--url and --reuse exclude each other (a served model's temperatures are its own)")
     if args.url is not None and not args.url.startswith(("http://", "https://")):
@@ -441,7 +451,7 @@ def _cmd_eval(args) -> int:
 
     run_suite(args.model, args.suite, args.out, options=options, n=args.n, batch_size=args.batch, quiet=args.quiet,
               reuse=args.reuse, url=args.url, probes=args.probes, bigbench=args.bigbench, half=args.half,
-              lm_baseline=args.lm_baseline)
+              splits=splits, lm_baseline=args.lm_baseline)
     return 0
 
 
@@ -646,6 +656,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--half", choices=("validation", "test"), default=None,
                    help="generalization suites: answer only this half's items (every choice reads the validation "
                         "half; the test half is for reporting; kevlike/eval/generalization.py) (default: both)")
+    e.add_argument("--splits", default=None, metavar="A,B",
+                   help="generalization suites: answer only these splits, comma-separated (e.g. realistic,contrast; "
+                        "an unknown name lists them) (default: all)")
     e.add_argument("--bigbench", default=None, metavar="ARCHIVE",
                    help="generalization suite: BIG-bench's source archive (pip download --no-deps bigbench==1.0.0); "
                         "default $KEVLIKE_HOME/bigbench-1.0.0.tar.gz, skipped when absent")

@@ -121,7 +121,7 @@ def test_a_bare_backbone_is_evaluated_with_its_lm_readout(tmp_path, toy_suite):
 
 
 def test_generalization_reports_baselines_per_split(tmp_path, monkeypatch):
-    monkeypatch.setattr(heldout, "generalization_sets", lambda quick, n, bigbench: {
+    monkeypatch.setattr(heldout, "generalization_sets", lambda quick, n, bigbench, splits=None: {
         "seen_wording": _examples()[:2], "heldout_source": _examples()[2:]})
     model, lm = make_engine("llama", "pointer"), make_engine("llama", "lm")
     run = heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, lm_engine=lm, quiet=True)
@@ -134,3 +134,25 @@ def test_generalization_reports_baselines_per_split(tmp_path, monkeypatch):
     assert rows["heldout_source"]["chance"]["accuracy"] == pytest.approx((2 / 3 + 2 / 2) / 4)
     assert rows["heldout_source"]["lm_readout"]["n"] == 4
     assert "## Baselines (both halves)" in (run / "report.md").read_text()
+
+
+def test_generalization_splits_answer_only_the_named_splits(tmp_path):
+    """``splits`` (``kevlike eval --splits``): only those splits' items are answered, in both rows, and the
+    report's figures are of them alone; an unknown name or a non-generalization suite is refused before any pass."""
+    from kevlike.eval.generalization import realistic_examples, half_key, half_of
+
+    model = make_engine("llama", "pointer")
+    run = heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, lm_baseline=False, quiet=True,
+                            half="validation", splits=["realistic"])
+    metrics = json.loads((run / "metrics.json").read_text())
+    recs = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+    want = [e for e in realistic_examples() if half_of(half_key("realistic", e)) == "validation"]
+    assert metrics["meta"]["splits"] == ["realistic"] and metrics["meta"]["sizes"] == {"realistic": len(want)}
+    assert {r["split"] for r in recs} == {"realistic"} and {r["half"] for r in recs} == {"validation"}
+    assert len(recs) == sum(len(e.request["questions"]) for e in want)
+    assert list(metrics["generalization"]["splits"]) == ["realistic"]
+    assert list(metrics["baselines"]) == ["realistic"]
+    with pytest.raises(ValueError, match="unknown 'realist'"):
+        heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, splits=["realist"])
+    with pytest.raises(ValueError, match="splits go with a generalization suite"):
+        heldout.run_suite(None, "heldout", tmp_path, engine=model, splits=["realistic"])

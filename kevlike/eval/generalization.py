@@ -89,6 +89,22 @@ HALVES = ("validation", "test")
 # templates, SNLI (a trained task), ``absurd`` (trained wordings about held-out properties) and ``abstain`` (the
 # abstention sources' test rows: answerable and "cannot tell" questions on the same states)
 NOT_UNSEEN = ("seen_wording", "documents", "snli_test", "absurd", "abstain")
+# every split of the suite, in the order it is answered (``bigbench`` and ``snli_test`` only when their data is
+# present); ``kevlike eval --splits`` picks among these
+SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "target/banking77_all77",
+          "target/spam_balanced", "target/sentiment5", *CONTRAST_SPLITS, "realistic", "absurd", "documents",
+          "snli_test", "abstain")
+
+
+def check_splits(splits) -> tuple[str, ...] | None:
+    """``splits`` (names of :data:`SPLITS`, or None for all) as a tuple; raises ValueError naming an unknown one."""
+    if splits is None:
+        return None
+    splits = tuple(splits)
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown or not splits:
+        raise ValueError(f"splits: unknown {', '.join(map(repr, unknown)) or 'empty list'} (known: {', '.join(SPLITS)})")
+    return splits
 
 
 def seen_sources() -> list[str]:
@@ -281,45 +297,58 @@ def bigbench_examples(tasks: dict[str, dict], n: int, seed: int = 0) -> list[Exa
     return out
 
 
-def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str | Path | None = None) -> dict:
-    """``{split: [Example]}`` of the module docstring (``n`` overrides every per-source size)."""
+def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str | Path | None = None,
+                        splits: tuple[str, ...] | None = None) -> dict:
+    """``{split: [Example]}`` of the module docstring (``n`` overrides every per-source size); ``splits``: only
+    these (names of :data:`SPLITS`; the others are not built). Raises ValueError for an unknown split name."""
 
+    only = check_splits(splits)
+    sets = {s: _build_split(s, quick, n, bigbench) for s in (only or SPLITS)}
+    return {s: exs for s, exs in sets.items() if exs is not None}
+
+
+def _build_split(split: str, quick: bool, n: int | None, bigbench) -> list[Example] | None:
+    """One split's examples (:func:`generalization_sets`); None where its data is absent (BIG-bench's archive,
+    SNLI not fetched)."""
     size = dict(QUICK_SIZES if quick else SIZES)
     if n is not None:
         size = {k: n for k in size}
-    sets = {"seen_wording": [], "heldout_wording": [], "heldout_source": []}
-    for name in seen_sources():
-        sets["seen_wording"] += eval_items(name, "test", size["seen"], wordings="train")
-        if not name.startswith("sys1_"):      # sys1bench requests carry their own wording
-            sets["heldout_wording"] += eval_items(name, "test", size["seen"], wordings="heldout")
-    for name in HELDOUT_SOURCES:
-        sets["heldout_source"] += eval_items(name, "test", size["heldout_source"], wordings="heldout")
-    tasks = bigbench_tasks(bigbench)
-    if tasks:
-        sets["bigbench"] = bigbench_examples(tasks, size["bigbench"])
-    sets["target/banking77_all77"] = eval_items("banking77", "test", 6 * size["target"], wordings="heldout",
-                                                families=("choice",))
-    sets["target/spam_balanced"] = eval_items("spam", "test", 2 * size["target"], wordings="heldout")
-    sets["target/sentiment5"] = eval_items("vader_movie", "test", 2 * size["target"], wordings="heldout",
-                                           families=("score",))
-    for split, path in CONTRAST_SPLITS.items():
-        sets[split] = contrast_examples(path, split)[0]
-    sets["realistic"] = realistic_examples()
-    sets["absurd"] = eval_items("absurd", "test", size["absurd"])
-    sets["documents"] = eval_items("documents", "test", size["documents"])
+    if split == "seen_wording":
+        return [e for name in seen_sources() for e in eval_items(name, "test", size["seen"], wordings="train")]
+    if split == "heldout_wording":      # sys1bench requests carry their own wording
+        return [e for name in seen_sources() if not name.startswith("sys1_")
+                for e in eval_items(name, "test", size["seen"], wordings="heldout")]
+    if split == "heldout_source":
+        return [e for name in HELDOUT_SOURCES for e in eval_items(name, "test", size["heldout_source"], wordings="heldout")]
+    if split == "bigbench":
+        tasks = bigbench_tasks(bigbench)
+        return bigbench_examples(tasks, size["bigbench"]) if tasks else None
+    if split == "target/banking77_all77":
+        return eval_items("banking77", "test", 6 * size["target"], wordings="heldout", families=("choice",))
+    if split == "target/spam_balanced":
+        return eval_items("spam", "test", 2 * size["target"], wordings="heldout")
+    if split == "target/sentiment5":
+        return eval_items("vader_movie", "test", 2 * size["target"], wordings="heldout", families=("score",))
+    if split in CONTRAST_SPLITS:
+        return contrast_examples(CONTRAST_SPLITS[split], split)[0]
+    if split == "realistic":
+        return realistic_examples()
+    if split in ("absurd", "documents"):
+        return eval_items(split, "test", size[split])
+    if split == "snli_test":
+        try:
+            return eval_items("snli", "test", size["snli_test"])
+        except DataUnavailableError:      # `kevlike fetch snli` has not run: the sanity split is left out
+            return None
+    # "abstain", x_abstain's held-out split (issue 33): generated documents and SNLI test premises, each request
+    # asking questions the state answers beside ones it does not ("cannot_tell"); a model without x_abstain is
+    # scored on the answerable ones only
+    out = eval_items("abstain_docs", "test", size["abstain"])
     try:
-        sets["snli_test"] = eval_items("snli", "test", size["snli_test"])
-    except DataUnavailableError:      # `kevlike fetch snli` has not run: the sanity split is left out
-        pass
-    # x_abstain's held-out split (issue 33): generated documents and SNLI test premises, each request asking
-    # questions the state answers beside ones it does not ("cannot_tell"); a model without x_abstain is scored
-    # on the answerable ones only
-    sets["abstain"] = eval_items("abstain_docs", "test", size["abstain"])
-    try:
-        sets["abstain"] += eval_items("abstain_snli", "test", size["abstain"])
+        out += eval_items("abstain_snli", "test", size["abstain"])
     except DataUnavailableError:
         pass
-    return sets
+    return out
 
 
 def counted(record: dict) -> bool:

@@ -22,7 +22,7 @@ from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
 from kevlike.data.tasks import eval_examples
 from kevlike.eval.baselines import baseline_section, compare
 from kevlike.eval.generalization import (
-    CONTRAST_SPLITS, HALVES, contrast_pairs, counted, generalization_sets, generalization_summary, half_key, half_of,
+    CONTRAST_SPLITS, HALVES, check_splits, contrast_pairs, counted, generalization_sets, generalization_summary, half_key, half_of,
     report_tables, with_halves
 )
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
@@ -141,7 +141,7 @@ def rescore(records: list[dict], table) -> list[dict]:
 def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs", *,
               options: EngineOptions = DEFAULT_OPTIONS, n: int | None = None, batch_size: int = 4, quiet: bool = False,
               engine=None, reuse: str | Path | None = None, url: str | None = None, probes: int = 0,
-              bigbench: str | Path | None = None, half: str | None = None, lm_baseline: bool = True,
+              bigbench: str | Path | None = None, half: str | None = None, splits=None, lm_baseline: bool = True,
               lm_engine=None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
@@ -153,6 +153,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     ``dtype``, ``quantize`` and ``threads`` also load the LM-readout baseline).
     ``bigbench``: BIG-bench's source archive for the generalization suites (default: ``$KEVLIKE_HOME``).
     ``half``: generalization suites only — answer only the items of this half (``validation`` or ``test``).
+    ``splits``: generalization suites only — answer only these splits (names of
+    :data:`kevlike.eval.generalization.SPLITS`; default all).
     ``model`` may be a bare backbone (its training-free LM readout is then the model evaluated).
     Every report carries the baselines of :mod:`kevlike.eval.baselines` on the same items (chance, majority and,
     with ``lm_baseline``, the backbone's LM readout: a second pass of the bare backbone, ``lm_engine`` or loaded
@@ -169,6 +171,9 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         raise ValueError(f"unknown suite {suite!r} (known: {', '.join([*SUITES, *GENERALIZATION_SUITES])})")
     if half is not None and (suite not in GENERALIZATION_SUITES or half not in HALVES):
         raise ValueError(f"half {half!r}: one of {HALVES}, with a generalization suite (not {suite!r})")
+    if splits is not None and suite not in GENERALIZATION_SUITES:
+        raise ValueError(f"splits go with a generalization suite (not {suite!r})")
+    splits = check_splits(splits)
     if reuse is not None:
         return _rescore_run(model, Path(reuse), Path(out), quiet)
     if engine is None and url is not None:
@@ -177,7 +182,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         engine = Engine.from_pretrained(model, options)
     lm = _LMBaseline(engine, url, lm_baseline, lm_engine, options)
     if suite in GENERALIZATION_SUITES:
-        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench, half, lm)
+        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench, half, lm, splits)
     sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
     run_dir = Path(out) / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
@@ -297,11 +302,12 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
 
 
 def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size: int, quiet: bool,
-                        url: str | None, bigbench, half: str | None = None, lm: "_LMBaseline | None" = None) -> Path:
+                        url: str | None, bigbench, half: str | None = None, lm: "_LMBaseline | None" = None,
+                        splits: tuple[str, ...] | None = None) -> Path:
 
     run_dir = out / f"eval-{suite}{'-' + half if half else ''}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
-    sets = generalization_sets(quick=suite.endswith("quick"), n=n, bigbench=bigbench)
+    sets = generalization_sets(quick=suite.endswith("quick"), n=n, bigbench=bigbench, splits=splits)
     if half is not None:
         sets = {split: [e for e in exs if half_of(half_key(split, e)) == half] for split, exs in sets.items()}
     lm = lm or _LMBaseline(engine, url, False, None, "auto", "none")
@@ -322,7 +328,7 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     if url is None:
         summary["generalization_uncalibrated"] = generalization_summary(rescore(records, TemperatureTable()), pairs,
                                                                         halves=False)
-    meta = {"model": engine.name, "suite": suite, "half": half, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,
+    meta = {"model": engine.name, "suite": suite, "half": half, "splits": splits, "sizes": {k: len(v) for k, v in sets.items()}, "seed": 0,
             "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing,
             "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None),
