@@ -176,9 +176,14 @@ def _train_inputs_error(args) -> str | None:
     """The one-line error of ``kevlike train``'s inputs, or None: the config file and its overrides
     (:func:`kevlike.training.config.load_config`) and every labelled file it names (``data[i].path``,
     ``validation.data``), read line by line. Imports no torch: found before any model loads."""
-    if args.resume:
-        return None                       # the run's saved config was checked when the run began
-    from kevlike.training.config import ConfigError, load_config
+    from kevlike.training.config import ConfigError, load_config, resume_config
+
+    if args.resume:                       # the saved config was checked when the run began; the overrides now
+        try:
+            resume_config(args.resume, list(args.overrides))
+        except (ConfigError, FileNotFoundError) as e:
+            return str(e)
+        return None
 
     try:
         cfg = load_config(args.config, list(args.overrides))
@@ -383,8 +388,11 @@ def _cmd_bench(args) -> int:
 def _cmd_train(args) -> int:
     if not args.config and not args.resume:
         return _fail("give a config file (e.g. configs/default.yaml) or --resume RUN_DIR")
-    if args.resume and (args.config or args.overrides):
-        return _fail("--resume continues a run with its saved config; drop the config file and overrides")
+    if args.resume and args.config and "=" in args.config:      # `--resume RUN key=value`: no config file
+        args.config, args.overrides = None, [args.config, *args.overrides]
+    if args.resume and args.config:
+        return _fail("--resume continues a run with its saved config; drop the config file (key=value overrides "
+                     "may change only its budget)")
     if args.resume and not (Path(args.resume) / "checkpoint" / "state.pt").is_file():
         return _fail(f"--resume {args.resume}: not a run directory with a checkpoint (checkpoint/state.pt)")
     if args.resume and args.dtype is not None:
@@ -632,7 +640,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", nargs="?", default=None, help="configs/NAME.yaml")
     t.add_argument("overrides", nargs="*", help="key=value overrides, dotted keys (optim.lr=1e-4)")
     t.add_argument("--resume", default=None,
-                   help="continue the run in this run directory, with its saved config (default: a new run)")
+                   help="continue the run in this run directory, with its saved config; key=value overrides may "
+                        "change only its budget: max_minutes, stop_after, eval_every, checkpoint_every, patience "
+                        "(default: a new run)")
     t.add_argument("--quiet", action="store_true",
                    help="no progress bar nor set-up lines; the closing summary is printed")
     t.add_argument("--dtype", choices=list(DTYPE_CHOICES), default=None,

@@ -4,12 +4,15 @@ unmerged, resumable runs, config loading, and a smoke run through the real CLI (
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from kevlike.config.train import TrainConfig
 from kevlike.request.encode import Encoder
@@ -514,14 +517,50 @@ def test_resumed_run_ends_where_an_uninterrupted_run_does(tiny_dir, tmp_path):
     assert p.returncode == 0, p.stderr.decode()[-3000:]
     (run_b,) = (tmp_path / "b").iterdir()
     assert torch.load(run_b / "checkpoint" / "state.pt", weights_only=False)["step"] == 2
+    # a resumed run may change its budget (one more step here), never its recipe; each session is recorded
+    p = kevlike("train", "--resume", str(run_b), "stop_after=1", "--quiet")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    assert torch.load(run_b / "checkpoint" / "state.pt", weights_only=False)["step"] == 3
+    assert yaml.safe_load((run_b / "config.yaml").read_text())["stop_after"] == 1
+    p = kevlike("train", "--resume", str(run_b), "optim.lr=1")
+    assert p.returncode == 2 and "only its budget may change (max_minutes, stop_after" in p.stderr.decode()
     p = kevlike("train", "--resume", str(run_b), "--quiet")
     assert p.returncode == 0, p.stderr.decode()[-3000:]
+    resumes = json.loads((run_b / "meta.json").read_text())["resumes"]
+    assert [(r["step"], r["overrides"]) for r in resumes] == [(2, ["stop_after=1"]), (3, [])]
     (run_a,) = (tmp_path / "a").iterdir()
     sa = torch.load(run_a / "checkpoint" / "state.pt", weights_only=False)
     sb = torch.load(run_b / "checkpoint" / "state.pt", weights_only=False)
     assert sa["step"] == sb["step"] == 4 and sa["mixture"] == sb["mixture"]
     for k in sa["trainable"]:
         assert torch.allclose(sa["trainable"][k], sb["trainable"][k], atol=1e-6), k
+
+
+def test_sigterm_ends_a_run_like_a_budget(tiny_dir, tmp_path):
+    """``kill`` (SIGTERM) stops training after the current step: a checkpoint of that step, a summary saying so
+    and the resume command, exit 0; the run resumes from there."""
+    _needs_data()
+    cmd = [sys.executable, "-m", "kevlike", "train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}",
+           *[a for a in SMOKE if not a.startswith(("max_steps", "eval_every"))], "max_steps=10000",
+           "eval_every=10000", f"output_dir={tmp_path}", "--quiet"]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and p.poll() is None:     # the first logged steps: the loop is running
+        rows = list(tmp_path.glob("*/metrics.jsonl"))
+        if rows and '"kind": "train"' in rows[0].read_text():
+            break
+        time.sleep(0.2)
+    assert p.poll() is None, p.communicate()[1].decode()[-3000:]
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err.decode()[-3000:]
+    (run,) = tmp_path.iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("interrupted by SIGTERM (resume with: kevlike train --resume")
+    assert 10 <= summary["steps"] < 10000
+    assert torch.load(run / "checkpoint" / "state.pt", weights_only=False)["step"] == summary["steps"]
+    assert "interrupted by SIGTERM" in out.decode()
 
 
 def test_train_cli_errors_are_one_line(tmp_path):

@@ -131,6 +131,32 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     return TrainConfig.from_dict(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()))
 
 
+RESUME_KEYS = ("max_minutes", "stop_after", "eval_every", "checkpoint_every", "patience")
+"""The keys a resumed run may change (``kevlike train --resume RUN max_minutes=60``): its budget and its
+bookkeeping, never its recipe (data, model, optimizer, ``max_steps``, which shapes the learning-rate schedule)."""
+
+
+def resume_config(run_dir: str | Path, overrides: list[str] = ()) -> TrainConfig:
+    """:func:`load_run_config` with ``overrides`` (``key=value``) of :data:`RESUME_KEYS` applied.
+
+    Raises:
+        ConfigError: an override of another key (named, with the keys allowed), or a bad value (the field named).
+        FileNotFoundError: no ``config.yaml`` in ``run_dir``.
+    """
+    cfg = load_run_config(run_dir)
+    if not overrides:
+        return cfg
+    raw = cfg.to_dict()
+    for item in overrides:
+        parts, value = parse_override(item)
+        key = ".".join(parts)
+        if key not in RESUME_KEYS:
+            raise ConfigError(f"override {item!r}: a resumed run keeps its recipe; only its budget may change "
+                              f"({', '.join(RESUME_KEYS)})")
+        raw[key] = value
+    return TrainConfig.from_dict(raw)
+
+
 def resolve_precision(setting: str, cuda: bool, cpuinfo: str | None = None) -> tuple[str, str]:
     """``(precision, reason)`` for a ``mixed_precision`` setting: ``auto`` picks ``bf16`` on CUDA and on CPUs
     with bf16 units (:func:`cpu_bf16_units`), ``no`` (fp32) elsewhere — on an AVX2-only CPU a bf16 autocast

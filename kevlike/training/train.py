@@ -22,7 +22,9 @@ import math
 import os
 import platform
 import random
+import signal
 import sys
+import threading
 import time
 import warnings
 from datetime import datetime, timezone
@@ -49,7 +51,7 @@ from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
 from kevlike.request.schema import validate_request
 from kevlike.runs import git_commit, set_seed
-from kevlike.training.config import (TrainConfig, load_config, load_run_config, resolve_attention, resolve_precision,
+from kevlike.training.config import (TrainConfig, load_config, resolve_attention, resolve_precision, resume_config,
                                      save_run_config)
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
 
@@ -382,12 +384,44 @@ def plot_metrics(run_dir: Path) -> None:
     fig.savefig(run_dir / "loss.png", dpi=100)
     plt.close(fig)
 
+class _Interrupt:
+    """SIGINT/SIGTERM handlers that ask the training loop to stop after its current step (the name of the first
+    signal in :attr:`signal`); a second signal gets the previous handler (Ctrl-C twice stops at once).
+    Only in the main thread (Python delivers signals there); elsewhere nothing is installed."""
+
+    def __init__(self):
+        self.signal: str | None = None
+        self._old = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.signal = signal.Signals(signum).name
+        print(f"\n{self.signal}: stopping after this step (a last checkpoint and the summary are written; "
+              f"send it again to stop at once)", file=sys.stderr, flush=True)
+        self.restore()
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+
+
 # --- the loop --------------------------------------------------------------------------------
 
 
 def train(config_path: str | None = None, overrides: list[str] = (), resume: str | None = None,
           quiet: bool = False) -> Path:
     """Train a decision model; returns the run directory (its ``artifact/`` is the best model).
+
+    ``resume``: a run directory to continue from its last checkpoint, with its saved config; ``overrides`` may
+    then change only its budget (:data:`kevlike.training.config.RESUME_KEYS`); the changed config is saved and
+    each session of the run is listed under ``resumes`` in ``meta.json`` (step, time, commit, overrides).
+    SIGINT or SIGTERM (Ctrl-C, ``kill``) ends the run after the current optimizer step, without a last validation
+    round: a last checkpoint, ``summary.json`` and the plot are written, ``artifact/`` stays the best validated
+    model (a second signal stops at once).
 
     Raises:
         kevlike.training.config.ConfigError: bad config.
@@ -396,7 +430,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
 
     if resume:
         run_dir = Path(resume)
-        cfg = load_run_config(run_dir)
+        cfg = resume_config(run_dir, list(overrides))
         ckpt = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
     else:
         cfg = load_config(config_path, list(overrides))
@@ -453,6 +487,14 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     model, optimizer = accelerator.prepare(model, optimizer)
     inner = accelerator.unwrap_model(model)
     step, best, bad_rounds, history = 0, math.inf, 0, []
+    if ckpt is not None and accelerator.is_main_process:     # each session of the run, for the record
+        if overrides:
+            save_run_config(cfg, run_dir)
+        meta = json.loads((run_dir / "meta.json").read_text())
+        meta.setdefault("resumes", []).append({
+            "step": ckpt["step"], "started": datetime.now(timezone.utc).isoformat(), "git_commit": git_commit(),
+            "overrides": list(overrides)})
+        (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
     if ckpt is not None:
         # strict=False: the checkpoint holds only the trainable tensors, not the frozen backbone
         unexpected = inner.load_state_dict(ckpt["trainable"], strict=False).unexpected_keys
@@ -503,6 +545,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                disable=quiet, dynamic_ncols=True)
     stop_reason = "max_steps"
     window: list[dict] = []
+    interrupt = _Interrupt()
     while step < cfg.max_steps:
         for _ in range(cfg.grad_accum):
             # every process draws the same global batch and keeps its own share (one process: all of it)
@@ -567,6 +610,10 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         if cfg.stop_after and step - start_step >= cfg.stop_after and step < cfg.max_steps:
             stop_reason = f"stop_after={cfg.stop_after} (resume with: kevlike train --resume {run_dir})"
             break
+        if interrupt.signal is not None and step < cfg.max_steps:
+            stop_reason = f"interrupted by {interrupt.signal} (resume with: kevlike train --resume {run_dir})"
+            break
+    interrupt.restore()
     bar.close()
     if cfg.checkpoint_every:
         save_checkpoint()
