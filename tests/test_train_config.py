@@ -36,7 +36,7 @@ DEFAULTS = {
     "optim": {"lr": 3e-4, "head_lr": 1e-3, "weight_decay": 0.01, "warmup": 0.1, "grad_clip": 1.0},
     "batch_size": 4, "grad_accum": 1, "max_steps": 1000, "max_minutes": None, "stop_after": None, "eval_every": 200,
     "validation": {"n": 48, "tasks": None, "data": None, "seed": None},
-    "patience": 3, "checkpoint_every": 100,
+    "patience": 3, "checkpoint_every": 100, "recompute_above": 2048,
 }
 
 

@@ -19,7 +19,7 @@ from kevlike.request.encode import Encoder
 from kevlike.training.config import ConfigError, load_config
 from kevlike.data.sources import Example
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
-from kevlike.training.train import build_model, loss_terms, make_batch, write_artifact
+from kevlike.training.train import build_model, checkpointed_layers, loss_terms, make_batch, write_artifact
 
 from tiny import make_tokenizer, save_tiny_model
 
@@ -135,6 +135,34 @@ def test_one_batch_overfit(tiny_dir):
         opt.zero_grad()
     assert first > 0.5
     assert terms["ce"].item() < 0.05, terms
+
+
+def test_recomputed_layers_give_the_same_gradients(tiny_dir):
+    """``recompute_above`` (activation checkpointing per micro-batch): with the layers' flag on, each decoder
+    layer runs twice (forward, then again in the backward) and every trainable gradient equals the plain pass's."""
+    cfg = _cfg(tiny_dir)
+    model, tok, _ = build_model(cfg)
+    batch, aux = make_batch(_examples(), Encoder(tok), "cpu")
+    model.train()
+
+    def grads():
+        model.zero_grad()
+        loss_terms(model(batch), batch, aux, cfg)["loss"].backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    plain = grads()
+    layers = checkpointed_layers(model.causal_lm())
+    assert len(layers) == model.causal_lm().config.num_hidden_layers
+    calls = []
+    layers[0].self_attn.register_forward_hook(lambda *a: calls.append(1))
+    assert grads().keys() == plain.keys() and len(calls) == 1           # the flags start off: one pass
+    for layer in layers:
+        layer.gradient_checkpointing = True
+    calls.clear()
+    again = grads()
+    assert len(calls) == 2                                               # recomputed in the backward
+    for n, g in plain.items():
+        torch.testing.assert_close(again[n], g, rtol=1e-5, atol=1e-6, msg=n)
 
 
 def test_a_fresh_head_is_scaled_by_the_final_norm_so_its_logits_do_not_depend_on_it():
@@ -538,11 +566,11 @@ def test_resumed_run_ends_where_an_uninterrupted_run_does(tiny_dir, tmp_path):
 
 def test_sigterm_ends_a_run_like_a_budget(tiny_dir, tmp_path):
     """``kill`` (SIGTERM) stops training after the current step: a checkpoint of that step, a summary saying so
-    and the resume command, exit 0; the run resumes from there."""
+    and the resume command, exit 0. (The run also recomputes every micro-batch's layers: recompute_above=0.)"""
     _needs_data()
     cmd = [sys.executable, "-m", "kevlike", "train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}",
            *[a for a in SMOKE if not a.startswith(("max_steps", "eval_every"))], "max_steps=10000",
-           "eval_every=10000", f"output_dir={tmp_path}", "--quiet"]
+           "eval_every=10000", "recompute_above=0", f"output_dir={tmp_path}", "--quiet"]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
     deadline = time.monotonic() + 300
@@ -561,6 +589,9 @@ def test_sigterm_ends_a_run_like_a_budget(tiny_dir, tmp_path):
     assert 10 <= summary["steps"] < 10000
     assert torch.load(run / "checkpoint" / "state.pt", weights_only=False)["step"] == summary["steps"]
     assert "interrupted by SIGTERM" in out.decode()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    accum = yaml.safe_load((run / "config.yaml").read_text())["grad_accum"]
+    assert rows[0]["recomputed_batches"] == rows[0]["step"] * accum      # recompute_above=0: every micro-batch
 
 
 def test_train_cli_errors_are_one_line(tmp_path):

@@ -198,6 +198,10 @@ class TrainConfig(Section):
     validation: ValidationConfig = section(ValidationConfig, "the validation rounds")
     patience: int = setting(3, integer(1), "validation rounds without a better NLL before stopping")
     checkpoint_every: int = setting(100, integer(0), "optimizer steps between resumable checkpoints (0: off)")
+    recompute_above: int | None = setting(2048, integer(0, null=True), "activation checkpointing for micro-batches "
+                                          "of more than this many tokens (padded batch x length): their decoder "
+                                          "layers are recomputed in the backward, so a long page fits in memory at "
+                                          "about 1.3x its step time; same gradients; 0: every batch, null: never")
 
     def __post_init__(self) -> None:
         super().__post_init__()

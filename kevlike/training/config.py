@@ -131,9 +131,10 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     return TrainConfig.from_dict(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()))
 
 
-RESUME_KEYS = ("max_minutes", "stop_after", "eval_every", "checkpoint_every", "patience")
-"""The keys a resumed run may change (``kevlike train --resume RUN max_minutes=60``): its budget and its
-bookkeeping, never its recipe (data, model, optimizer, ``max_steps``, which shapes the learning-rate schedule)."""
+RESUME_KEYS = ("max_minutes", "stop_after", "eval_every", "checkpoint_every", "patience", "recompute_above")
+"""The keys a resumed run may change (``kevlike train --resume RUN max_minutes=60``): its budget, its bookkeeping
+and its memory, never its recipe (data, model, optimizer, ``max_steps``, which shapes the learning-rate
+schedule)."""
 
 
 def resume_config(run_dir: str | Path, overrides: list[str] = ()) -> TrainConfig:

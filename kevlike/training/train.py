@@ -88,6 +88,23 @@ class DecisionModel(nn.Module):
         return z
 
 
+def checkpointed_layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers of ``model`` that transformers can checkpoint (its ``GradientCheckpointingLayer``
+    modules), after :meth:`~transformers.PreTrainedModel.activation_checkpointing_enable` gave them their
+    checkpoint function (non-reentrant). Their ``gradient_checkpointing`` flag then turns the recompute on and off
+    per micro-batch (:func:`train`'s ``recompute_above``): same gradients, less memory, a second forward.
+
+    Raises:
+        ValueError: the model does not support activation checkpointing (transformers' error)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    model.activation_checkpointing_enable()
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.gradient_checkpointing = False
+    return layers
+
+
 def build_model(cfg: TrainConfig, device: str | None = None):
     """Backbone + tokenizer with delimiters, LoRA and head. Returns ``(DecisionModel, tokenizer, resolved)``; the
     model's attention backend is :func:`kevlike.training.config.resolve_attention`'s for ``cfg.attention`` on
@@ -546,6 +563,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     stop_reason = "max_steps"
     window: list[dict] = []
     interrupt = _Interrupt()
+    layers = checkpointed_layers(inner.causal_lm()) if cfg.recompute_above is not None else []
+    recomputed = 0
     while step < cfg.max_steps:
         for _ in range(cfg.grad_accum):
             # every process draws the same global batch and keeps its own share (one process: all of it)
@@ -556,6 +575,10 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             modes = ["set" if draw.random() < cfg.set_share else "list" for _ in examples]
             batch, aux = make_batch(examples, encoder, accelerator.device, modes)
             tokens += sum(batch.n_tokens)
+            recompute = bool(layers) and batch.input_ids.numel() > cfg.recompute_above
+            recomputed += recompute
+            for layer in layers:
+                layer.gradient_checkpointing = recompute
             with accelerator.accumulate(model):
                 logits = model(batch)
                 terms = loss_terms(logits, batch, aux, cfg)
@@ -580,7 +603,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         bar.set_postfix(loss=f"{np.mean([w['loss'] for w in window[-20:]]):.3f}", best_val=f"{best:.3f}")
         if step % 10 == 0 or step == cfg.max_steps:
             log({"kind": "train", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), "tokens": tokens,
-                 "lr": scheduler.get_last_lr()[0],
+                 "lr": scheduler.get_last_lr()[0], "recomputed_batches": recomputed,
                  **{k: float(np.mean([w[k] for w in window])) for k in window[0]}})
             window = []
         last = step == cfg.max_steps or time.monotonic() > deadline
