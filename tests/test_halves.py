@@ -90,3 +90,6 @@ def test_summary_has_both_halves_and_the_report_shows_them():
     assert "contrast" not in summ["halves"][other]
     md = report_tables(summ)
     assert "## Validation half" in md and "## Test half" in md and "## Both halves" in md
+    # a `--half validation` run: no empty test-half table
+    md = report_tables(generalization_summary([r for r in recs if r["half"] == "validation"], pairs))
+    assert "## Validation half" in md and "## Test half" not in md

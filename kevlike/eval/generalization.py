@@ -497,6 +497,8 @@ def report_tables(summ: dict) -> str:
         md = ""
         for h in HALVES:
             sub = summ["halves"][h]
+            if not sub["splits"]:          # a `--half` run: the other half has no records, so no table
+                continue
             md += (f"## {h.capitalize()} half" + (" (every choice reads this half)" if h == "validation" else
                                                   " (report only: no choice reads it)") + "\n\n")
             md += _split_table(sub) + "\n\nTargets (issue 31):\n\n" + targets_table(sub["targets"]) + "\n\n"
