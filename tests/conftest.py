@@ -6,6 +6,10 @@ the parity tests assert. ``KEVLIKE_DTYPE`` (read by :func:`kevlike.model.backbon
 ``auto`` to float32 here and in the subprocesses the tests start; tests of the choice itself unset it.
 Training's ``mixed_precision: auto`` does not read it: a training test that compares weights across runs
 sets ``mixed_precision=no`` itself.
+
+``KEVLIKE_MERGED_CACHE=off`` keeps the tests (and the commands they start) out of the user's merged-model cache
+under ``$KEVLIKE_HOME/merged``: the tiny models the tests train would otherwise push the user's entries out
+(it keeps four). ``tests/test_merged.py`` turns it on under a ``KEVLIKE_HOME`` of its own.
 """
 
 import os
@@ -13,6 +17,7 @@ import os
 import pytest
 
 os.environ["KEVLIKE_DTYPE"] = "float32"
+os.environ["KEVLIKE_MERGED_CACHE"] = "off"
 
 from kevlike import Engine
 
