@@ -391,8 +391,8 @@ def _cmd_train(args) -> int:
     if args.resume and args.config and "=" in args.config:      # `--resume RUN key=value`: no config file
         args.config, args.overrides = None, [args.config, *args.overrides]
     if args.resume and args.config:
-        return _fail("--resume continues a run with its saved config; drop the config file (key=value overrides "
-                     "may change only its budget)")
+        return _fail(f"--resume continues a run with its saved config; drop the config file {args.config!r} "
+                     f"(an override is key=value, and may change only the run's budget)")
     if args.resume and not (Path(args.resume) / "checkpoint" / "state.pt").is_file():
         return _fail(f"--resume {args.resume}: not a run directory with a checkpoint (checkpoint/state.pt)")
     if args.resume and args.dtype is not None:
@@ -405,8 +405,11 @@ def _cmd_train(args) -> int:
         return _fail(err)
     from kevlike.training.train import train
 
-    train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
-    return 0
+    run_dir = train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
+    summary = Path(run_dir) / "summary.json"      # written by the main process (not yet read by the others)
+    stop = json.loads(summary.read_text()).get("stop_reason", "") if summary.is_file() else ""
+    # a run ended by a signal exits as the shell reports one (128 + its number), after a clean stop
+    return {"interrupted by SIGINT": 130, "interrupted by SIGTERM": 143}.get(stop.split(" (")[0], 0)
 
 
 def _cmd_eval(args) -> int:
@@ -437,6 +440,8 @@ def _cmd_eval(args) -> int:
         return 0
     if args.costs is not None or args.profile is not None:
         return _fail("--costs and --profile go with --data FILE.jsonl")
+    if args.reuse is not None and (args.splits is not None or args.half is not None):
+        return _fail("--reuse re-scores every record of the earlier run: --splits and --half go with a new run")
     if args.reuse is not None and not (Path(args.reuse) / "records.jsonl").is_file():
         return _fail(f"--reuse {args.reuse}: not an eval run directory (no records.jsonl; use a runs/eval-… directory)")
     if args.half is not None and not args.suite.startswith("generalization"):
@@ -641,8 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="key=value overrides, dotted keys (optim.lr=1e-4)")
     t.add_argument("--resume", default=None,
                    help="continue the run in this run directory, with its saved config; key=value overrides may "
-                        "change only its budget: max_minutes, stop_after, eval_every, checkpoint_every, patience "
-                        "(default: a new run)")
+                        "change only its budget: max_minutes, stop_after, eval_every, checkpoint_every, patience, "
+                        "recompute_above (default: a new run)")
     t.add_argument("--quiet", action="store_true",
                    help="no progress bar nor set-up lines; the closing summary is printed")
     t.add_argument("--dtype", choices=list(DTYPE_CHOICES), default=None,

@@ -282,7 +282,9 @@ def test_tool_subcommands_refuse_bad_options_in_one_line(capsys):
     for argv, text in ((["probes", "--only", "nope"], "--only"), (["loadtest"], "exactly one of --url or --spawn"),
                        (["fuzz", "--n", "0"], "--n and --workers must be >= 1"),
                        (["eval", "--suite", "generalization", "--splits", "realistic,realist"], "unknown 'realist'"),
-                       (["eval", "--suite", "heldout", "--splits", "realistic"], "--splits goes with")):
+                       (["eval", "--suite", "heldout", "--splits", "realistic"], "--splits goes with"),
+                       (["eval", "--suite", "generalization", "--splits", " , "], "no split named"),
+                       (["eval", "--reuse", "runs/x", "--splits", "realistic"], "--splits and --half go with a new run")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("kevlike: error: ") and text in err and err.count("\n") == 1, err

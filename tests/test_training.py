@@ -556,6 +556,15 @@ def test_resumed_run_ends_where_an_uninterrupted_run_does(tiny_dir, tmp_path):
     assert p.returncode == 0, p.stderr.decode()[-3000:]
     resumes = json.loads((run_b / "meta.json").read_text())["resumes"]
     assert [(r["step"], r["overrides"]) for r in resumes] == [(2, ["stop_after=1"]), (3, [])]
+    # checkpoint_every=0 turns the periodic checkpoints off, not the one a stop before max_steps leaves
+    p = kevlike("train", *common, f"output_dir={tmp_path / 'c'}", "stop_after=1", "checkpoint_every=0")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    (run_c,) = (tmp_path / "c").iterdir()
+    assert torch.load(run_c / "checkpoint" / "state.pt", weights_only=False)["step"] == 1
+    summary = (run_b / "summary.json").read_text()
+    p = kevlike("train", "--resume", str(run_b), "--quiet")               # finished: refused, summary kept
+    assert p.returncode == 2 and "has finished: step 4 of max_steps 4" in p.stderr.decode()
+    assert (run_b / "summary.json").read_text() == summary
     (run_a,) = (tmp_path / "a").iterdir()
     sa = torch.load(run_a / "checkpoint" / "state.pt", weights_only=False)
     sb = torch.load(run_b / "checkpoint" / "state.pt", weights_only=False)
@@ -566,7 +575,7 @@ def test_resumed_run_ends_where_an_uninterrupted_run_does(tiny_dir, tmp_path):
 
 def test_sigterm_ends_a_run_like_a_budget(tiny_dir, tmp_path):
     """``kill`` (SIGTERM) stops training after the current step: a checkpoint of that step, a summary saying so
-    and the resume command, exit 0. (The run also recomputes every micro-batch's layers: recompute_above=0.)"""
+    and the resume command, exit 143 (as a shell reports SIGTERM). (The run also recomputes every micro-batch's layers: recompute_above=0.)"""
     _needs_data()
     cmd = [sys.executable, "-m", "kevlike", "train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}",
            *[a for a in SMOKE if not a.startswith(("max_steps", "eval_every"))], "max_steps=10000",
@@ -582,7 +591,7 @@ def test_sigterm_ends_a_run_like_a_budget(tiny_dir, tmp_path):
     assert p.poll() is None, p.communicate()[1].decode()[-3000:]
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err.decode()[-3000:]
+    assert p.returncode == 143, err.decode()[-3000:]          # 128 + SIGTERM, after a clean stop
     (run,) = tmp_path.iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stop_reason"].startswith("interrupted by SIGTERM (resume with: kevlike train --resume")

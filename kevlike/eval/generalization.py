@@ -100,10 +100,12 @@ def check_splits(splits) -> tuple[str, ...] | None:
     """``splits`` (names of :data:`SPLITS`, or None for all) as a tuple; raises ValueError naming an unknown one."""
     if splits is None:
         return None
-    splits = tuple(splits)
+    splits = tuple(dict.fromkeys(splits))            # each once, in the order given
     unknown = [s for s in splits if s not in SPLITS]
-    if unknown or not splits:
-        raise ValueError(f"splits: unknown {', '.join(map(repr, unknown)) or 'empty list'} (known: {', '.join(SPLITS)})")
+    if unknown:
+        raise ValueError(f"splits: unknown {', '.join(map(repr, unknown))} (known: {', '.join(SPLITS)})")
+    if not splits:
+        raise ValueError(f"splits: no split named (known: {', '.join(SPLITS)})")
     return splits
 
 

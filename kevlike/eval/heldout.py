@@ -174,6 +174,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     if splits is not None and suite not in GENERALIZATION_SUITES:
         raise ValueError(f"splits go with a generalization suite (not {suite!r})")
     splits = check_splits(splits)
+    if reuse is not None and (splits is not None or half is not None):
+        raise ValueError("--reuse re-scores every record of the earlier run: splits and half go with a new run")
     if reuse is not None:
         return _rescore_run(model, Path(reuse), Path(out), quiet)
     if engine is None and url is not None:

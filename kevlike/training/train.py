@@ -51,7 +51,7 @@ from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
 from kevlike.request.schema import validate_request
 from kevlike.runs import git_commit, set_seed
-from kevlike.training.config import (TrainConfig, load_config, resolve_attention, resolve_precision, resume_config,
+from kevlike.training.config import (ConfigError, TrainConfig, load_config, resolve_attention, resolve_precision, resume_config,
                                      save_run_config)
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
 
@@ -404,7 +404,8 @@ def plot_metrics(run_dir: Path) -> None:
 class _Interrupt:
     """SIGINT/SIGTERM handlers that ask the training loop to stop after its current step (the name of the first
     signal in :attr:`signal`); a second signal gets the previous handler (Ctrl-C twice stops at once).
-    Only in the main thread (Python delivers signals there); elsewhere nothing is installed."""
+    Only in the main thread (Python delivers signals there), and not for a signal the process was started
+    ignoring (``nohup``, a background job's SIGINT): that one stays ignored."""
 
     def __init__(self):
         self.signal: str | None = None
@@ -412,6 +413,8 @@ class _Interrupt:
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) is signal.SIG_IGN:     # ignored by whoever started us (nohup, `&`): keep so
+                continue
             self._old[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame) -> None:
@@ -441,7 +444,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     model (a second signal stops at once).
 
     Raises:
-        kevlike.training.config.ConfigError: bad config.
+        kevlike.training.config.ConfigError: bad config, or ``resume`` of a run that reached its ``max_steps``.
         kevlike.data.sources.DataUnavailableError: a data package is missing.
     """
 
@@ -449,6 +452,9 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         run_dir = Path(resume)
         cfg = resume_config(run_dir, list(overrides))
         ckpt = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
+        if ckpt["step"] >= cfg.max_steps:
+            raise ConfigError(f"{run_dir} has finished: step {ckpt['step']} of max_steps {cfg.max_steps} (its "
+                              f"artifact is {run_dir / 'artifact'}; training on is a new run with init_from= it)")
     else:
         cfg = load_config(config_path, list(overrides))
         ckpt = None
@@ -638,7 +644,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             break
     interrupt.restore()
     bar.close()
-    if cfg.checkpoint_every:
+    if cfg.checkpoint_every or step < cfg.max_steps:     # a run that can go on always leaves where it stopped
         save_checkpoint()
     metrics_f.close()
     wall = time.monotonic() - t0
