@@ -51,8 +51,8 @@ from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
 from kevlike.request.schema import validate_request
 from kevlike.runs import git_commit, set_seed
-from kevlike.training.config import (ConfigError, TrainConfig, load_config, resolve_attention, resolve_precision, resume_config,
-                                     save_run_config)
+from kevlike.training.config import (ConfigError, TrainConfig, load_config, resolve_attention, resolve_precision,
+                                     resume_config, save_run_config)
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
 
 # text whose mean token embedding initialises each delimiter row (a frozen backbone then reads the
