@@ -1,3 +1,3 @@
-from kevlike.cli import main
+from kevlike.cli import console
 
-raise SystemExit(main())
+console()

@@ -252,6 +252,31 @@ def test_option_orders_limit_in_cli_and_engine(tmp_path, capsys):
     assert time.perf_counter() - t0 < 60  # rejected up front: no model is loaded, nothing is served
 
 
+def test_decide_exits_at_once_with_all_its_output(tmp_path, capsys, tiny_model_dir):
+    """The console script leaves a one-shot ``decide`` by ``os._exit`` (no teardown of the model): what it writes
+    is flushed first, so the bytes match an in-process call, also when a pipe reader leaves early."""
+    from kevlike import cli
+
+    req = tmp_path / "many.json"
+    req.write_text(json.dumps({"state": "The quick brown fox.", "questions": {
+        "pick": {"type": "choice", "instructions": "Which one?", "criteria": {f"fox {i}": None for i in range(200)}},
+        "ok": {"type": "noul", "instructions": "Is it quick?"}}}))
+    assert cli.main(["decide", str(req), "--model", tiny_model_dir, "--threads", "1"]) == 0
+    in_process = capsys.readouterr().out.encode()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "kevlike", "decide", str(req), "--model", tiny_model_dir, "--threads", "1"],
+                       capture_output=True, timeout=600, env=env)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr.decode(errors="replace")
+    assert len(in_process) > 8000 and p.stdout == in_process
+    # a reader that leaves after 100 bytes: exit 0, no traceback
+    sh = subprocess.run(f"{sys.executable} -m kevlike decide {req} --model {tiny_model_dir} --threads 1 | head -c 100",
+                        shell=True, capture_output=True, timeout=600, env=env)
+    assert len(sh.stdout) == 100 and b"Traceback" not in sh.stderr, sh.stderr.decode(errors="replace")
+    # a failed request exits normally, with its code
+    p = run("decide", "-", stdin=b"{not json")
+    assert p.returncode == 2
+
+
 def test_max_options_and_option_mode_on_decide(tmp_path, capsys, tiny_model_dir):
     from kevlike import cli
 
