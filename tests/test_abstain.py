@@ -282,6 +282,22 @@ def test_eval_data_reports_abstention_on_a_labelled_file(eng, tmp_path):
     assert ab["auroc"] == auroc([x["urgent"], x["team"], x["anger"], x["lazy"]], [False, False, True, True])
 
 
+def test_generalization_run_reports_abstention_and_draws_risk_coverage(eng, tmp_path, monkeypatch):
+    """The generalization suite's run directory has the abstention table per split and ``risk_coverage.png``
+    (issue 33: "for every suite"), for a model with the capability."""
+    pytest.importorskip("matplotlib")
+    from kevlike.eval import heldout
+    ex = Example(REQUEST, {"urgent": [1.0, 0.0], "team": [1.0, 0.0, 0.0], "anger": [1 / 3] * 3, "lazy": [0.0, 1.0]},
+                 "toy", cannot_tell={"anger"})
+    monkeypatch.setattr(heldout, "generalization_sets", lambda quick, n, bigbench, splits=None: {"abstain": [ex]})
+    run = heldout.run_suite(None, "generalization-quick", tmp_path, engine=eng, lm_baseline=False, quiet=True)
+    files = {p.name for p in run.iterdir()}
+    assert "risk_coverage.png" in files, files
+    ab = json.loads((run / "metrics.json").read_text())["generalization"]["splits"]["abstain"]["abstention"]
+    assert ab["n_cannot_tell"] == 1 and ab["n"] == 4
+    assert "![risk_coverage.png](risk_coverage.png)" in (run / "report.md").read_text()
+
+
 # --- serving: the threshold, /v1/models, the recorder and the feedback report ---------------------------------
 
 def test_server_threshold_models_recorder_and_report(tmp_path):

@@ -485,9 +485,12 @@ def _split_table(summ: dict) -> str:
     lines = ["| split | n | accuracy | NLL | ECE | confident errors | noul acc | choice acc | score acc |",
              "|---|---|---|---|---|---|---|---|---|"]
     for split, s in summ["splits"].items():
+        if not s["n"]:   # only "cannot tell" questions: nothing answerable to score (the abstention table has them)
+            continue
         pt = s.get("per_type", {})
         cells = [f"{s['n']}", f"{s['accuracy']:.3f}", f"{s['nll']:.3f}", f"{s['ece']:.3f}", f"{s['confident_error']:.3f}"]
-        cells += [f"{pt[t]['accuracy']:.3f} ({pt[t]['n']})" if t in pt else "" for t in ("noul", "choice", "score")]
+        cells += [f"{pt[t]['accuracy']:.3f} ({pt[t]['n']})" if pt.get(t, {}).get("n") else ""
+                  for t in ("noul", "choice", "score")]
         lines.append(f"| {split} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -522,5 +525,5 @@ def report_tables(summ: dict) -> str:
                   else "noul vs two-option choice: not asked."))
     md += "\n\n| split:source | n | accuracy | NLL | ECE |\n|---|---|---|---|---|\n"
     md += "\n".join(f"| {k} | {v['n']} | {v['accuracy']:.3f} | {v['nll']:.3f} | {v['ece']:.3f} |"
-                    for k, v in summ["per_source"].items())
+                    for k, v in summ["per_source"].items() if v["n"])
     return md

@@ -341,7 +341,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     with open(run_dir / "records.jsonl", "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
-    plots = reliability_plots([r for r in records if r["split"] not in CONTRAST_SPLITS], run_dir)
+    plots = (reliability_plots([r for r in records if r["split"] not in CONTRAST_SPLITS], run_dir)
+             + risk_coverage_plot(records, run_dir, group="split"))
     md = report_tables(gen)
     md += "\n\n## Baselines (both halves)\n\n" + baseline_section(summary["baselines"], lm.note)
     if summary.get("generalization_uncalibrated"):
