@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -409,9 +410,9 @@ def _cmd_train(args) -> int:
 
     run_dir = train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
     summary = Path(run_dir) / "summary.json"      # written by the main process (not yet read by the others)
-    stop = json.loads(summary.read_text()).get("stop_reason", "") if summary.is_file() else ""
+    stopped_by = json.loads(summary.read_text()).get("signal") if summary.is_file() else None
     # a run ended by a signal exits as the shell reports one (128 + its number), after a clean stop
-    return {"interrupted by SIGINT": 130, "interrupted by SIGTERM": 143}.get(stop.split(" (")[0], 0)
+    return 128 + signal.Signals[stopped_by].value if stopped_by else 0
 
 
 def _cmd_eval(args) -> int:

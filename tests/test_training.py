@@ -445,6 +445,8 @@ def test_a_non_finite_loss_stops_the_run_at_that_step(tiny_dir, tmp_path):
     assert "optim.lr" in str(e.value)
     (run,) = tmp_path.iterdir()
     assert not (run / "summary.json").exists()
+    # the run's stop-after-this-step handlers are gone with it: Ctrl-C is Python's own again
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_validation_items_follow_the_run_seed_unless_validation_seed_fixes_them():
@@ -595,6 +597,7 @@ def test_sigterm_ends_a_run_like_a_budget(tiny_dir, tmp_path):
     (run,) = tmp_path.iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stop_reason"].startswith("interrupted by SIGTERM (resume with: kevlike train --resume")
+    assert summary["signal"] == "SIGTERM"
     assert 10 <= summary["steps"] < 10000
     assert torch.load(run / "checkpoint" / "state.pt", weights_only=False)["step"] == summary["steps"]
     assert "interrupted by SIGTERM" in out.decode()

@@ -571,78 +571,80 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     interrupt = _Interrupt()
     layers = checkpointed_layers(inner.causal_lm()) if cfg.recompute_above is not None else []
     recomputed = 0
-    while step < cfg.max_steps:
-        for _ in range(cfg.grad_accum):
-            # every process draws the same global batch and keeps its own share (one process: all of it)
-            drawn = mixture.take(cfg.batch_size * accelerator.num_processes)
-            examples = drawn[accelerator.process_index::accelerator.num_processes]
-            # each request's option mode, a function of (seed, step, draw): the same on resume
-            draw = random.Random(f"{cfg.seed}/{step}/{len(window)}")
-            modes = ["set" if draw.random() < cfg.set_share else "list" for _ in examples]
-            batch, aux = make_batch(examples, encoder, accelerator.device, modes)
-            tokens += sum(batch.n_tokens)
-            recompute = bool(layers) and batch.input_ids.numel() > cfg.recompute_above
-            recomputed += recompute
-            for layer in layers:
-                layer.gradient_checkpointing = recompute
-            with accelerator.accumulate(model):
-                logits = model(batch)
-                terms = loss_terms(logits, batch, aux, cfg)
-                if not torch.isfinite(terms["loss"]).all():   # before any update: the weights stay finite
-                    raise ValueError(f"non-finite training loss at step {step + 1}: "
-                                     + ", ".join(f"{k} {float(v.detach()):g}" for k, v in terms.items())
-                                     + "; the run stops here (its last checkpoint and artifact are of earlier "
-                                       "steps; try a lower optim.lr or optim.grad_clip)")
-                accelerator.backward(terms["loss"])
-                if accelerator.sync_gradients:
-                    accelerator.clip_grad_norm_(model.parameters(), o.grad_clip)
-                optimizer.step()
-                if accelerator.sync_gradients:
-                    # stepped here, once per optimizer step: accelerate's prepared scheduler would step once per
-                    # *process* (it assumes each process adds its own batch), so N processes would run the
-                    # schedule N times faster than one process with the same global batch
-                    scheduler.step()
-                optimizer.zero_grad()
-            window.append({k: float(v.detach()) for k, v in terms.items()})
-        step += 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{np.mean([w['loss'] for w in window[-20:]]):.3f}", best_val=f"{best:.3f}")
-        if step % 10 == 0 or step == cfg.max_steps:
-            log({"kind": "train", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), "tokens": tokens,
-                 "lr": scheduler.get_last_lr()[0], "recomputed_batches": recomputed,
-                 **{k: float(np.mean([w[k] for w in window])) for k in window[0]}})
-            window = []
-        last = step == cfg.max_steps or time.monotonic() > deadline
-        if step % cfg.eval_every == 0 or last:
-            summary = run_validation()
-            row = {"kind": "validation", "step": step, "elapsed_s": round(time.monotonic() - t0, 1),
-                   **_no_curves(summary["overall"]), "per_source": _no_curves(summary["per_source"])}
-            log(row)
-            history.append(row)
-            if selection_score(summary, cfg) < best:
-                best, bad_rounds = selection_score(summary, cfg), 0
-                if accelerator.is_main_process:
-                    write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row,
-                                   json.loads((run_dir / "meta.json").read_text()).get("git_commit"))
-            else:
-                bad_rounds += 1
-            bar.write(f"step {step}: validation nll {summary['overall']['nll']:.4f} "
-                      f"accuracy {summary['overall']['accuracy']:.3f} (best nll {best:.4f})")
-            if bad_rounds >= cfg.patience:
-                stop_reason = f"early stop: no better validation NLL in {cfg.patience} rounds"
+    try:
+        while step < cfg.max_steps:
+            for _ in range(cfg.grad_accum):
+                # every process draws the same global batch and keeps its own share (one process: all of it)
+                drawn = mixture.take(cfg.batch_size * accelerator.num_processes)
+                examples = drawn[accelerator.process_index::accelerator.num_processes]
+                # each request's option mode, a function of (seed, step, draw): the same on resume
+                draw = random.Random(f"{cfg.seed}/{step}/{len(window)}")
+                modes = ["set" if draw.random() < cfg.set_share else "list" for _ in examples]
+                batch, aux = make_batch(examples, encoder, accelerator.device, modes)
+                tokens += sum(batch.n_tokens)
+                recompute = bool(layers) and batch.input_ids.numel() > cfg.recompute_above
+                recomputed += recompute
+                for layer in layers:
+                    layer.gradient_checkpointing = recompute
+                with accelerator.accumulate(model):
+                    logits = model(batch)
+                    terms = loss_terms(logits, batch, aux, cfg)
+                    if not torch.isfinite(terms["loss"]).all():   # before any update: the weights stay finite
+                        raise ValueError(f"non-finite training loss at step {step + 1}: "
+                                         + ", ".join(f"{k} {float(v.detach()):g}" for k, v in terms.items())
+                                         + "; the run stops here (its last checkpoint and artifact are of earlier "
+                                           "steps; try a lower optim.lr or optim.grad_clip)")
+                    accelerator.backward(terms["loss"])
+                    if accelerator.sync_gradients:
+                        accelerator.clip_grad_norm_(model.parameters(), o.grad_clip)
+                    optimizer.step()
+                    if accelerator.sync_gradients:
+                        # stepped here, once per optimizer step: accelerate's prepared scheduler would step once per
+                        # *process* (it assumes each process adds its own batch), so N processes would run the
+                        # schedule N times faster than one process with the same global batch
+                        scheduler.step()
+                    optimizer.zero_grad()
+                window.append({k: float(v.detach()) for k, v in terms.items()})
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{np.mean([w['loss'] for w in window[-20:]]):.3f}", best_val=f"{best:.3f}")
+            if step % 10 == 0 or step == cfg.max_steps:
+                log({"kind": "train", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), "tokens": tokens,
+                     "lr": scheduler.get_last_lr()[0], "recomputed_batches": recomputed,
+                     **{k: float(np.mean([w[k] for w in window])) for k in window[0]}})
+                window = []
+            last = step == cfg.max_steps or time.monotonic() > deadline
+            if step % cfg.eval_every == 0 or last:
+                summary = run_validation()
+                row = {"kind": "validation", "step": step, "elapsed_s": round(time.monotonic() - t0, 1),
+                       **_no_curves(summary["overall"]), "per_source": _no_curves(summary["per_source"])}
+                log(row)
+                history.append(row)
+                if selection_score(summary, cfg) < best:
+                    best, bad_rounds = selection_score(summary, cfg), 0
+                    if accelerator.is_main_process:
+                        write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row,
+                                       json.loads((run_dir / "meta.json").read_text()).get("git_commit"))
+                else:
+                    bad_rounds += 1
+                bar.write(f"step {step}: validation nll {summary['overall']['nll']:.4f} "
+                          f"accuracy {summary['overall']['accuracy']:.3f} (best nll {best:.4f})")
+                if bad_rounds >= cfg.patience:
+                    stop_reason = f"early stop: no better validation NLL in {cfg.patience} rounds"
+                    break
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                save_checkpoint()
+            if time.monotonic() > deadline:
+                stop_reason = f"max_minutes={cfg.max_minutes} reached"
                 break
-        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint()
-        if time.monotonic() > deadline:
-            stop_reason = f"max_minutes={cfg.max_minutes} reached"
-            break
-        if cfg.stop_after and step - start_step >= cfg.stop_after and step < cfg.max_steps:
-            stop_reason = f"stop_after={cfg.stop_after} (resume with: kevlike train --resume {run_dir})"
-            break
-        if interrupt.signal is not None and step < cfg.max_steps:
-            stop_reason = f"interrupted by {interrupt.signal} (resume with: kevlike train --resume {run_dir})"
-            break
-    interrupt.restore()
+            if cfg.stop_after and step - start_step >= cfg.stop_after and step < cfg.max_steps:
+                stop_reason = f"stop_after={cfg.stop_after} (resume with: kevlike train --resume {run_dir})"
+                break
+            if interrupt.signal is not None and step < cfg.max_steps:
+                stop_reason = f"interrupted by {interrupt.signal} (resume with: kevlike train --resume {run_dir})"
+                break
+    finally:                # also when the loop raises: an in-process caller gets its handlers back
+        interrupt.restore()
     bar.close()
     if cfg.checkpoint_every or step < cfg.max_steps:     # a run that can go on always leaves where it stopped
         save_checkpoint()
@@ -652,7 +654,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     if not accelerator.is_main_process:
         return run_dir
     (run_dir / "summary.json").write_text(json.dumps({
-        "steps": step, "stop_reason": stop_reason, "wall_s": round(wall, 1), "tokens": tokens,
+        "steps": step, "stop_reason": stop_reason, "signal": interrupt.signal if stop_reason.startswith("interrupted")
+        else None, "wall_s": round(wall, 1), "tokens": tokens,
         "processes": accelerator.num_processes,
         "best_validation_nll": best if math.isfinite(best) else None,
         "validation": history[-1] if history else None}, indent=2))
