@@ -91,5 +91,7 @@ def test_summary_has_both_halves_and_the_report_shows_them():
     md = report_tables(summ)
     assert "## Validation half" in md and "## Test half" in md and "## Both halves" in md
     # a `--half validation` run: no empty test-half table
-    md = report_tables(generalization_summary([r for r in recs if r["half"] == "validation"], pairs))
+    val_only = generalization_summary([r for r in recs if r["half"] == "validation"], pairs)
+    assert list(val_only["halves"]) == ["validation"]          # no empty test half (and no empty targets) stored
+    md = report_tables(val_only)
     assert "## Validation half" in md and "## Test half" not in md

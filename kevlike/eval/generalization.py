@@ -367,6 +367,8 @@ def generalization_summary(records: list[dict], pairs: dict[str, list[dict]], ha
         out = generalization_summary(records, pairs, halves=False)
         out["halves"] = {}
         for h in HALVES:
+            if not any(r["half"] == h for r in records):   # a `--half` run: the other half is not answered
+                continue
             keep = {(split, p["id"]) for split, ps in pairs.items() for p in ps if half_of(f"{split}/{p['id']}") == h}
             sub_pairs = {split: [p for p in ps if (split, p["id"]) in keep] for split, ps in pairs.items()}
             out["halves"][h] = generalization_summary([r for r in records if r["half"] == h], sub_pairs, halves=False)
@@ -501,8 +503,8 @@ def report_tables(summ: dict) -> str:
     if "halves" in summ:
         md = ""
         for h in HALVES:
-            sub = summ["halves"][h]
-            if not sub["splits"]:          # a `--half` run: the other half has no records, so no table
+            sub = summ["halves"].get(h)
+            if sub is None:          # a `--half` run: the other half has no records, so no table
                 continue
             md += (f"## {h.capitalize()} half" + (" (every choice reads this half)" if h == "validation" else
                                                   " (report only: no choice reads it)") + "\n\n")
