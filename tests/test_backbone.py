@@ -130,3 +130,44 @@ def test_optional_qwen_backbone_packed_equals_separate():
     eng = Engine.from_pretrained("qwen2.5-coder-0.5b-instruct")
     req = json.loads(EXAMPLES[0].read_text())
     assert max_abs_diff(eng.decide(req), eng.decide(req, mode="separate")) <= 1e-5
+
+
+# --- the second shipped decision model, kevlike-qwen ------------------------------------------------
+
+def test_qwen_model_is_a_complete_decision_model_for_its_backbone():
+    """kevlike-qwen's files (no backbone needed): the manifest names the registry entry's backbone and its pinned
+    GGUF hash, declares x_abstain, carries fitted temperatures, and every file is whole."""
+    from kevlike.model.backbones import EMBEDDED, MODELS, QWEN_ARTIFACT, QWEN_MODEL, check_model_files
+    from kevlike.model.modeldir import ModelDir
+
+    entry = MODELS[QWEN_MODEL]
+    assert Path(entry.artifact) == QWEN_ARTIFACT and ModelDir.holds_one(QWEN_ARTIFACT)
+    check_model_files(QWEN_ARTIFACT, "reinstall kevlike")
+    manifest = json.loads((QWEN_ARTIFACT / "kevlike.json").read_text())
+    assert manifest["backbone"] == entry.backbone == "qwen2.5-coder-0.5b-instruct"
+    assert manifest["backbone_sha256"] == EMBEDDED[entry.backbone].gguf_sha256
+    assert ModelDir(QWEN_ARTIFACT).capabilities() == ["x_abstain"]
+    assert manifest["option_modes"] == ["list", "set"] and manifest["head"]["d_model"] == 896
+    cal = json.loads((QWEN_ARTIFACT / "calibration.json").read_text())
+    assert "fitted on validation splits" in cal["source"] and set(cal["by_type"]) >= {"noul", "abstain"}
+    assert not (QWEN_ARTIFACT / "adapter" / "README.md").exists()     # peft's blank card is not shipped
+    size = sum(p.stat().st_size for p in QWEN_ARTIFACT.rglob("*") if p.is_file())
+    assert size < 45_000_000, size
+
+
+def test_qwen_model_packed_equals_separate_with_x_abstain():
+    """kevlike-qwen on its backbone (fp32): every answer carries x_abstain, and packed == separate (≤ 1e-5) for
+    the Jev probabilities and x_abstain alike. Skipped unless the backbone is set up."""
+    from kevlike import Engine
+    from kevlike.model.backbones import QWEN_MODEL, is_fetched
+
+    if not is_fetched("qwen2.5-coder-0.5b-instruct"):
+        pytest.skip("optional backbone not set up: kevlike fetch qwen2.5-coder-0.5b-instruct")
+    eng = Engine.from_pretrained(QWEN_MODEL, dtype="float32", threads=1)
+    assert eng.abstain and eng.name == QWEN_MODEL
+    req = json.loads(EXAMPLES[0].read_text())
+    packed, separate = eng.decide(req), eng.decide(req, mode="separate")
+    assert max_abs_diff(packed, separate) <= 1e-5
+    xp = {k: a["x_abstain"] for k, a in packed["answers"].items()}
+    assert set(xp) == set(req["questions"]) and all(0 <= v <= 1 for v in xp.values())
+    assert max(abs(xp[k] - separate["answers"][k]["x_abstain"]) for k in xp) <= 1e-5

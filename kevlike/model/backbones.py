@@ -157,6 +157,10 @@ DEFAULT_MODEL = "kevlike-default"
 
 DEFAULT_ARTIFACT = Path(__file__).resolve().parents[1] / "models" / "default"
 
+QWEN_MODEL = "kevlike-qwen"
+
+QWEN_ARTIFACT = Path(__file__).resolve().parents[1] / "models" / "qwen"
+
 MODELS = {
     DEFAULT_MODEL: ModelEntry(
         name=DEFAULT_MODEL,
@@ -165,6 +169,16 @@ MODELS = {
                     "labelled sources (model card: kevlike/models/default/MODEL_CARD.md)",
         release_date="2026-11-30",
         artifact=str(DEFAULT_ARTIFACT),
+    ),
+    QWEN_MODEL: ModelEntry(
+        name=QWEN_MODEL,
+        backbone="qwen2.5-coder-0.5b-instruct",
+        description="Qwen2.5-Coder-0.5B-Instruct + LoRA r=16 + pointer head with x_abstain: reads pages, documents "
+                    "and absurd questions better than kevlike-default, is behind it on intent, spam and sentiment "
+                    "labels, and takes 2-3x its time per request; its backbone is a 478 MB download on first use "
+                    "(model card: kevlike/models/qwen/MODEL_CARD.md)",
+        release_date="2026-12-03",
+        artifact=str(QWEN_ARTIFACT),
     ),
     "smollm2-135m-instruct": ModelEntry(
         name="smollm2-135m-instruct",
