@@ -298,6 +298,19 @@ def test_generalization_run_reports_abstention_and_draws_risk_coverage(eng, tmp_
     assert "![risk_coverage.png](risk_coverage.png)" in (run / "report.md").read_text()
 
 
+def test_rescoring_applies_the_abstention_temperature():
+    """``eval --reuse`` and the report's uncalibrated view re-score x_abstain too: sigmoid(a / T_abstain)."""
+    from kevlike.eval.heldout import rescore
+    from kevlike.model.temperatures import TemperatureTable
+    recs = [{"type": "noul", "logits": [1.0, 0.0], "gold": 0, "abstain_logit": 2.0, "x_abstain": 0.5},
+            {"type": "noul", "logits": [1.0, 0.0], "gold": 0}]
+    fitted = rescore(recs, TemperatureTable(by_type={"abstain": 2.0, "noul": 0.5}))
+    assert fitted[0]["x_abstain"] == pytest.approx(1 / (1 + math.exp(-1.0)))
+    assert fitted[0]["probs"][0] == pytest.approx(1 / (1 + math.exp(-2.0)))
+    assert "x_abstain" not in fitted[1]
+    assert rescore(recs, TemperatureTable())[0]["x_abstain"] == pytest.approx(1 / (1 + math.exp(-2.0)))
+
+
 # --- serving: the threshold, /v1/models, the recorder and the feedback report ---------------------------------
 
 def test_server_threshold_models_recorder_and_report(tmp_path):

@@ -127,14 +127,19 @@ def comparison_protocol(records: list[dict]) -> dict:
 
 
 def rescore(records: list[dict], table) -> list[dict]:
-    """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table
-    (logits do not depend on temperatures, so no forward pass is needed)."""
+    """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table, and
+    (records with ``abstain_logit``) ``x_abstain = sigmoid(a / T_abstain)`` (logits do not depend on
+    temperatures, so no forward pass is needed)."""
 
     out = []
+    t_abstain = table.lookup("abstain", 2)
     for r in records:
         z = torch.tensor(r["logits"], dtype=torch.float32)
         t = table.lookup(r["type"], len(r["logits"]))
-        out.append({**r, "probs": torch.softmax(z / t, -1).tolist()})
+        new = {**r, "probs": torch.softmax(z / t, -1).tolist()}
+        if r.get("abstain_logit") is not None:
+            new["x_abstain"] = float(torch.sigmoid(torch.tensor(r["abstain_logit"], dtype=torch.float32) / t_abstain))
+        out.append(new)
     return out
 
 
