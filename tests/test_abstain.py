@@ -311,6 +311,22 @@ def test_rescoring_applies_the_abstention_temperature():
     assert rescore(recs, TemperatureTable())[0]["x_abstain"] == pytest.approx(1 / (1 + math.exp(-2.0)))
 
 
+def test_the_abstention_temperature_is_fitted_where_cannot_tell_is_asked():
+    """fit_table fits T_abstain on the source families that hold "cannot tell" records; answerable-only
+    families (whose base rate of "cannot tell" is 0) take no part."""
+    from kevlike.model.temperatures import fit_abstain_temperature, fit_table
+    rng = random.Random(0)
+    asked = [{"source": f"abstain_docs/typed/{i}", "type": "noul", "logits": [0.0, 1.0], "gold": 1,
+              "abstain_logit": rng.gauss(1.0 if i % 3 == 0 else -2.0, 1.5), **({"cannot_tell": True} if i % 3 == 0 else {})}
+             for i in range(300)]
+    other = [{"source": "banking77/choice", "type": "noul", "logits": [0.0, 1.0], "gold": 1,
+              "abstain_logit": rng.gauss(-8.0, 1.0)} for _ in range(3000)]
+    table, report = fit_table(asked + other, min_count=50)
+    want = fit_abstain_temperature([r["abstain_logit"] for r in asked], [bool(r.get("cannot_tell")) for r in asked])
+    assert table.by_type["abstain"] == pytest.approx(want)
+    assert report["types"]["abstain"]["n"] == 300 and report["types"]["abstain"]["cannot_tell"] == 100
+
+
 # --- serving: the threshold, /v1/models, the recorder and the feedback report ---------------------------------
 
 def test_server_threshold_models_recorder_and_report(tmp_path):

@@ -278,8 +278,9 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
               base: TemperatureTable | None = None) -> tuple[TemperatureTable, dict]:
     """Temperatures per (type, K-bucket) from held-out records (``{"type", "logits", "gold"}``), and the
     abstention temperature (``by_type["abstain"]``) from the records that carry ``abstain_logit`` (a model with
-    the ``x_abstain`` capability): fitted when at least ``min_count`` of them are there, with both "cannot tell"
-    (``"cannot_tell": true``) and answerable ones. "Cannot tell" records take no part in the option fits.
+    the ``x_abstain`` capability) and come from a source family (``source`` up to its first "/") that has
+    "cannot tell" records (``"cannot_tell": true``): fitted when at least ``min_count`` of them are there, with
+    both kinds. "Cannot tell" records take no part in the option fits.
 
     Fallbacks, recorded in the returned report: a bucket with fewer than ``min_count`` questions,
     no errors, or a fit that lands on a search bound (:func:`at_bound`) gets no entry (its type's temperature
@@ -293,6 +294,11 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     """
 
     abst = [r for r in records if r.get("abstain_logit") is not None]
+    # fitted where "can the text answer this?" is posed: the sources (by family, the part of ``source`` before
+    # its first "/") that hold "cannot tell" records; the rest, answerable only, would pull x_abstain towards
+    # their own base rate of 0
+    asked = {str(r.get("source", "")).split("/")[0] for r in abst if r.get("cannot_tell")}
+    abst = [r for r in abst if str(r.get("source", "")).split("/")[0] in asked]
     records = [r for r in records if not r.get("cannot_tell")]
     groups, types = defaultdict(list), defaultdict(list)
     for r in records:
