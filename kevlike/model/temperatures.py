@@ -298,7 +298,7 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     # its first "/") that hold "cannot tell" records; the rest, answerable only, would pull x_abstain towards
     # their own base rate of 0
     asked = {str(r.get("source", "")).split("/")[0] for r in abst if r.get("cannot_tell")}
-    abst = [r for r in abst if str(r.get("source", "")).split("/")[0] in asked]
+    abst = [r for r in abst if str(r.get("source", "")).split("/")[0] in asked] if asked else abst
     records = [r for r in records if not r.get("cannot_tell")]
     groups, types = defaultdict(list), defaultdict(list)
     for r in records:
