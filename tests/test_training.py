@@ -438,15 +438,21 @@ def test_a_non_finite_loss_stops_the_run_at_that_step(tiny_dir, tmp_path):
     finite; the run stops there with an error naming the step, before an update makes the weights NaN."""
     from kevlike.training.train import train
 
-    with pytest.raises(ValueError, match=r"non-finite training loss at step 2: loss (nan|inf)") as e:
-        train(None, [f"backbone={tiny_dir}", f"output_dir={tmp_path}", "tasks={facts: {weight: 1}}", "lora.r=4",
-                     "optim.lr=1e30", "optim.head_lr=1e30", "batch_size=1", "max_steps=5", "eval_every=100",
-                     "validation.n=1", "checkpoint_every=0", "device=cpu", "mixed_precision=no"], quiet=True)
+    started_with = signal.getsignal(signal.SIGINT)     # SIG_IGN under a background job: the run would keep that
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(ValueError, match=r"non-finite training loss at step 2: loss (nan|inf)") as e:
+            train(None, [f"backbone={tiny_dir}", f"output_dir={tmp_path}", "tasks={facts: {weight: 1}}", "lora.r=4",
+                         "optim.lr=1e30", "optim.head_lr=1e30", "batch_size=1", "max_steps=5", "eval_every=100",
+                         "validation.n=1", "checkpoint_every=0", "device=cpu", "mixed_precision=no"], quiet=True)
+        after = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, started_with)
     assert "optim.lr" in str(e.value)
     (run,) = tmp_path.iterdir()
     assert not (run / "summary.json").exists()
-    # the run's stop-after-this-step handlers are gone with it: Ctrl-C is Python's own again
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # the run's stop-after-this-step handler is gone with it: Ctrl-C is Python's own again
+    assert after is signal.default_int_handler
 
 
 def test_validation_items_follow_the_run_seed_unless_validation_seed_fixes_them():
