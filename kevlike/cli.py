@@ -883,8 +883,8 @@ def console() -> None:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
-        except BrokenPipeError:
-            code = code or 0
+        except BrokenPipeError:    # the reader left: what it did not read is not ours to keep
+            pass
         os._exit(code)
     raise SystemExit(code)
 

@@ -132,13 +132,12 @@ def rescore(records: list[dict], table) -> list[dict]:
     temperatures, so no forward pass is needed)."""
 
     out = []
-    t_abstain = table.lookup("abstain", 2)
     for r in records:
         z = torch.tensor(r["logits"], dtype=torch.float32)
         t = table.lookup(r["type"], len(r["logits"]))
         new = {**r, "probs": torch.softmax(z / t, -1).tolist()}
         if r.get("abstain_logit") is not None:
-            new["x_abstain"] = float(torch.sigmoid(torch.tensor(r["abstain_logit"], dtype=torch.float32) / t_abstain))
+            new["x_abstain"] = table.abstain_probability(r["abstain_logit"])
         out.append(new)
     return out
 

@@ -381,8 +381,7 @@ class Engine:
     def abstain_probability(self, a: torch.Tensor | float) -> float:
         """``x_abstain = sigmoid(a / T_abstain)`` of an uncalibrated abstention logit ``a``; ``T_abstain`` is the
         temperature table's ``abstain`` entry (1 when not fitted)."""
-        t = self.temperatures.lookup("abstain", 2)
-        return float(torch.sigmoid(torch.as_tensor(a, dtype=torch.float32) / t))
+        return self.temperatures.abstain_probability(a)
 
     # -- public API ------------------------------------------------------------------------
     def decide(self, request: Any, *, mode: str = "packed") -> dict:

@@ -142,6 +142,11 @@ class TemperatureTable:
         except ProfileError as e:
             raise ProfileError(f"{where}: {e}") from None
 
+    def abstain_probability(self, a: torch.Tensor | float) -> float:
+        """``x_abstain = sigmoid(a / T_abstain)`` (in float32) of an uncalibrated abstention logit ``a``;
+        ``T_abstain`` is this table's ``abstain`` entry (1 when not fitted)."""
+        return float(torch.sigmoid(torch.as_tensor(a, dtype=torch.float32) / self.lookup("abstain", 2)))
+
     def lookup(self, qtype: str, k: int, option_mode: str = "list") -> float:
         """The temperature of a ``qtype`` question with ``k`` options read in ``option_mode``."""
         key = calibration_type(qtype, option_mode)
@@ -297,8 +302,11 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     # fitted where "can the text answer this?" is posed: the sources (by family, the part of ``source`` before
     # its first "/") that hold "cannot tell" records; the rest, answerable only, would pull x_abstain towards
     # their own base rate of 0
-    asked = {str(r.get("source", "")).split("/")[0] for r in abst if r.get("cannot_tell")}
-    abst = [r for r in abst if str(r.get("source", "")).split("/")[0] in asked] if asked else abst
+    def family(r: dict) -> str:
+        return str(r.get("source", "")).split("/")[0]
+
+    asked = {family(r) for r in abst if r.get("cannot_tell")}
+    abst = [r for r in abst if family(r) in asked] if asked else abst
     records = [r for r in records if not r.get("cannot_tell")]
     groups, types = defaultdict(list), defaultdict(list)
     for r in records:

@@ -566,7 +566,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     inner.train()
     bar = tqdm(total=cfg.max_steps, initial=step, desc=f"train {cfg.name}", unit="step",
                disable=quiet, dynamic_ncols=True)
-    stop_reason = "max_steps"
+    stop_reason, stopped_by = "max_steps", None      # stopped_by: the signal's name when one ended the run
     window: list[dict] = []
     interrupt = _Interrupt()
     layers = checkpointed_layers(inner.causal_lm()) if cfg.recompute_above is not None else []
@@ -641,7 +641,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                 stop_reason = f"stop_after={cfg.stop_after} (resume with: kevlike train --resume {run_dir})"
                 break
             if interrupt.signal is not None and step < cfg.max_steps:
-                stop_reason = f"interrupted by {interrupt.signal} (resume with: kevlike train --resume {run_dir})"
+                stopped_by = interrupt.signal
+                stop_reason = f"interrupted by {stopped_by} (resume with: kevlike train --resume {run_dir})"
                 break
     finally:                # also when the loop raises: an in-process caller gets its handlers back
         interrupt.restore()
@@ -654,8 +655,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     if not accelerator.is_main_process:
         return run_dir
     (run_dir / "summary.json").write_text(json.dumps({
-        "steps": step, "stop_reason": stop_reason, "signal": interrupt.signal if stop_reason.startswith("interrupted")
-        else None, "wall_s": round(wall, 1), "tokens": tokens,
+        "steps": step, "stop_reason": stop_reason, "signal": stopped_by, "wall_s": round(wall, 1), "tokens": tokens,
         "processes": accelerator.num_processes,
         "best_validation_nll": best if math.isfinite(best) else None,
         "validation": history[-1] if history else None}, indent=2))
