@@ -108,6 +108,25 @@ def test_profile_fit_with_a_known_optimum_is_served_by_name(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["model"] == f"{art}@ops"
 
 
+def test_profile_fits_x_abstain_platt_scaling_with_a_known_optimum(tmp_path, capsys):
+    """Labelled "cannot tell" golds fit x_abstain's temperature and bias in a profile: abstention logit +2 is
+    "cannot tell" 9 times in 10 and -2 half the time, so the optimum solves sigmoid(2/T + b) = 0.9 and
+    sigmoid(-2/T + b) = 0.5: b = ln 3, T = 2 / ln 3. The fit is printed on one line (it crashed with a KeyError)."""
+    from kevlike.eval.owndata import fit_profile
+
+    art = _artifact(tmp_path)
+    recs = [{"type": "noul", "logits": [2.0, 0.0], "gold": 0, "abstain_logit": a,
+             **({"cannot_tell": True} if (i % 10 < 9 if a > 0 else i % 2) else {})}
+            for a in (2.0, -2.0) for i in range(100)]
+    path, fit = fit_profile(str(art), "hand-made records", "ops", min_count=50, records=recs, quiet=True)
+    assert fit["types"]["abstain"]["temperature"] == pytest.approx(2 / math.log(3), rel=1e-4)
+    assert fit["types"]["abstain"]["bias"] == pytest.approx(math.log(3), abs=1e-4)
+    assert "abstain: n=200 cannot tell=140, NLL at T=1" in capsys.readouterr().err
+    eng = Engine.from_pretrained(art, profile="ops")
+    assert eng.abstain_probability(2.0) == pytest.approx(0.9, rel=1e-5)
+    assert eng.abstain_probability(-2.0) == pytest.approx(0.5, rel=1e-5)
+
+
 def test_shipped_model_profiles_live_under_kevlike_home(tmp_path, monkeypatch):
     import kevlike
     from pathlib import Path

@@ -19,7 +19,7 @@ from kevlike.data.tasks import TASKS, eval_examples
 from kevlike.metrics import choice_records, records_from_logits
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import ModelDir, load_temperatures, save_calibration
-from kevlike.model.temperatures import MIN_BUCKET, TemperatureTable, bound_hits_text, fit_table
+from kevlike.model.temperatures import MIN_BUCKET, TemperatureTable, bound_hits_text, fit_line, fit_table
 
 
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
@@ -83,7 +83,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         records_path = run_dir / "records.jsonl"
         with open(records_path, "w") as f:
             for r in records:
-                f.write(json.dumps({k: r[k] for k in ("source", "type", "logits", "gold")}) + "\n")
+                f.write(json.dumps({k: r[k] for k in ("source", "type", "logits", "gold", "abstain_logit", "cannot_tell")
+                                    if k in r}) + "\n")
         print(f"validation logits: {records_path}", file=sys.stderr)   # written: said with --quiet too
     sizes = {}
     for r in records:
@@ -99,7 +100,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
 
         old = load_temperatures(artifact)
         table = _replace(table, by_type={**{k: v for k, v in old.by_type.items() if k not in fitted}, **table.by_type},
-                         by_bucket={**{k: v for k, v in old.by_bucket.items() if k[0] not in fitted}, **table.by_bucket})
+                         by_bucket={**{k: v for k, v in old.by_bucket.items() if k[0] not in fitted}, **table.by_bucket},
+                         abstain_bias=table.abstain_bias if "abstain" in table.by_type else old.abstain_bias)
     for t, e in report["types"].items():  # accuracy at T = 1 (the argmax does not depend on T)
         rs = [r for r in records if r["type"] == t and not r.get("cannot_tell")]
         if not rs:                        # the abstention temperature's entry (no options)
@@ -113,9 +115,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         model_dir.write_manifest(manifest)
     save_calibration(artifact, table, report)
     for t, e in report["types"].items():        # the result: printed with --quiet too (it hides progress only)
-        print(f"{t}: n={e['n']}" + (f" accuracy {e['accuracy']:.3f}" if "accuracy" in e else "")
-              + f", NLL at T=1 {e['nll_t1']:.4f}"
-              + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e else f" ({e['fallback']})"))
+        print(fit_line(t, e))
     for b, e in report["buckets"].items():
         print(f"  {b}: n={e['n']} " + (f"T={e['temperature']:.3f}" if "temperature" in e else e["fallback"]))
     if (note := bound_hits_text(report)) is not None:

@@ -44,7 +44,7 @@ from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import records_from_logits, summarize
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import check_profile_name, load_temperatures, save_profile
-from kevlike.model.temperatures import bound_hits_text, calibration_type, fit_table
+from kevlike.model.temperatures import bound_hits_text, calibration_type, fit_line, fit_table
 from kevlike.runs import git_commit
 
 DEFAULT_COSTS = {"false_positive": 1.0, "false_negative": 1.0}
@@ -230,9 +230,7 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
         fit["dtype"] = f"{engine.dtype} ({engine.dtype_reason})"
     path = save_profile(engine.artifact_dir, engine.name.split("@")[0], profile, table, fit)
     for t, e in fit["types"].items():          # the result: printed with --quiet too (it hides progress only)
-        print(f"{t}: n={e['n']} errors={e['errors']}, NLL at T=1 {e['nll_t1']:.4f}"
-              + (f" -> {e['nll_fitted']:.4f} at T={e['temperature']:.3f}" if "temperature" in e
-                 else f" ({e['fallback']})"), file=sys.stderr)
+        print(fit_line(t, e), file=sys.stderr)
     if (note := bound_hits_text(fit)) is not None:
         print(f"warning: {note}", file=sys.stderr)
     print(f"profile {profile!r}: {path}", file=sys.stderr)

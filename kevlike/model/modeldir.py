@@ -135,11 +135,8 @@ def calibration_json(table: TemperatureTable, report: dict | None = None) -> str
     """The text of a calibration file or profile: strict JSON (``allow_nan=False``; a non-finite number in the
     fit report, which is informational, is written as ``null``; the temperatures are finite by
     :class:`TemperatureTable`'s own checks), so :func:`read_temperatures` and any JSON reader accept it."""
-    return json.dumps({
-        "source": table.source, "by_type": table.by_type,
-        "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in table.by_bucket.items()],
-        **({"fit": _finite_or_null(report)} if report else {}),
-    }, indent=2, allow_nan=False)
+    return json.dumps({**table.to_json(), **({"fit": _finite_or_null(report)} if report else {})},
+                      indent=2, allow_nan=False)
 
 
 def _finite_or_null(obj):

@@ -17,6 +17,7 @@ BUCKET_LABELS = ("2", "3-5", "6-20", "21-255", "256+")
 TYPES = ("noul", "choice", "score", "choice:set", "abstain")  # the keys a temperature is stored under (calibration_type;
                                                               # "abstain": x_abstain's, by_type only)
 T_LIMITS = (0.01, 100.0)        # a temperature outside these is refused (fits stay within T_MIN, T_MAX below)
+BIAS_LIMIT = 100.0              # |abstain_bias| above this is refused (the fit searches the bias within it)
 PROFILE_FORMAT = 1              # the "format" of a calibration file (absent: 1, the files written before it existed)
 
 
@@ -59,10 +60,24 @@ def check_temperature(where: str, t) -> float:
     return float(t)
 
 
+def check_bias(where: str, b) -> float:
+    """``b`` as a float if it is a finite number with ``|b| <=`` :data:`BIAS_LIMIT` (a bool, a string or NaN is not).
+
+    Raises:
+        ProfileError: ``where: bias must be …, got …``.
+    """
+    if isinstance(b, bool) or not isinstance(b, (int, float)) or not (-BIAS_LIMIT <= b <= BIAS_LIMIT):
+        raise ProfileError(f"{where}: bias must be a finite number from {-BIAS_LIMIT:g} to {BIAS_LIMIT:g}, got {b!r}")
+    return float(b)
+
+
 @dataclass(frozen=True)
 class TemperatureTable:
     """``by_bucket[(type, bucket)]``, else ``by_type[type]``, else 1. Set-mode choice questions look up
     ``choice:set`` first and fall back to ``choice``'s entries.
+
+    ``x_abstain`` is Platt-scaled: ``sigmoid(a / by_type["abstain"] + abstain_bias)`` (Platt 1999, "Probabilistic
+    outputs for support vector machines"; the option logits get a temperature only, which keeps their argmax).
 
     Every temperature is checked on construction (:func:`check_temperature`; types from :data:`TYPES`, buckets
     from :data:`BUCKET_LABELS`), so no table can serve a NaN, an infinity, a sign flip or a division by zero.
@@ -74,6 +89,7 @@ class TemperatureTable:
     by_bucket: dict = field(default_factory=dict)
     by_type: dict = field(default_factory=dict)
     source: str = "default: T = 1 (not fitted)"
+    abstain_bias: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.by_type, dict) or not isinstance(self.by_bucket, dict):
@@ -93,22 +109,28 @@ class TemperatureTable:
             check_temperature(f"by_bucket[{t}/{b}]", v)
         if not isinstance(self.source, str):
             raise ProfileError(f"source must be a string, got {self.source!r}")
+        check_bias("abstain_bias", self.abstain_bias)
 
     def to_json(self) -> dict:
-        """The calibration-file form (``calibration.json``, ``profiles/NAME.json``), without the fit report."""
-        return {"format": PROFILE_FORMAT, "source": self.source, "by_type": dict(self.by_type),
-                "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in self.by_bucket.items()]}
+        """The calibration-file form (``calibration.json``, ``profiles/NAME.json``), without the fit report;
+        ``abstain_bias`` only when it is not 0 (so a file without abstention reads as before)."""
+        out = {"format": PROFILE_FORMAT, "source": self.source, "by_type": dict(self.by_type),
+               "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in self.by_bucket.items()]}
+        if self.abstain_bias:
+            out["abstain_bias"] = self.abstain_bias
+        return out
 
     @classmethod
     def from_json(cls, obj, where: str = "calibration file") -> "TemperatureTable":
         """Parse and check a calibration file's JSON object: ``source`` (text), ``by_type`` ``{type: T}`` and
         ``by_bucket`` ``[{"type", "bucket", "temperature"}]`` (required); ``format`` (optional,
-        :data:`PROFILE_FORMAT`) and ``fit`` (optional, the fit report; not read). Unknown fields are refused.
+        :data:`PROFILE_FORMAT`), ``abstain_bias`` (optional, 0 when absent; x_abstain's Platt bias) and ``fit``
+        (optional, the fit report; not read). Unknown fields are refused.
 
         Raises:
             ProfileError: one line, ``WHERE: FIELD: what is wrong``.
         """
-        known = ("format", "source", "by_type", "by_bucket", "fit")
+        known = ("format", "source", "by_type", "by_bucket", "abstain_bias", "fit")
         if not isinstance(obj, dict):
             raise ProfileError(f"{where}: must be a JSON object with by_type and by_bucket, got {type(obj).__name__}")
         for k in obj:
@@ -138,14 +160,17 @@ class TemperatureTable:
                 raise ProfileError(f"{where}: by_bucket[{i}]: {row['type']}/{row['bucket']} appears twice")
             by_bucket[(row["type"], row["bucket"])] = row["temperature"]
         try:
-            return cls(by_bucket=by_bucket, by_type=dict(obj["by_type"]), source=obj["source"])
+            return cls(by_bucket=by_bucket, by_type=dict(obj["by_type"]), source=obj["source"],
+                       abstain_bias=obj.get("abstain_bias", 0.0))
         except ProfileError as e:
             raise ProfileError(f"{where}: {e}") from None
 
     def abstain_probability(self, a: torch.Tensor | float) -> float:
-        """``x_abstain = sigmoid(a / T_abstain)`` (in float32) of an uncalibrated abstention logit ``a``;
-        ``T_abstain`` is this table's ``abstain`` entry (1 when not fitted)."""
-        return float(torch.sigmoid(torch.as_tensor(a, dtype=torch.float32) / self.lookup("abstain", 2)))
+        """``x_abstain = sigmoid(a / T_abstain + abstain_bias)`` (a probability, computed in float32) of an
+        uncalibrated abstention logit ``a``; ``T_abstain`` is this table's ``abstain`` entry (1 when not fitted),
+        ``abstain_bias`` 0 when not fitted."""
+        z = torch.as_tensor(a, dtype=torch.float32) / self.lookup("abstain", 2) + self.abstain_bias
+        return float(torch.sigmoid(z))
 
     def lookup(self, qtype: str, k: int, option_mode: str = "list") -> float:
         """The temperature of a ``qtype`` question with ``k`` options read in ``option_mode``."""
@@ -185,11 +210,13 @@ def with_fallback(fitted: TemperatureTable, base: TemperatureTable, source: str 
     """``fitted`` where it has a temperature, else ``base`` (e.g. the model's own, for a profile fitted on a small
     file): per (type, bucket) the fitted bucket, else the fitted type, else the base's bucket, else the base's
     type, else 1. A type fitted in ``fitted`` drops the base's buckets of that type (the profile's own type
-    temperature is the better fallback for them)."""
+    temperature is the better fallback for them). ``abstain_bias`` goes with the ``abstain`` temperature: the
+    fitted one's where ``fitted`` has that entry, else the base's."""
     by_type = {**base.by_type, **fitted.by_type}
     by_bucket = {k: v for k, v in base.by_bucket.items() if k[0] not in fitted.by_type}
     by_bucket.update(fitted.by_bucket)
-    return TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source or fitted.source)
+    bias = fitted.abstain_bias if "abstain" in fitted.by_type else base.abstain_bias
+    return TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source or fitted.source, abstain_bias=bias)
 
 
 # --- fitting (DESIGN.md §9) -------------------------------------------------------------------
@@ -251,20 +278,50 @@ def fit_temperature(logits: list, golds: list[int], lo: float = T_MIN, hi: float
     return math.exp((a + b) / 2)
 
 
-def abstain_nll_at(logits: list[float], cannot_tell: list[bool], t: float) -> float:
-    """Mean binary log loss (nats) of ``x_abstain = sigmoid(a / t)`` against "cannot tell"."""
-    a = torch.as_tensor(logits, dtype=torch.float64) / t
+def abstain_nll_at(logits: list[float], cannot_tell: list[bool], t: float, bias: float = 0.0) -> float:
+    """Mean binary log loss (nats) of ``x_abstain = sigmoid(a / t + bias)`` against "cannot tell"."""
+    a = torch.as_tensor(logits, dtype=torch.float64) / t + bias
     y = torch.as_tensor(cannot_tell, dtype=torch.float64)
     return float(torch.nn.functional.binary_cross_entropy_with_logits(a, y))
 
 
-def fit_abstain_temperature(logits: list[float], cannot_tell: list[bool], lo: float = T_MIN, hi: float = T_MAX,
-                            iters: int = 60) -> float:
-    """The T in [lo, hi] minimising :func:`abstain_nll_at` (golden-section search over log T, as
-    :func:`fit_temperature`; the binary log loss of a logistic model is convex in 1/T)."""
+def _best_bias(z: torch.Tensor, y: torch.Tensor, iters: int = 80) -> float:
+    """The bias ``b`` minimising the mean binary log loss of ``sigmoid(z + b)`` against ``y`` (float64 tensors with
+    both classes in ``y``): the root of its derivative ``mean(sigmoid(z + b)) - mean(y)``, which rises with b,
+    by bisection within ±:data:`BIAS_LIMIT`."""
+    target, lo, hi = float(y.mean()), -BIAS_LIMIT, BIAS_LIMIT
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if float(torch.sigmoid(z + mid).mean()) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def fit_abstain(logits: list[float], cannot_tell: list[bool], lo: float = T_MIN, hi: float = T_MAX,
+                iters: int = 60) -> tuple[float, float]:
+    """Platt scaling of the abstention logit: the ``(T, bias)``, T in [lo, hi], minimising
+    :func:`abstain_nll_at` (Platt 1999, "Probabilistic outputs for support vector machines"). ``cannot_tell``
+    must hold both kinds.
+
+    Logistic log loss is jointly convex in ``(1/T, bias)``, so its minimum over the bias, a function of 1/T, is
+    convex too and unimodal in log T: golden-section search over log T (as :func:`fit_temperature`) with the bias
+    solved exactly at each T (:func:`_best_bias`). A T on a search bound is reported by :func:`at_bound`.
+
+    Raises:
+        ValueError: ``cannot_tell`` empty or all of one kind (no bias is determined).
+    """
+    y = torch.as_tensor(cannot_tell, dtype=torch.float64)
+    if not 0 < float(y.sum()) < len(y):
+        raise ValueError("Platt scaling needs both 'cannot tell' and answerable records")
+    a_ = torch.as_tensor(logits, dtype=torch.float64)
+
+    def f(x):
+        z = a_ / math.exp(x)
+        return float(torch.nn.functional.binary_cross_entropy_with_logits(z + _best_bias(z, y), y))
     a, b = math.log(lo), math.log(hi)
     g = (math.sqrt(5) - 1) / 2
-    f = lambda x: abstain_nll_at(logits, cannot_tell, math.exp(x))  # noqa: E731
     c, d = b - g * (b - a), a + g * (b - a)
     fc, fd = f(c), f(d)
     for _ in range(iters):
@@ -276,13 +333,15 @@ def fit_abstain_temperature(logits: list[float], cannot_tell: list[bool], lo: fl
             a, c, fc = c, d, fd
             d = a + g * (b - a)
             fd = f(d)
-    return math.exp((a + b) / 2)
+    t = math.exp((a + b) / 2)
+    return t, _best_bias(a_ / t, y)
 
 
 def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "fitted",
               base: TemperatureTable | None = None) -> tuple[TemperatureTable, dict]:
     """Temperatures per (type, K-bucket) from held-out records (``{"type", "logits", "gold"}``), and the
-    abstention temperature (``by_type["abstain"]``) from the records that carry ``abstain_logit`` (a model with
+    abstention's Platt scaling (:func:`fit_abstain`: ``by_type["abstain"]`` and ``abstain_bias``) from the records
+    that carry ``abstain_logit`` (a model with
     the ``x_abstain`` capability) and come from a source family (``source`` up to its first "/") that has
     "cannot tell" records (``"cannot_tell": true``): fitted when at least ``min_count`` of them are there, with
     both kinds. "Cannot tell" records take no part in the option fits.
@@ -354,18 +413,38 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
             if "bound" in entry:
                 entry["fallback"] += f" ({_bound_note(entry['bound'], entry['fitted_at_bound'])})"
         report["buckets"][f"{t}/{b}"] = entry
+    bias = 0.0
     if abst:
         a, y = [r["abstain_logit"] for r in abst], [bool(r.get("cannot_tell")) for r in abst]
         entry = {"n": len(abst), "cannot_tell": sum(y), "nll_t1": abstain_nll_at(a, y, 1.0)}
+        why = "too few questions, or not both \"cannot tell\" and answerable ones"
         if len(abst) >= min_count and 0 < sum(y) < len(y):
-            by_type["abstain"] = fit_abstain_temperature(a, y)
-            entry.update(temperature=by_type["abstain"], nll_fitted=abstain_nll_at(a, y, by_type["abstain"]))
-        else:
-            entry["fallback"] = ("the model's own temperature" if base is not None else "T = 1") + \
-                " (too few questions, or not both \"cannot tell\" and answerable ones)"
+            t, b = fit_abstain(a, y)
+            if (side := at_bound(t)) is None:
+                by_type["abstain"], bias = t, b
+                entry.update(temperature=t, bias=b, nll_fitted=abstain_nll_at(a, y, t, b))
+            else:
+                why = _bound_note(side, t)
+                entry.update(bound=side, fitted_at_bound=t)
+                report["bound_hits"].append("abstain")
+        if "temperature" not in entry:
+            entry["fallback"] = ("the model's own scaling" if base is not None else "T = 1, bias 0") + f" ({why})"
         report["types"]["abstain"] = entry
-    table = TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source)
+    table = TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source, abstain_bias=bias)
     return (table if base is None else with_fallback(table, base)), report
+
+
+def fit_line(name: str, entry: dict) -> str:
+    """One line of a :func:`fit_table` report's type entry, as ``calibrate`` prints it, e.g. ``noul: n=272
+    errors=80, NLL at T=1 0.6123 -> 0.5981 at T=1.320`` or ``abstain: n=341 cannot tell=106, NLL at T=1 0.6254 ->
+    0.3120 at T=1.007, bias +2.857``; a fallback is named instead of the fit."""
+    counts = f"n={entry['n']}" + (f" errors={entry['errors']}" if "errors" in entry else "") \
+        + (f" cannot tell={entry['cannot_tell']}" if "cannot_tell" in entry else "") \
+        + (f" accuracy {entry['accuracy']:.3f}" if "accuracy" in entry else "")
+    fit = (f" -> {entry['nll_fitted']:.4f} at T={entry['temperature']:.3f}"
+           + (f", bias {entry['bias']:+.3f}" if "bias" in entry else "")) if "temperature" in entry \
+        else f" ({entry['fallback']})"
+    return f"{name}: {counts}, NLL at T=1 {entry['nll_t1']:.4f}{fit}"
 
 
 def bound_hits_text(report: dict | None) -> str | None:
