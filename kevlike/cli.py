@@ -650,7 +650,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", default=None,
                    help="continue the run in this run directory, with its saved config; key=value overrides may "
                         "change only its budget: max_minutes, stop_after, eval_every, checkpoint_every, patience, "
-                        "recompute_above (default: a new run)")
+                        "recompute_above; stop_after binds one session and is not carried over (default: a new run)")
     t.add_argument("--quiet", action="store_true",
                    help="no progress bar nor set-up lines; the closing summary is printed")
     t.add_argument("--dtype", choices=list(DTYPE_CHOICES), default=None,

@@ -172,3 +172,15 @@ def test_the_docstring_lists_every_field_with_its_rule_and_default():
     assert "lr (a finite number ≥ 0; default 0.0003): peak learning rate of the LoRA matrices" in doc
     assert "grad_clip (a finite number > 0; default 1.0):" in doc
     assert "optim (:class:`OptimConfig`): the optimizer" in TrainConfig.__doc__
+
+
+def test_a_resumed_run_drops_the_last_sessions_stop_after_and_keeps_its_budget(tmp_path):
+    """``stop_after`` binds one session: a run saved with ``stop_after=50`` and ``max_minutes=100`` resumes without
+    the stop (unless given again) and with the same ``max_minutes``; the recipe stays."""
+    from kevlike.training.config import resume_config
+    cfg = load_config(None, ["stop_after=50", "max_minutes=100", "optim.lr=3e-4"])
+    save_run_config(cfg, tmp_path)
+    back = resume_config(tmp_path)
+    assert back.stop_after is None and back.max_minutes == 100 and back.optim.lr == 3e-4
+    assert resume_config(tmp_path, ["stop_after=7"]).stop_after == 7
+    assert resume_config(tmp_path, ["max_minutes=5"]).max_minutes == 5

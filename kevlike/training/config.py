@@ -137,17 +137,22 @@ and its memory, never its recipe (data, model, optimizer, ``max_steps``, which s
 schedule)."""
 
 
+SESSION_KEYS = ("stop_after",)
+"""The keys that bind one session only: a resumed run starts without them unless its overrides give them again
+(a run stopped by ``stop_after=50`` does not stop 50 steps into every later session)."""
+
+
 def resume_config(run_dir: str | Path, overrides: list[str] = ()) -> TrainConfig:
-    """:func:`load_run_config` with ``overrides`` (``key=value``) of :data:`RESUME_KEYS` applied.
+    """:func:`load_run_config` without :data:`SESSION_KEYS`, with ``overrides`` (``key=value``) of
+    :data:`RESUME_KEYS` applied.
 
     Raises:
         ConfigError: an override of another key (named, with the keys allowed), or a bad value (the field named).
         FileNotFoundError: no ``config.yaml`` in ``run_dir``.
     """
-    cfg = load_run_config(run_dir)
-    if not overrides:
-        return cfg
-    raw = cfg.to_dict()
+    raw = load_run_config(run_dir).to_dict()
+    for key in SESSION_KEYS:
+        raw[key] = None
     for item in overrides:
         parts, value = parse_override(item)
         key = ".".join(parts)
