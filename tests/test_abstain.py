@@ -380,7 +380,10 @@ def test_server_threshold_models_recorder_and_report(tmp_path):
 
     from test_feedback import call, running
 
+    from kevlike.model.temperatures import TemperatureTable
+
     eng = make_engine(abstain=True, abstain_above=0.5)
+    eng.temperatures = TemperatureTable(by_type={"abstain": 2.0}, abstain_bias=0.5)   # served Platt-scaled
     plain = make_engine()
     plain.name = "plain"
     store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.db'}")
@@ -408,6 +411,11 @@ def test_server_threshold_models_recorder_and_report(tmp_path):
         st, _, rep = call(port, "GET", "/v1/feedback/report")
     recs = {r["question"]: r for r in store.records()}
     assert recs["anger"]["cannot_tell"] and recs["team"]["x_abstain"] == pytest.approx(x["team"], abs=1e-6)
+    # the recorded scaling gives back the raw logit the answer was served from (what `recalibrate` refits)
+    prepared = eng.prepare(body).request
+    _, raw = eng.question_outputs([eng.encode(prepared)])
+    for q, a in zip(prepared.questions, raw[0]):
+        assert recs[q.id]["abstain_logit"] == pytest.approx(float(a), abs=1e-4)
     ab = rep["overall"]["abstention"]
     assert rep["overall"]["outcomes"] == 2 and ab["n"] == 4 and ab["n_cannot_tell"] == 2 and "curve" not in ab
     assert ab["auroc"] == auroc([x["urgent"], x["team"], x["anger"], x["lazy"]], [False, False, True, True])

@@ -125,6 +125,11 @@ def test_profile_fits_x_abstain_platt_scaling_with_a_known_optimum(tmp_path, cap
     eng = Engine.from_pretrained(art, profile="ops")
     assert eng.abstain_probability(2.0) == pytest.approx(0.9, rel=1e-5)
     assert eng.abstain_probability(-2.0) == pytest.approx(0.5, rel=1e-5)
+    # a profile fits on all of the user's questions, also those never "cannot tell" (their share is the user's)
+    never = [{"source": "team", "type": "noul", "logits": [2.0, 0.0], "gold": 0, "abstain_logit": -6.0}] * 100
+    _, fit = fit_profile(str(art), "hand-made records", "ops2", min_count=50, quiet=True,
+                         records=[{**r, "source": "warranty"} for r in recs] + never)
+    assert fit["types"]["abstain"]["n"] == 300 and fit["types"]["abstain"]["cannot_tell"] == 140
 
 
 def test_shipped_model_profiles_live_under_kevlike_home(tmp_path, monkeypatch):

@@ -225,7 +225,8 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     own = load_temperatures(engine.artifact_dir)
     table, fit = fit_table(records, min_count, f"profile {profile!r}: fitted on {data} "
                                                f"({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}); "
-                                               f"elsewhere the model's own temperatures", base=own)
+                                               f"elsewhere the model's own temperatures", base=own,
+                   abstain_where_asked=False)   # the file's own share of "cannot tell", over all its questions
     if getattr(engine, "dtype", None) is not None:       # the precision the logits were computed in
         fit["dtype"] = f"{engine.dtype} ({engine.dtype_reason})"
     path = save_profile(engine.artifact_dir, engine.name.split("@")[0], profile, table, fit)

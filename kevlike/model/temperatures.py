@@ -338,13 +338,15 @@ def fit_abstain(logits: list[float], cannot_tell: list[bool], lo: float = T_MIN,
 
 
 def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "fitted",
-              base: TemperatureTable | None = None) -> tuple[TemperatureTable, dict]:
+              base: TemperatureTable | None = None, abstain_where_asked: bool = True) -> tuple[TemperatureTable, dict]:
     """Temperatures per (type, K-bucket) from held-out records (``{"type", "logits", "gold"}``), and the
     abstention's Platt scaling (:func:`fit_abstain`: ``by_type["abstain"]`` and ``abstain_bias``) from the records
     that carry ``abstain_logit`` (a model with
     the ``x_abstain`` capability) and come from a source family (``source`` up to its first "/") that has
     "cannot tell" records (``"cannot_tell": true``): fitted when at least ``min_count`` of them are there, with
-    both kinds. "Cannot tell" records take no part in the option fits.
+    both kinds. "Cannot tell" records take no part in the option fits. ``abstain_where_asked=False`` fits the
+    abstention on every record that carries a logit instead: a user's own file or served outcomes, whose share of
+    unanswerable questions is the one x_abstain should reflect.
 
     Fallbacks, recorded in the returned report: a bucket with fewer than ``min_count`` questions,
     no errors, or a fit that lands on a search bound (:func:`at_bound`) gets no entry (its type's temperature
@@ -365,7 +367,7 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
         return str(r.get("source", "")).split("/")[0]
 
     asked = {family(r) for r in abst if r.get("cannot_tell")}
-    abst = [r for r in abst if family(r) in asked] if asked else abst
+    abst = [r for r in abst if family(r) in asked] if asked and abstain_where_asked else abst
     records = [r for r in records if not r.get("cannot_tell")]
     groups, types = defaultdict(list), defaultdict(list)
     for r in records:

@@ -192,7 +192,8 @@ class FeedbackStore:
 
     def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> None:
         """Store one answered request; ``answers``: ``{"question_id", "type", "probabilities", "temperature",
-        "option_keys"}`` each, and ``x_abstain`` for a model with the capability. A request id seen before is replaced (a client that reuses ids gets the
+        "option_keys"}`` each, and for a model with the capability ``x_abstain`` and ``abstain_scaling`` (``[T, bias]``
+        it was served with, so that :meth:`records` recovers its logit). A request id seen before is replaced (a client that reuses ids gets the
         latest request, and its earlier outcomes are dropped with it).
 
         Raises:
@@ -200,7 +201,7 @@ class FeedbackStore:
             ValueError: a probability or temperature that is not a finite number (nothing written).
         """
         for a in answers:
-            extra = [a["x_abstain"]] if a.get("x_abstain") is not None else []
+            extra = [a["x_abstain"], *a.get("abstain_scaling", ())] if a.get("x_abstain") is not None else []
             if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in [*a["probabilities"], a["temperature"], *extra]):
                 raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: probabilities and temperature "
                                  f"must be finite numbers, got {a['probabilities']!r} at T = {a['temperature']!r}")
@@ -217,10 +218,13 @@ class FeedbackStore:
             if answers:
                 conn.execute(answers_table.insert(), [{
                     "request_id": request_id, "question_id": a["question_id"], "type": a["type"],
-                    # with x_abstain the column holds {"probabilities": [...], "x_abstain": x} (no schema change:
-                    # a store written before, or by a model without it, keeps the plain list)
+                    # with x_abstain the column holds {"probabilities": [...], "x_abstain": x, "abstain_scaling":
+                    # [T, bias]} (no schema change: a store written before, or by a model without it, keeps the
+                    # plain list)
                     "probabilities": json.dumps(a["probabilities"] if a.get("x_abstain") is None else
-                                                {"probabilities": a["probabilities"], "x_abstain": a["x_abstain"]},
+                                                {"probabilities": a["probabilities"], "x_abstain": a["x_abstain"],
+                                                 **({"abstain_scaling": list(a["abstain_scaling"])}
+                                                    if a.get("abstain_scaling") else {})},
                                                 allow_nan=False),
                     "temperature": float(a["temperature"]),
                     "option_keys": json.dumps(a["option_keys"])} for a in answers])
@@ -265,7 +269,9 @@ class FeedbackStore:
 
     def records(self, model: str | None = None) -> list[dict]:
         """Every answered question with an outcome, as metric records (:mod:`kevlike.metrics`:
-        ``type``, ``probs``, ``gold``, ``target``; plus ``logits = T · log p``, ``question``, ``model``).
+        ``type``, ``probs``, ``gold``, ``target``; plus ``logits = T · log p``, ``question``, ``model``; for an answer
+        with ``x_abstain``, that and, where its scaling was recorded, ``abstain_logit = T · (logit(x) − bias)``,
+        the logit :func:`~kevlike.model.temperatures.fit_table` refits it from).
         ``model``: only requests answered by exactly this model name or one of its profiles (``model@NAME``;
         case-exact, no wildcards: :func:`model_filter`). Rows whose temperature or probabilities are not
         finite (none are written now; older stores may hold them) are left out.
@@ -284,9 +290,9 @@ class FeedbackStore:
             rows = conn.execute(q).all()
         for r in rows:
             p = json.loads(r.probabilities)
-            x_abstain = None
+            x_abstain = scaling = None
             if isinstance(p, dict):                 # recorded with x_abstain (FeedbackStore.record)
-                p, x_abstain = p["probabilities"], p.get("x_abstain")
+                p, x_abstain, scaling = p["probabilities"], p.get("x_abstain"), p.get("abstain_scaling")
             t = json.loads(r.target)
             # SQLite stores a NaN as NULL: a temperature of None is a NaN an older version recorded
             if r.temperature is None or not math.isfinite(r.temperature) or not all(math.isfinite(x) for x in p):
@@ -299,6 +305,9 @@ class FeedbackStore:
                        logits=[r.temperature * math.log(max(x, 1e-30)) for x in p])
             if x_abstain is not None:
                 rec["x_abstain"] = x_abstain
+                if scaling is not None:             # the logit it was served from: x = sigmoid(a / T + bias)
+                    x = min(max(x_abstain, 1e-12), 1 - 1e-12)
+                    rec["abstain_logit"] = scaling[0] * (math.log(x / (1 - x)) - scaling[1])
             out.append(rec)
         return out
 
