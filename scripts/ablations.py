@@ -18,6 +18,9 @@ removing an ingredient from a model already trained with it measures mostly noth
                 twins, no negation frames
 ``no_augment``  ``augment=false`` on every family source: one wording per family, word keys, no
                 descriptions, no distractor options
+``abstain``     the reverse of a removal: adds x_abstain's none key (``head.abstain=true``, ``loss.abstain=1``) and
+                its two sources (``abstain_docs`` 0.08, ``abstain_snli`` 0.06: about 6 % of the reading mix's
+                draws), to measure whether the abstention data costs answerable accuracy (issue 33)
 ``start``       (``--variants start``) no training: the starting model itself, the table's baseline
 ==============  =====================================================================================
 
@@ -69,7 +72,7 @@ from kevlike.training.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "configs" / "negation.yaml")
-VARIANTS = ("full", "no_perm", "no_ord", "ce_only", "no_negation", "no_augment")
+VARIANTS = ("full", "no_perm", "no_ord", "ce_only", "no_negation", "no_augment", "abstain")
 
 
 def overrides(variant: str, steps: int, out: Path, tasks: dict, start: str = "runs/stage2",
@@ -88,7 +91,9 @@ def overrides(variant: str, steps: int, out: Path, tasks: dict, start: str = "ru
     family = [t for t in tasks if not t.startswith("sys1_")]          # sys1bench rows are typed requests
     change = {"full": [], "no_perm": ["loss.perm=0"], "no_ord": ["loss.ord=0"], "ce_only": ["loss.perm=0", "loss.ord=0"],
               "no_negation": [f"tasks.{t}.negation=false" for t in family],
-              "no_augment": [f"tasks.{t}.augment=false" for t in family]}
+              "no_augment": [f"tasks.{t}.augment=false" for t in family],
+              "abstain": ["head.abstain=true", "loss.abstain=1.0", "tasks.abstain_docs.weight=0.08",
+                          "tasks.abstain_snli.weight=0.06"]}
     if variant == "start":
         if not start:
             raise ValueError("the start variant needs a --start model: the suite scores pointer heads, and a bare "

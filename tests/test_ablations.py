@@ -19,6 +19,13 @@ def test_variants_share_the_budget_and_differ_in_one_change(tmp_path):
         assert [x for x in o if not x.startswith("name=")] == [x for x in full if not x.startswith("name=")] + change
     assert "max_steps=150" in full and "optim.head_lr=0.00025" in full and "init_from=kevlike/models/default" in full
     assert overrides("start", 150, tmp_path, tasks, "x") == []
+    # the abstention arm adds the none key and its two sources at ~6 % of the reading mix; the config loads
+    from kevlike.training.config import load_config
+    reading = Path(__file__).resolve().parents[1] / "configs" / "reading.yaml"
+    cfg = load_config(str(reading), overrides("abstain", 150, tmp_path, tasks, "kevlike/models/default", 1e-4))
+    share = (cfg.tasks["abstain_docs"]["weight"] + cfg.tasks["abstain_snli"]["weight"]) / sum(
+        t["weight"] for t in cfg.tasks.values())
+    assert cfg.head.abstain and cfg.loss.abstain == 1.0 and 0.05 < share < 0.07
     with pytest.raises(ValueError, match="unknown variant"):
         overrides("no_such", 150, tmp_path, tasks)
 
