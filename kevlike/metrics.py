@@ -28,7 +28,11 @@ to answerable questions), :func:`abstention`:
   ascending order (with distinct values, the mean of the risk at coverage 1/N … N/N); lower is better;
 * coverage at ≤ 5 % error — the largest coverage whose risk is ≤ 0.05 (0 when none is);
 * AUROC of ``x_abstain`` for "cannot tell" vs answerable (Mann–Whitney, ties count ½) and the ECE of
-  ``x_abstain`` as a yes/no probability (as noul's, 10 bins), when both kinds are present.
+  ``x_abstain`` as a yes/no probability (as noul's, 10 bins), when both kinds are present;
+* the same curve, AURC and coverage ranked by **P(right)** ``= (1 − x_abstain) · max_k p_k`` instead (answer when
+  P(right) > t): the probability that the question is answerable *and* the top option right, when both parts
+  are calibrated. ``x_abstain`` alone ranks "cannot tell"; P(right) also ranks the errors on answerable
+  questions, which is what selective answering on pages needs.
 """
 
 from __future__ import annotations
@@ -109,18 +113,39 @@ def _correct(r: dict) -> bool:
     return not r.get("cannot_tell") and _top(r)[0] == r["gold"]
 
 
-def risk_coverage(records: list[dict]) -> list[dict]:
-    """The risk–coverage curve (module docstring) of records with ``x_abstain``: one point per distinct
-    ``x_abstain`` value, ascending, ``{"threshold", "coverage", "accuracy", "risk"}``, where ``threshold`` is the
-    largest ``x_abstain`` answered (answer iff ``x_abstain ≤ threshold``, i.e. ``< t`` for any t just above it)."""
-    order = sorted(records, key=lambda r: r["x_abstain"])
+def p_right(r: dict) -> float:
+    """P(right) of a record with ``x_abstain``: ``(1 − x_abstain) · max_k p_k`` (module docstring)."""
+    return (1.0 - r["x_abstain"]) * max(r["probs"])
+
+
+def risk_coverage(records: list[dict], by: str = "x_abstain") -> list[dict]:
+    """The risk–coverage curve (module docstring) of records with ``x_abstain``: ``{"threshold", "coverage",
+    "accuracy", "risk"}`` per distinct value of the ranking score. ``by="x_abstain"``: ascending ``x_abstain``,
+    ``threshold`` the largest one answered (answer iff ``x_abstain ≤ threshold``); ``by="p_right"``: descending
+    :func:`p_right`, ``threshold`` the smallest one answered (answer iff ``P(right) ≥ threshold``).
+
+    Raises:
+        ValueError: another ``by``."""
+    if by not in ("x_abstain", "p_right"):
+        raise ValueError(f"by must be 'x_abstain' or 'p_right', got {by!r}")
+    score = (lambda r: r["x_abstain"]) if by == "x_abstain" else (lambda r: -p_right(r))
+    order = sorted(records, key=score)
     n, out, correct = len(order), [], 0
     for i, r in enumerate(order, 1):
         correct += int(_correct(r))
-        if i == n or order[i]["x_abstain"] != r["x_abstain"]:
-            out.append({"threshold": r["x_abstain"], "coverage": i / n, "accuracy": correct / i,
-                        "risk": 1 - correct / i})
+        if i == n or score(order[i]) != score(r):
+            out.append({"threshold": abs(score(r)) if by == "p_right" else score(r), "coverage": i / n,
+                        "accuracy": correct / i, "risk": 1 - correct / i})
     return out
+
+
+def _area_and_coverage(curve: list[dict], budget: float) -> tuple[float, float]:
+    """``(AURC, coverage at ≤ budget risk)`` of a :func:`risk_coverage` curve."""
+    area, prev = 0.0, 0.0
+    for pt in curve:
+        area += (pt["coverage"] - prev) * pt["risk"]
+        prev = pt["coverage"]
+    return area, max((pt["coverage"] for pt in curve if pt["risk"] <= budget + 1e-12), default=0.0)
 
 
 def auroc(scores: list[float], positive: list[bool]) -> float | None:
@@ -159,21 +184,20 @@ def abstention(records: list[dict], budget: float = 0.05) -> dict:
     ``n_cannot_tell``, ``curve`` (:func:`risk_coverage`, thinned to at most :data:`CURVE_POINTS` of its points, evenly
     spaced in order, first and last kept: every figure here is computed on the whole curve), ``aurc``, ``coverage_at_5pct`` (at ``budget``),
     ``accuracy_all`` (answering everything), ``nll`` (mean binary log loss of ``x_abstain`` against "cannot tell",
-    nats), ``auroc`` and ``ece`` (None without both kinds) with ``ece_bins``."""
+    nats), ``auroc`` and ``ece`` (None without both kinds) with ``ece_bins``; ``aurc_p_right`` and
+    ``coverage_at_5pct_p_right``: the same two figures ranked by :func:`p_right`."""
     rs = [r for r in records if r.get("x_abstain") is not None]
     if not rs:
         return {"n": 0}
     curve = risk_coverage(rs)
-    area, prev = 0.0, 0.0
-    for pt in curve:
-        area += (pt["coverage"] - prev) * pt["risk"]
-        prev = pt["coverage"]
-    cov = max((pt["coverage"] for pt in curve if pt["risk"] <= budget + 1e-12), default=0.0)
+    area, cov = _area_and_coverage(curve, budget)
+    area_right, cov_right = _area_and_coverage(risk_coverage(rs, by="p_right"), budget)
     flags = [bool(r.get("cannot_tell")) for r in rs]
     bce = -sum(math.log(max(r["x_abstain"] if f else 1 - r["x_abstain"], 1e-12)) for r, f in zip(rs, flags)) / len(rs)
     out = {"n": len(rs), "n_cannot_tell": sum(flags), "aurc": area, "coverage_at_5pct": cov, "nll": bce,
            "accuracy_all": curve[-1]["accuracy"], "auroc": auroc([r["x_abstain"] for r in rs], flags),
-           "ece": None, "ece_bins": None, "curve": thin_curve(curve)}
+           "ece": None, "ece_bins": None, "curve": thin_curve(curve), "aurc_p_right": area_right,
+           "coverage_at_5pct_p_right": cov_right}
     if 0 < sum(flags) < len(rs):
         binary = [{"probs": [r["x_abstain"], 1 - r["x_abstain"]], "gold": 0 if f else 1} for r, f in zip(rs, flags)]
         e, bins = ece(binary)

@@ -267,6 +267,27 @@ def test_risk_coverage_figures_by_hand():
     assert s["n"] == 4 and s["accuracy"] == 0.75 and s["abstention"]["n"] == 6
 
 
+def test_risk_coverage_by_p_right_by_hand():
+    """P(right) = (1 − x_abstain) · max p ranks errors on answerable questions too. Five questions:
+    a (x 0.1, top 0.6, right) 0.54; b (0.2, 0.99, right) 0.792; c (0.3, 0.55, wrong) 0.385; d (0.5, 0.9, "cannot
+    tell") 0.45; e (0.4, 0.95, right) 0.57. By P(right): b e a d c, accuracy 1 1 1 3/4 3/5; by x_abstain: a b c e d,
+    accuracy 1 1 2/3 3/4 3/5."""
+    def rec(x, top, ok, ct=False):
+        return {"type": "noul", "probs": [top, 1 - top], "gold": 0 if ok else 1, "x_abstain": x,
+                **({"cannot_tell": True} if ct else {})}
+    rs = [rec(0.1, 0.6, True), rec(0.2, 0.99, True), rec(0.3, 0.55, False), rec(0.5, 0.9, True, ct=True),
+          rec(0.4, 0.95, True)]
+    curve = risk_coverage(rs, by="p_right")
+    assert [round(p["threshold"], 6) for p in curve] == [0.792, 0.57, 0.54, 0.45, 0.385]
+    assert [p["accuracy"] for p in curve] == pytest.approx([1, 1, 1, 3 / 4, 3 / 5])
+    a = abstention(rs)
+    assert a["coverage_at_5pct_p_right"] == pytest.approx(3 / 5) and a["coverage_at_5pct"] == pytest.approx(2 / 5)
+    assert a["aurc_p_right"] == pytest.approx((1 / 4 + 2 / 5) / 5)
+    assert a["aurc"] == pytest.approx((1 / 3 + 1 / 4 + 2 / 5) / 5)
+    with pytest.raises(ValueError, match="by must be"):
+        risk_coverage(rs, by="confidence")
+
+
 def test_eval_data_reports_abstention_on_a_labelled_file(eng, tmp_path):
     from kevlike.eval.owndata import evaluate_data
     f = tmp_path / "mine.jsonl"
