@@ -369,6 +369,41 @@ def test_platt_scaling_recovers_a_known_logistic_model_and_beats_a_temperature_a
         fit_abstain(a, [False] * len(a))
 
 
+def test_degenerate_abstention_fits_fall_back_instead_of_serving_a_step_or_a_random_slope():
+    """Logits separated far from 0 drive the bias to its bound (a near step function): a bound hit, not a fit.
+    Equal logits rank nothing: any T fits equally, so none is served. A NaN logit is named."""
+    from kevlike.model.temperatures import fit_table
+    def mk(a, ct=False):
+        return {"source": "s", "type": "noul", "logits": [1.0, 0.0], "gold": 0, "abstain_logit": a,
+                **({"cannot_tell": True} if ct else {})}
+    separable = [mk(5 - 4 * i / 39) for i in range(40)] + [mk(7 + 4 * i / 9, True) for i in range(10)]
+    for recs, why in ((separable, "bias bound"), ([mk(5.0, i % 3 == 0) for i in range(60)], "all abstention logits are equal"),
+                      ([mk(float("nan"), True)] + [mk(i / 10, i % 2 == 0) for i in range(59)], "not a finite number")):
+        table, report = fit_table(recs, min_count=50)
+        assert "abstain" not in table.by_type and table.abstain_bias == 0.0
+        assert why in report["types"]["abstain"]["fallback"]
+    assert fit_table(separable, min_count=50)[1]["bound_hits"] == ["abstain"]
+
+
+def test_calibrate_serves_what_it_reports_when_the_abstention_fit_falls_back(tmp_path):
+    """A refit whose abstention fit falls back replaces the file's old scaling (as any type fitted in the call
+    does), so the report's "T = 1, bias 0" is what is served."""
+    from kevlike.eval.calibration import calibrate_artifact
+    from kevlike.model.modeldir import load_temperatures, save_calibration
+    from kevlike.model.temperatures import TemperatureTable
+    art = tmp_path / "a"
+    art.mkdir()
+    (art / "kevlike.json").write_text(json.dumps({"format": 1, "training": {"config": {"tasks": {"banking77": {}}}}}))
+    save_calibration(art, TemperatureTable(by_type={"abstain": 0.5}, abstain_bias=4.0))
+    rows = [{"source": "x/t", "type": "noul", "logits": [0.1 * i, 0.0], "gold": 0, "abstain_logit": 2.0,
+             "cannot_tell": i % 2 == 0} for i in range(150)]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = calibrate_artifact(art, records_path=tmp_path / "r.jsonl", quiet=True, out=str(tmp_path))
+    served = load_temperatures(art)
+    assert "fallback" in report["types"]["abstain"] and "abstain" not in served.by_type
+    assert served.abstain_bias == 0.0 and served.abstain_probability(2.0) == pytest.approx(1 / (1 + math.exp(-2.0)))
+
+
 def test_abstain_bias_is_served_saved_checked_and_falls_back_with_its_temperature(tmp_path):
     """x_abstain = sigmoid(a / T + bias) at serve time; the bias survives a calibration file's round trip, is
     refused when not finite, and a profile without its own abstention fit keeps the model's bias with its T."""
@@ -437,6 +472,15 @@ def test_server_threshold_models_recorder_and_report(tmp_path):
     _, raw = eng.question_outputs([eng.encode(prepared)])
     for q, a in zip(prepared.questions, raw[0]):
         assert recs[q.id]["abstain_logit"] == pytest.approx(float(a), abs=1e-4)
+    # served in float64, x_abstain gives its logit back far into the tails (float32 rounded to 1 above +16.6)
+    for a in (-600.0, -40.0, 13.0, 20.0, 30.0):
+        xa = eng.temperatures.abstain_probability(a)
+        assert 2.0 * (math.log(xa) - math.log1p(-xa) - 0.5) == pytest.approx(a, abs=1e-3)
+    for bad in ([2.0], [0.0, 1.0], [1.0, float("nan")], "x"):
+        with pytest.raises(ValueError, match="abstain_scaling"):
+            store.record("r9", eng.name, [{"question_id": "q", "type": "noul", "probabilities": [0.5, 0.5],
+                                           "temperature": 1.0, "option_keys": ["yes", "no"], "x_abstain": 0.3,
+                                           "abstain_scaling": bad}])
     ab = rep["overall"]["abstention"]
     assert rep["overall"]["outcomes"] == 2 and ab["n"] == 4 and ab["n_cannot_tell"] == 2 and "curve" not in ab
     assert ab["auroc"] == auroc([x["urgent"], x["team"], x["anger"], x["lazy"]], [False, False, True, True])

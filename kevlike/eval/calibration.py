@@ -95,13 +95,14 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if not table.by_type and not table.by_bucket:
         table = TemperatureTable(source=f"T = 1 everywhere: no type could be fitted (too few validation questions "
                                         f"with errors, or a fit at a search bound) ({counts})")
-    fitted = {r["type"] for r in records}
+    fitted = {r["type"] for r in records} | ({"abstain"} if "abstain" in report["types"] else set())
+    # (a type fitted in this call replaces the file's, a fallback included: the report says what is served)
     if model_dir.calibration_path.is_file():  # keep the temperatures of types not fitted in this call
 
         old = load_temperatures(artifact)
         table = _replace(table, by_type={**{k: v for k, v in old.by_type.items() if k not in fitted}, **table.by_type},
                          by_bucket={**{k: v for k, v in old.by_bucket.items() if k[0] not in fitted}, **table.by_bucket},
-                         abstain_bias=table.abstain_bias if "abstain" in table.by_type else old.abstain_bias)
+                         abstain_bias=table.abstain_bias if "abstain" in fitted else old.abstain_bias)
     for t, e in report["types"].items():  # accuracy at T = 1 (the argmax does not depend on T)
         rs = [r for r in records if r["type"] == t and not r.get("cannot_tell")]
         if not rs:                        # the abstention temperature's entry (no options)

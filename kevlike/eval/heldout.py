@@ -128,7 +128,7 @@ def comparison_protocol(records: list[dict]) -> dict:
 
 def rescore(records: list[dict], table) -> list[dict]:
     """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table, and
-    (records with ``abstain_logit``) ``x_abstain = sigmoid(a / T_abstain)`` (logits do not depend on
+    (records with ``abstain_logit``) ``x_abstain = sigmoid(a / T_abstain + bias)`` (logits do not depend on
     temperatures, so no forward pass is needed)."""
 
     out = []

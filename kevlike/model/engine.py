@@ -379,8 +379,8 @@ class Engine:
         return logits, [pool_abstain(enc, z[b].cpu(), z_none[b].cpu()) for b, enc in enumerate(encoded)]
 
     def abstain_probability(self, a: torch.Tensor | float) -> float:
-        """``x_abstain = sigmoid(a / T_abstain)`` of an uncalibrated abstention logit ``a``; ``T_abstain`` is the
-        temperature table's ``abstain`` entry (1 when not fitted)."""
+        """``x_abstain = sigmoid(a / T_abstain + bias)`` of an uncalibrated abstention logit ``a``: the temperature
+        table's Platt scaling (:meth:`~kevlike.model.temperatures.TemperatureTable.abstain_probability`)."""
         return self.temperatures.abstain_probability(a)
 
     # -- public API ------------------------------------------------------------------------

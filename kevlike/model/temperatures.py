@@ -109,7 +109,7 @@ class TemperatureTable:
             check_temperature(f"by_bucket[{t}/{b}]", v)
         if not isinstance(self.source, str):
             raise ProfileError(f"source must be a string, got {self.source!r}")
-        check_bias("abstain_bias", self.abstain_bias)
+        object.__setattr__(self, "abstain_bias", check_bias("abstain_bias", self.abstain_bias))
 
     def to_json(self) -> dict:
         """The calibration-file form (``calibration.json``, ``profiles/NAME.json``), without the fit report;
@@ -166,10 +166,11 @@ class TemperatureTable:
             raise ProfileError(f"{where}: {e}") from None
 
     def abstain_probability(self, a: torch.Tensor | float) -> float:
-        """``x_abstain = sigmoid(a / T_abstain + abstain_bias)`` (a probability, computed in float32) of an
-        uncalibrated abstention logit ``a``; ``T_abstain`` is this table's ``abstain`` entry (1 when not fitted),
-        ``abstain_bias`` 0 when not fitted."""
-        z = torch.as_tensor(a, dtype=torch.float32) / self.lookup("abstain", 2) + self.abstain_bias
+        """``x_abstain = sigmoid(a / T_abstain + abstain_bias)`` (a probability) of an uncalibrated abstention
+        logit ``a``; ``T_abstain`` is this table's ``abstain`` entry (1 when not fitted), ``abstain_bias`` 0 when not
+        fitted. Computed in float64, so that the logit can be read back from the probability (the outcome store
+        does) for ``a / T + bias`` from about −700 to +36; float32 would round to 1 above +16.6."""
+        z = torch.as_tensor(a, dtype=torch.float64) / self.lookup("abstain", 2) + self.abstain_bias
         return float(torch.sigmoid(z))
 
     def lookup(self, qtype: str, k: int, option_mode: str = "list") -> float:
@@ -420,9 +421,19 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
         a, y = [r["abstain_logit"] for r in abst], [bool(r.get("cannot_tell")) for r in abst]
         entry = {"n": len(abst), "cannot_tell": sum(y), "nll_t1": abstain_nll_at(a, y, 1.0)}
         why = "too few questions, or not both \"cannot tell\" and answerable ones"
-        if len(abst) >= min_count and 0 < sum(y) < len(y):
+        if not all(math.isfinite(x) for x in a):
+            why = "an abstention logit is not a finite number"
+        elif len(set(a)) < 2:
+            why = "all abstention logits are equal: they rank nothing, so no slope is determined"
+        elif len(abst) >= min_count and 0 < sum(y) < len(y):
             t, b = fit_abstain(a, y)
-            if (side := at_bound(t)) is None:
+            side = at_bound(t)
+            if side is None and abs(b) >= BIAS_LIMIT - BOUND_TOLERANCE:
+                why = (f"fit hit the bias bound ({b:+g}, fitted T = {t:.4g}): not enough information (the two "
+                       f"kinds are separated far from logit 0)")
+                entry.update(bound="bias", fitted_at_bound=t, bias_at_bound=b)
+                report["bound_hits"].append("abstain")
+            elif side is None:
                 by_type["abstain"], bias = t, b
                 entry.update(temperature=t, bias=b, nll_fitted=abstain_nll_at(a, y, t, b))
             else:

@@ -201,10 +201,17 @@ class FeedbackStore:
             ValueError: a probability or temperature that is not a finite number (nothing written).
         """
         for a in answers:
-            extra = [a["x_abstain"], *a.get("abstain_scaling", ())] if a.get("x_abstain") is not None else []
-            if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in [*a["probabilities"], a["temperature"], *extra]):
+            if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in [*a["probabilities"], a["temperature"]]):
                 raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: probabilities and temperature "
                                  f"must be finite numbers, got {a['probabilities']!r} at T = {a['temperature']!r}")
+            x, scaling = a.get("x_abstain"), a.get("abstain_scaling")
+            if x is not None and not (isinstance(x, (int, float)) and 0 <= x <= 1):
+                raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: x_abstain must be a "
+                                 f"probability, got {x!r}")
+            if scaling is not None and not (isinstance(scaling, (list, tuple)) and len(scaling) == 2 and all(
+                    isinstance(v, (int, float)) and math.isfinite(v) for v in scaling) and scaling[0] > 0):
+                raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: abstain_scaling must be "
+                                 f"[T > 0, bias], finite numbers, got {scaling!r}")
         self._retrying(self._record, request_id, model, answers, state)
 
     def _record(self, request_id: str, model: str, answers: list[dict], state: str | None) -> None:
@@ -306,8 +313,9 @@ class FeedbackStore:
             if x_abstain is not None:
                 rec["x_abstain"] = x_abstain
                 if scaling is not None:             # the logit it was served from: x = sigmoid(a / T + bias)
-                    x = min(max(x_abstain, 1e-12), 1 - 1e-12)
-                    rec["abstain_logit"] = scaling[0] * (math.log(x / (1 - x)) - scaling[1])
+                    # (served in float64: exact for a / T + bias from about -700 to +36; 0 and 1 are clamped there)
+                    x = min(max(x_abstain, 1e-300), 1 - 2 ** -52)
+                    rec["abstain_logit"] = scaling[0] * (math.log(x) - math.log1p(-x) - scaling[1])
             out.append(rec)
         return out
 
