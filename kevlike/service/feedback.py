@@ -198,7 +198,8 @@ class FeedbackStore:
 
         Raises:
             StoreBusy: the store stayed locked past the busy timeout, or is unreachable (nothing written).
-            ValueError: a probability or temperature that is not a finite number (nothing written).
+            ValueError: a probability or temperature that is not a finite number, an ``x_abstain`` outside [0, 1] or
+                an ``abstain_scaling`` that is not ``[T > 0, bias]`` of finite numbers (nothing written).
         """
         for a in answers:
             if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in [*a["probabilities"], a["temperature"]]):
