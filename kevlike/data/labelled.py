@@ -33,6 +33,7 @@ number and the field.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from dataclasses import dataclass
@@ -86,8 +87,10 @@ def answer_target(question: Question, answer) -> list[float]:
         out = [0.0] * K
         for k, v in answer.items():
             if k not in keys:
+                hint = (' (did you mean {"cannot_tell": true}?)' if isinstance(k, str) and k not in keys and
+                        difflib.SequenceMatcher(None, k.lower(), "cannot_tell").ratio() >= 0.7 else "")
                 raise ValueError(f"{k!r} is not an answer of this {question.type} question (answers: "
-                                 f"{', '.join(keys[:10])}{' …' if K > 10 else ''})")
+                                 f"{', '.join(keys[:10])}{' …' if K > 10 else ''}){hint}")
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"probability of {k!r} must be a number >= 0, got {v!r}")
             out[keys.index(k)] = float(v)
