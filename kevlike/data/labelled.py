@@ -87,7 +87,7 @@ def answer_target(question: Question, answer) -> list[float]:
         out = [0.0] * K
         for k, v in answer.items():
             if k not in keys:
-                hint = (' (did you mean {"cannot_tell": true}?)' if isinstance(k, str) and k not in keys and
+                hint = (' (did you mean {"cannot_tell": true}?)' if isinstance(k, str) and
                         difflib.SequenceMatcher(None, k.lower(), "cannot_tell").ratio() >= 0.7 else "")
                 raise ValueError(f"{k!r} is not an answer of this {question.type} question (answers: "
                                  f"{', '.join(keys[:10])}{' …' if K > 10 else ''}){hint}")

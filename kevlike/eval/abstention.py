@@ -56,13 +56,14 @@ def risk_coverage_plot(records: list[dict], out: Path, group: str = "source") ->
     for r in rs:
         groups.setdefault(r.get(group, "?"), []).append(r)
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for name, part in [("all", rs)] + sorted(groups.items(), key=lambda kv: -len(kv[1]))[:8]:
-        curve = risk_coverage(part)
+
+    def draw(curve, **style):   # accuracy against coverage, a step at each threshold, from coverage 0
         ax.plot([0.0] + [p["coverage"] for p in curve], [curve[0]["accuracy"]] + [p["accuracy"] for p in curve],
-                lw=2 if name == "all" else 1, label=f"{name} (n = {len(part)})", drawstyle="steps-pre")
-    curve = risk_coverage(rs, by="p_right")
-    ax.plot([0.0] + [p["coverage"] for p in curve], [curve[0]["accuracy"]] + [p["accuracy"] for p in curve], lw=2,
-            ls=":", color="black", label=f"all, answer when P(right) > t (n = {len(rs)})", drawstyle="steps-pre")
+                drawstyle="steps-pre", **style)
+    for name, part in [("all", rs)] + sorted(groups.items(), key=lambda kv: -len(kv[1]))[:8]:
+        draw(risk_coverage(part), lw=2 if name == "all" else 1, label=f"{name} (n = {len(part)})")
+    draw(risk_coverage(rs, by="p_right"), lw=2, ls=":", color="black",
+         label=f"all, answer when P(right) > t (n = {len(rs)})")
     ax.axhline(0.95, ls="--", color="grey", lw=1)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.01)

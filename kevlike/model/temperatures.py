@@ -165,12 +165,19 @@ class TemperatureTable:
         except ProfileError as e:
             raise ProfileError(f"{where}: {e}") from None
 
+    @property
+    def abstain_scaling(self) -> tuple[float, float]:
+        """x_abstain's Platt scaling ``(T, bias)``: the ``abstain`` temperature (1 when not fitted) and
+        ``abstain_bias``."""
+        return self.lookup("abstain", 2), self.abstain_bias
+
     def abstain_probability(self, a: torch.Tensor | float) -> float:
         """``x_abstain = sigmoid(a / T_abstain + abstain_bias)`` (a probability) of an uncalibrated abstention
         logit ``a``; ``T_abstain`` is this table's ``abstain`` entry (1 when not fitted), ``abstain_bias`` 0 when not
         fitted. Computed in float64, so that the logit can be read back from the probability (the outcome store
         does) for ``a / T + bias`` from about −700 to +36; float32 would round to 1 above +16.6."""
-        z = torch.as_tensor(a, dtype=torch.float64) / self.lookup("abstain", 2) + self.abstain_bias
+        t, bias = self.abstain_scaling
+        z = torch.as_tensor(a, dtype=torch.float64) / t + bias
         return float(torch.sigmoid(z))
 
     def lookup(self, qtype: str, k: int, option_mode: str = "list") -> float:
@@ -263,19 +270,25 @@ def fit_temperature(logits: list, golds: list[int], lo: float = T_MIN, hi: float
     (NLL is convex in 1/T, so unimodal in log T). ``logits``: one ``[K]`` sequence per question
     (any K); ``golds``: gold indices. Guo et al. 2017, "On Calibration of Modern Neural Networks"."""
 
+    return _golden_section_t(lambda t: nll_at(logits, golds, t), lo, hi, iters)
+
+
+def _golden_section_t(loss, lo: float, hi: float, iters: int) -> float:
+    """The T in [lo, hi] minimising ``loss(T)``, a function unimodal in log T: golden-section search over log T,
+    ``iters`` steps, the middle of the last bracket."""
     a, b = math.log(lo), math.log(hi)
     g = (math.sqrt(5) - 1) / 2
     c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = nll_at(logits, golds, math.exp(c)), nll_at(logits, golds, math.exp(d))
+    fc, fd = loss(math.exp(c)), loss(math.exp(d))
     for _ in range(iters):
         if fc < fd:
             b, d, fd = d, c, fc
             c = b - g * (b - a)
-            fc = nll_at(logits, golds, math.exp(c))
+            fc = loss(math.exp(c))
         else:
             a, c, fc = c, d, fd
             d = a + g * (b - a)
-            fd = nll_at(logits, golds, math.exp(d))
+            fd = loss(math.exp(d))
     return math.exp((a + b) / 2)
 
 
@@ -318,23 +331,10 @@ def fit_abstain(logits: list[float], cannot_tell: list[bool], lo: float = T_MIN,
         raise ValueError("Platt scaling needs both 'cannot tell' and answerable records")
     a_ = torch.as_tensor(logits, dtype=torch.float64)
 
-    def f(x):
-        z = a_ / math.exp(x)
+    def loss(t):
+        z = a_ / t
         return float(torch.nn.functional.binary_cross_entropy_with_logits(z + _best_bias(z, y), y))
-    a, b = math.log(lo), math.log(hi)
-    g = (math.sqrt(5) - 1) / 2
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = f(c), f(d)
-    for _ in range(iters):
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = f(d)
-    t = math.exp((a + b) / 2)
+    t = _golden_section_t(loss, lo, hi, iters)
     return t, _best_bias(a_ / t, y)
 
 
