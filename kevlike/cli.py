@@ -657,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training precision, the config's mixed_precision: float32 (no), bfloat16 (bf16 autocast over "
                         "float32 weights) or auto (bf16 on CUDA and on CPUs with bf16 matrix units) (default: the "
                         "config's)")
-    _add(t, engine, "threads")
+    _add(t, engine, "threads", note="; train without --threads or $KEVLIKE_THREADS keeps torch's own count")
     t.set_defaults(func=_cmd_train)
 
     e = command("eval", "held-out metrics on official test splits (writes a run directory)")
@@ -722,7 +722,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "calibration.json; served as MODEL@NAME (default: no profile)")
     c.add_argument("--min-count", type=int, default=50,
                    help="with --profile: questions a type or option-count bucket needs for its own temperature "
-                        "(fewer: the type's, else T = 1)")
+                        "(fewer: the type's, else the model's own temperature)")
     c.add_argument("--records", default=None,
                    help="reuse validation logits from this records JSONL (default: compute them with the model)")
     c.add_argument("--batch", type=int, default=4, help="requests per forward pass")
@@ -745,7 +745,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the profile to write; the server serves it as MODEL@NAME from its next start")
     r.add_argument("--min-count", type=int, default=50,
                    help="outcomes a type or option-count bucket needs for its own temperature (fewer: the type's, "
-                        "else T = 1)")
+                        "else the model's own temperature)")
     r.add_argument("--quiet", action="store_true",
                    help="accepted as every command accepts it: recalibrate shows no progress; the fit summary "
                         "(the result) is printed on stderr")
