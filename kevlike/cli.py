@@ -208,10 +208,13 @@ def _cmd_decide(args) -> int:
         request = parse_request(body, options.limits)
     except RequestError as e:
         return _fail(f"invalid request: {e.one_line()}")
+    t_lib = time.perf_counter()
+    from kevlike.model.backbones import import_libraries
     from kevlike.model.engine import Engine  # torch: only once the request is valid
 
     if (err := _profile_error(args.model, args.profile)) is not None:
         return _fail(err)
+    import_libraries()                        # timed apart from the load (--timing: "libraries")
     t0 = time.perf_counter()
     engine = Engine.from_pretrained(args.model, options)
     t1 = time.perf_counter()
@@ -227,7 +230,7 @@ def _cmd_decide(args) -> int:
     global _EXIT_AT_ONCE
     _EXIT_AT_ONCE = True  # nothing left to write: skip tearing down the model (~0.8 s)
     if args.timing:
-        print(f"[kevlike] load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.describe()}, "
+        print(f"[kevlike] libraries {t0 - t_lib:.2f} s (torch, transformers), load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.describe()}, "
               f"{response['usage']['input_tokens']} tokens, "
               f"{engine.thread_policy.describe()})", file=sys.stderr)
     return 0
