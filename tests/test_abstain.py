@@ -489,6 +489,46 @@ def test_server_threshold_models_recorder_and_report(tmp_path):
     assert ab["auroc"] == auroc([x["urgent"], x["team"], x["anger"], x["lazy"]], [False, False, True, True])
 
 
+def test_eval_url_reads_the_served_x_abstain_and_a_server_without_it_gives_none():
+    """`kevlike eval --url`: RemoteEngine keeps the served x_abstain (as its logit) and records_from_logits
+    gives it back to 1e-6; a model without the capability leaves the records without x_abstain."""
+    from kevlike.config.server import ServerConfig
+    from kevlike.eval.remote import RemoteEngine, RemoteError, answer_abstain_logits
+    from kevlike.metrics import records_from_logits
+    from kevlike.model.temperatures import TemperatureTable
+    from kevlike.request.schema import validate_request
+    from kevlike.service.server import create_app
+
+    from test_feedback import running
+
+    eng = make_engine(abstain=True)
+    eng.temperatures = TemperatureTable(by_type={"abstain": 2.0}, abstain_bias=0.5)
+    plain = make_engine()
+    plain.name = "plain"
+    body = {k: v for k, v in REQUEST.items() if k != "model"}
+    x = _x(eng.decide(body))
+    req = validate_request(body)
+    targets = {q.id: [1.0] + [0.0] * (len(q.options) - 1) for q in req.questions}
+    app = create_app({eng.name: eng, "plain": plain}, eng.name, ServerConfig())
+    with running(app) as port:
+        base = f"http://127.0.0.1:{port}"
+        remote = RemoteEngine(base, model=eng.name)
+        _, (logits,) = remote.question_outputs([remote.encode(req)])
+        served = {q.id: remote.abstain_probability(a) for q, a in zip(req.questions, logits)}
+        assert served == pytest.approx(x, abs=1e-6)
+        recs = records_from_logits(remote, [Example(request=body, targets=targets, source="t")])
+        assert {r["question"]: r["x_abstain"] for r in recs} == pytest.approx(x, abs=1e-6)
+        bare = RemoteEngine(base, model="plain")
+        assert bare.question_outputs([req])[1] == [None]
+        assert all("x_abstain" not in r for r in records_from_logits(bare, [Example(body, targets, "t")]))
+    q0 = req.questions[0].id
+    assert answer_abstain_logits(req, {"answers": {q.id: {"x_abstain": 1.0} for q in req.questions}})[0] == \
+        pytest.approx(math.log(1 - 1e-12) - math.log(1e-12))
+    for bad in (1.5, -0.1, "x", None):
+        with pytest.raises(RemoteError, match=f"{q0!r}: x_abstain"):
+            answer_abstain_logits(req, {"answers": {q.id: {"x_abstain": bad} for q in req.questions}})
+
+
 def test_the_stored_curve_is_thinned_but_the_figures_use_all_of_it():
     from kevlike.metrics import CURVE_POINTS, abstention, thin_curve
     curve = [{"threshold": i / 999, "coverage": (i + 1) / 1000} for i in range(1000)]

@@ -5,7 +5,9 @@ use — ``encode``, ``question_logits``, ``probabilities`` — by sending each r
 ``POST {BASE_URL}/v1/systemone`` and reading the answers back. A server returns calibrated
 probabilities, not logits, so the "logits" here are ``log p`` (the probabilities are then
 ``softmax(log p) = p``, whatever temperatures the server applied); calibrating or re-scoring such a
-run is meaningless and :func:`kevlike.eval.heldout.run_suite` records it as ``served``.
+run is meaningless and :func:`kevlike.eval.heldout.run_suite` records it as ``served``. Where a server sends
+``x_abstain`` (a kevlike model with the capability), its logit ``log x − log(1 − x)`` is kept in the same way, so
+the run's abstention figures (AUROC, ECE, risk–coverage) are those of the served, already scaled, ``x_abstain``.
 
 Only the standard library is used (``urllib``); requests go out ``concurrency`` at a time.
 """
@@ -70,6 +72,29 @@ def answer_log_probs(req: Request, response: dict) -> list[torch.Tensor]:
     return out
 
 
+def answer_abstain_logits(req: Request, response: dict) -> list[float] | None:
+    """Per question, ``log x − log(1 − x)`` of the served ``x_abstain`` (clipped to ``[1e-12, 1 − 1e-12]``), or None
+    when any answer of the response lacks it (a server or model without the capability).
+
+    Raises:
+        RemoteError: an ``x_abstain`` that is not a number in ``[0, 1]``.
+    """
+    out = []
+    for q in req.questions:
+        a = response.get("answers", {}).get(q.id)
+        if not isinstance(a, dict) or "x_abstain" not in a:
+            return None
+        try:
+            x = float(a["x_abstain"])
+        except (TypeError, ValueError):
+            x = math.nan
+        if not 0.0 <= x <= 1.0:
+            raise RemoteError(f"answer for question {q.id!r}: x_abstain {a['x_abstain']!r} is not a probability")
+        x = min(max(x, 1e-12), 1.0 - 1e-12)
+        out.append(math.log(x) - math.log1p(-x))
+    return out
+
+
 class RemoteEngine:
     """A Jev-compatible server as an engine for the eval suite.
 
@@ -83,6 +108,7 @@ class RemoteEngine:
 
     readout = SimpleNamespace(name="served")
     device = "remote"
+    abstain = True   # asked of every response: x_abstain is read where the server sends it (question_outputs)
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None,
                  timeout: float = 300.0, concurrency: int = 4):
@@ -97,7 +123,7 @@ class RemoteEngine:
     def encode(self, req: Request) -> Request:
         return req
 
-    def _post(self, req: Request) -> list[torch.Tensor]:
+    def _post(self, req: Request) -> tuple[list[torch.Tensor], list[float] | None]:
         data = json.dumps(wire_request(req, self.model)).encode()
         headers = {"content-type": "application/json"}
         if self.api_key:
@@ -111,7 +137,19 @@ class RemoteEngine:
             raise RemoteError(f"cannot reach {self.url}: {getattr(e, 'reason', e)}") from None
         if self.name == self.model or self.name.startswith("http"):
             self.name = response.get("model", self.name)
-        return answer_log_probs(req, response)
+        return answer_log_probs(req, response), answer_abstain_logits(req, response)
+
+    def question_outputs(self, encoded: list[Request]) -> tuple[list[list[torch.Tensor]], list[list[float] | None]]:
+        """``(log p, x_abstain logits)`` per request: per question ``log p`` ``[K]``, and the served ``x_abstain``'s
+        logits (None for a request whose answers carry no ``x_abstain``); the shape of
+        :meth:`kevlike.Engine.question_outputs`.
+
+        Raises:
+            RemoteError: unreachable server, an error status, or a malformed answer.
+        """
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            answers = list(pool.map(self._post, encoded))
+        return [z for z, _ in answers], [a for _, a in answers]
 
     def question_logits(self, encoded: list[Request]) -> list[list[torch.Tensor]]:
         """``log p`` per request, per question (see the module docstring).
@@ -119,8 +157,11 @@ class RemoteEngine:
         Raises:
             RemoteError: unreachable server, an error status, or a malformed answer.
         """
-        with ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(self._post, encoded))
+        return self.question_outputs(encoded)[0]
+
+    def abstain_probability(self, logit: float) -> float:
+        """``sigmoid(logit)``: the served ``x_abstain`` back (the server has already scaled it)."""
+        return 1.0 / (1.0 + math.exp(-logit)) if logit >= 0 else math.exp(logit) / (1.0 + math.exp(logit))
 
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
         return [torch.softmax(z, -1) for z in logits]
