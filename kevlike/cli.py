@@ -230,7 +230,8 @@ def _cmd_decide(args) -> int:
     global _EXIT_AT_ONCE
     _EXIT_AT_ONCE = True  # nothing left to write: skip tearing down the model (~0.8 s)
     if args.timing:
-        print(f"[kevlike] libraries {t0 - t_lib:.2f} s (torch, transformers), load {t1 - t0:.2f} s, decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.describe()}, "
+        print(f"[kevlike] libraries {t0 - t_lib:.2f} s (torch, transformers), load {t1 - t0:.2f} s, "
+              f"decide {1000 * (t2 - t1):.0f} ms ({args.mode}, {engine.describe()}, "
               f"{response['usage']['input_tokens']} tokens, "
               f"{engine.thread_policy.describe()})", file=sys.stderr)
     return 0

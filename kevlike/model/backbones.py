@@ -175,8 +175,8 @@ MODELS = {
         backbone="qwen2.5-coder-0.5b-instruct",
         description="Qwen2.5-Coder-0.5B-Instruct + LoRA r=16 + pointer head with x_abstain: reads pages, documents "
                     "and absurd questions better than kevlike-default, is behind it on intent, spam and sentiment "
-                    "labels, and takes about 2x its time per request (bf16; 2.7x in fp32); its backbone is a 478 MB download on first use "
-                    "(model card: kevlike/models/qwen/MODEL_CARD.md)",
+                    "labels, and takes about 2x its time per request (bf16; 2.7x in fp32); its backbone is a 478 MB "
+                    "download on first use (model card: kevlike/models/qwen/MODEL_CARD.md)",
         release_date="2026-12-03",
         artifact=str(QWEN_ARTIFACT),
     ),
