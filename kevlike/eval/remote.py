@@ -160,8 +160,9 @@ class RemoteEngine:
         return self.question_outputs(encoded)[0]
 
     def abstain_probability(self, logit: float) -> float:
-        """``sigmoid(logit)``: the served ``x_abstain`` back (the server has already scaled it)."""
-        return 1.0 / (1.0 + math.exp(-logit)) if logit >= 0 else math.exp(logit) / (1.0 + math.exp(logit))
+        """``sigmoid(logit)`` in float64, as :meth:`kevlike.model.temperatures.TemperatureTable.abstain_probability`
+        computes it: the served ``x_abstain`` back (the server has already scaled it)."""
+        return float(torch.sigmoid(torch.tensor(logit, dtype=torch.float64)))
 
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
         return [torch.softmax(z, -1) for z in logits]

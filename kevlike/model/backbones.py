@@ -392,20 +392,18 @@ def resolve_dtype(dtype: str, device: str | torch.device = "cpu", cpuinfo: str |
     return "float32", f"auto: CPU has no bf16 matrix units (torch capability {capability}; no amx_bf16/avx512_bf16 flag)"
 
 
-def import_libraries() -> float:
+def import_libraries() -> None:
     """Import the transformers code that every model load runs (``modeling_utils``, ``masking_utils``, the auto
-    classes) and return the seconds it took (about 0 when it is already imported).
+    classes); a no-op when it is already imported.
 
-    ``kevlike decide --timing`` calls it before the load, so that the library start-up (``libraries``) and the model
-    load (``load``) are timed apart. transformers 5.2x builds its lazy module table by reading every model file of
+    ``kevlike decide`` calls it before the load, so that ``--timing`` reports the library start-up (``libraries``,
+    with torch's) apart from the model load (``load``). transformers 5.2x builds its lazy module table by reading every model file of
     the package (about 3,300) and imports torch's dynamo and distributed-tensor code with ``modeling_utils``: about
     3 s on a 2-core CPU, independent of the model (upstream: huggingface/transformers#44246).
     """
-    t0 = time.perf_counter()
     import transformers.masking_utils  # noqa: F401
     import transformers.modeling_utils  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
-    return time.perf_counter() - t0
 
 
 def load_backbone(path: str | os.PathLike, dtype: str = "float32", attn_implementation: str = "sdpa",
