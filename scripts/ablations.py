@@ -44,6 +44,12 @@ the validation half only (no choice may read the test half):
         --variants full,no_perm,ce_only,start --steps 150 --lr 1e-4 --half validation --jobs 1 \
         --out runs/ablations_reading
 
+A second (third) seed of the same arms, for the spread of the twin term's effect (each seed its own ``--out``):
+
+    python scripts/ablations.py --config configs/reading.yaml --start kevlike/models/default \
+        --variants full,ce_only --seed 1 --steps 150 --lr 1e-4 --half validation --jobs 1 \
+        --out runs/ablations_reading_seed1
+
 The same script compares backbones (the model card's "Backbone comparison"): the full recipe from each
 bare backbone (``--start ''``), same data, seed, steps and learning rate, the fresh pointer head scaled
 to the backbone's final norm (``head.scale_init``); each backbone needs its own ``--out``:
@@ -76,7 +82,7 @@ VARIANTS = ("full", "no_perm", "no_ord", "ce_only", "no_negation", "no_augment",
 
 
 def overrides(variant: str, steps: int, out: Path, tasks: dict, start: str = "runs/stage2",
-              lr: float = 2e-4, backbone: str | None = None) -> list[str]:
+              lr: float = 2e-4, backbone: str | None = None, seed: int | None = None) -> list[str]:
     """``kevlike train`` overrides of one variant (the shared budget first, then its one change).
 
     Raises:
@@ -84,7 +90,8 @@ def overrides(variant: str, steps: int, out: Path, tasks: dict, start: str = "ru
     """
     if backbone and start:
         raise ValueError("--backbone needs --start '' (training from the bare backbone): a start model fixes its own")
-    common = [*([f"backbone={backbone}"] if backbone else []), f"name={variant}", f"output_dir={out / 'train'}",
+    common = [*([f"backbone={backbone}"] if backbone else []), *([f"seed={seed}"] if seed is not None else []),
+              f"name={variant}", f"output_dir={out / 'train'}",
               f"init_from={start or 'null'}", f"max_steps={steps}",
               f"optim.lr={lr}", f"optim.head_lr={2.5 * lr}", "optim.warmup=0.1", "max_minutes=null", "set_share=0",
               "validation.n=1", f"eval_every={steps}", "patience=100", "checkpoint_every=10"]
@@ -137,7 +144,7 @@ def run_variant(variant: str, args, tasks: dict, backbone: str) -> dict:
                 raise SystemExit(f"{art} was trained on {trained_on}, not {backbone}: give each backbone its own --out")
         else:
             started = latest(str(out / "train" / f"{variant}-*" / "checkpoint" / "state.pt"))
-            fresh = overrides(variant, args.steps, out, tasks, args.start, args.lr, args.backbone)
+            fresh = overrides(variant, args.steps, out, tasks, args.start, args.lr, args.backbone, args.seed)
             cmd = (["kevlike", "train", "--resume", str(started.parent.parent), "--quiet"] if started is not None else
                    ["kevlike", "train", args.config, *fresh, "--quiet"])
             with open(out / f"{variant}.train.log", "w") as log:
@@ -211,6 +218,9 @@ def main(argv=None) -> int:
     p.add_argument("--backbone", default=None,
                    help="train from this bare backbone (with --start ''), e.g. qwen2.5-coder-0.5b-instruct for the "
                         "backbone comparison")
+    p.add_argument("--seed", type=int, default=None,
+                   help="the training seed of every variant (data stream, LoRA and head init); default: the config's. "
+                        "The suite's items do not depend on it")
     p.add_argument("--lr", type=float, default=2e-4, help="LoRA learning rate (the head's is 2.5x)")
     p.add_argument("--eval-n", type=int, default=None, help="kevlike eval --n: items per source (default: the suite's)")
     p.add_argument("--config", default=CONFIG, help="the training config every variant runs (default: %(default)s)")

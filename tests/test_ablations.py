@@ -28,6 +28,10 @@ def test_variants_share_the_budget_and_differ_in_one_change(tmp_path):
     assert cfg.head.abstain and cfg.loss.abstain == 1.0 and 0.05 < share < 0.07
     with pytest.raises(ValueError, match="unknown variant"):
         overrides("no_such", 150, tmp_path, tasks)
+    # a second seed changes the training seed and nothing else; the config's seed is kept without one
+    seeded = overrides("ce_only", 150, tmp_path, tasks, "kevlike/models/default", 1e-4, seed=1)
+    assert seeded == ["seed=1"] + overrides("ce_only", 150, tmp_path, tasks, "kevlike/models/default", 1e-4)
+    assert load_config(str(reading), seeded).seed == 1 and load_config(str(reading), full).seed == 41
 
 
 def test_summarize_reads_the_targets_and_the_table_prints_them():
