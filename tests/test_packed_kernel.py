@@ -168,3 +168,23 @@ def test_set_mode_engine_runs_the_packed_kernel_and_equals_sdpa():
     a, b = packed.question_logits([enc])[0], sdpa.question_logits([enc])[0]
     for x, y in zip(a, b):
         assert torch.allclose(x, y, atol=1e-5)
+
+
+def test_kernel_runs_under_cpu_autocast_as_sdpa_does():
+    """Under ``torch.autocast("cpu", bfloat16)`` the rotary embedding leaves query/key float32 beside a bfloat16
+    value; the kernel (one flash op, one dtype) used to raise "expected scalar type Float but found BFloat16".
+    It now runs in the autocast dtype as sdpa does: both land within bfloat16 rounding of the float32 logits."""
+    out = {}
+    for backend in ("sdpa", "kevlike_packed"):
+        eng = make_engine("qwen2", "pointer", backend=backend)
+        enc = eng.encode(validate_request(REQUEST))
+        out[backend + "32"] = eng.question_logits([enc])[0]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out[backend] = eng.question_logits([enc])[0]
+
+    def gap(x, y):
+        return max((a - b).abs().max().item() for a, b in zip(out[x], out[y]))
+
+    assert gap("sdpa32", "kevlike_packed32") <= 1e-5
+    assert 0 < gap("sdpa", "sdpa32") <= 2e-2                        # autocast did act: bfloat16 rounding
+    assert gap("kevlike_packed", "sdpa32") <= 2 * gap("sdpa", "sdpa32") + 1e-3

@@ -192,6 +192,11 @@ def packed_attention(module, query: torch.Tensor, key: torch.Tensor, value: torc
         raise ValueError(f"{NAME!r} is inference only (dropout={dropout})")
     if torch.is_grad_enabled() and query.requires_grad:
         raise ValueError(f"{NAME!r} is inference only: its log-sum-exp has no gradient; train with sdpa")
+    # under autocast the rotary embedding leaves query/key float32 beside a bfloat16 value; sdpa (the path above)
+    # is an autocast op and runs in the autocast dtype, and so does this kernel (its flash op takes one dtype)
+    dev = query.device.type
+    dt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else query.dtype
+    query, key, value = query.to(dt), key.to(dt), value.to(dt)
     B, H, L, d = query.shape
     groups = H // key.shape[1]
     if groups > 1:  # grouped-query attention: one key/value head per group of query heads
