@@ -20,9 +20,10 @@ torch.set_num_threads(1)
 config, model = sys.argv[1], sys.argv[2]
 cfg = load_config(config, [])
 examples = validation_set(cfg)
-engine = Engine.from_pretrained(model, EngineOptions(dtype="float32", threads=1))
-set_engine = (Engine.from_pretrained(model, EngineOptions(dtype="float32", threads=1, option_mode="set"))
-              if cfg.set_share > 0 else None)
+engine = Engine.from_pretrained(model, EngineOptions(dtype="float32", threads=1), option_mode="list")
+# the same weights in set mode, as the trainer's validation and kevlike calibrate do (loaded once)
+set_engine = (Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,
+                     backend=engine.backend, option_mode="set") if cfg.set_share > 0 else None)
 overall = validate(engine, examples, set_engine=set_engine)["overall"]
 print(json.dumps({"n": overall["n"], "accuracy": overall["accuracy"], "nll": overall["nll"], "ece": overall["ece"],
                   "abstain_nll": (overall.get("abstention") or {}).get("nll")}))
