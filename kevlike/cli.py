@@ -190,6 +190,15 @@ def _train_inputs_error(args) -> str | None:
         cfg = load_config(args.config, list(args.overrides))
     except (ConfigError, FileNotFoundError) as e:
         return str(e)
+    if cfg.stream:                        # the recorded draws replace the data: the files need not be here
+        from kevlike.data.stream import StreamError, check_header, read_header
+        from kevlike.training.config import stream_settings
+
+        try:
+            check_header(read_header(cfg.stream), stream_settings(cfg), cfg.stream)
+        except StreamError as e:
+            return str(e)
+        return None
     for path in [f.path for f in cfg.data] + [cfg.validation.data]:
         if path is not None and (err := _labelled_error(path)) is not None:
             return err
@@ -408,8 +417,21 @@ def _cmd_train(args) -> int:
         return _fail(f"config file {args.config} does not exist")
     if args.dtype is not None:                 # the training precision: the config's mixed_precision
         args.overrides = [*args.overrides, f"mixed_precision={TRAIN_PRECISION[args.dtype]}"]
+    if args.record_stream and args.resume:
+        return _fail("--record-stream records a new run's draws from its config; drop --resume")
     if (err := _train_inputs_error(args)) is not None:           # config and labelled files: before torch
         return _fail(err)
+    if args.record_stream:
+        from kevlike.training.config import load_config
+        from kevlike.training.train import record_stream
+
+        cfg = load_config(args.config, list(args.overrides))
+        if cfg.stream:
+            return _fail(f"the config already reads the stream {cfg.stream}; record from a config without stream")
+        path = record_stream(cfg, args.record_stream, quiet=args.quiet)
+        print(f"{path}: {cfg.max_steps * cfg.grad_accum * cfg.batch_size} training draws and the validation "
+              f"examples of {args.config}; train from it with `kevlike train {args.config} stream={path}`")
+        return 0
     from kevlike.training.train import train
 
     run_dir = train(args.config, args.overrides, resume=args.resume, quiet=args.quiet)
@@ -661,6 +683,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training precision, the config's mixed_precision: float32 (no), bfloat16 (bf16 autocast over "
                         "float32 weights) or auto (bf16 on CUDA and on CPUs with bf16 matrix units) (default: the "
                         "config's)")
+    t.add_argument("--record-stream", default=None, metavar="FILE",
+                   help="do not train: write the run's draws (max_steps x grad_accum x batch_size training examples, "
+                        "the validation examples and the trained scripts) to FILE (gzip JSON lines), which "
+                        "`kevlike train CONFIG stream=FILE` trains from on a machine without the data packages "
+                        "(docs/guide/gpu.md)")
     _add(t, engine, "threads", note="; train without --threads or $KEVLIKE_THREADS keeps torch's own count")
     t.set_defaults(func=_cmd_train)
 

@@ -696,3 +696,65 @@ def test_mixture_draws_labelled_lines_by_weight(tmp_path):
     share = sum("fox" in e.request["questions"] for e in drawn) / 400
     assert 0.68 < share < 0.82                                   # the second line, weight 3 of 4
     assert drawn[0].targets == next(e for e in exs if set(e.targets) == set(drawn[0].targets)).targets
+
+
+def test_a_run_from_a_recorded_stream_is_the_live_run(tiny_dir, tmp_path):
+    """``--record-stream`` then ``stream=FILE`` (a machine without the data packages, docs/guide/gpu.md): the same
+    draws, so the same trained weights and the same manifest as the run that read the packages; a stream of
+    another config, a truncated one and one too short for the run are refused with the file named."""
+    _needs_data()
+    common = [str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}", *SMOKE, "--quiet"]
+    stream = tmp_path / "draws.jsonl.gz"
+    p = kevlike("train", *common, "--record-stream", str(stream))
+    assert p.returncode == 0 and "32 training draws" in p.stdout.decode(), p.stderr.decode()[-3000:]
+    p = kevlike("train", *common, f"output_dir={tmp_path / 'live'}")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    p = kevlike("train", *common, f"output_dir={tmp_path / 'rec'}", f"stream={stream}")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    (live,), (rec,) = (tmp_path / "live").iterdir(), (tmp_path / "rec").iterdir()
+    sa = torch.load(live / "checkpoint" / "state.pt", weights_only=False)
+    sb = torch.load(rec / "checkpoint" / "state.pt", weights_only=False)
+    assert sa["step"] == sb["step"] == 4 and sa["mixture"] == sb["mixture"] == {"seed": 0, "drawn": 32}
+    for k in sa["trainable"]:
+        assert torch.allclose(sa["trainable"][k], sb["trainable"][k], atol=1e-6), k
+    ma = json.loads((live / "artifact" / "kevlike.json").read_text())
+    mb = json.loads((rec / "artifact" / "kevlike.json").read_text())
+    assert ma["scripts"] == mb["scripts"] == ["Latin"]
+    assert mb["training"]["config"]["stream"] == str(stream)
+    # another seed draws other examples: refused before any model loads
+    p = kevlike("train", *common, "seed=1", f"stream={stream}")
+    assert p.returncode == 2 and f"stream: {stream} was recorded with another seed" in p.stderr.decode()
+    # a run longer than the recording runs out of draws at the first step past it
+    p = kevlike("train", *common, "max_steps=5", f"stream={stream}", f"output_dir={tmp_path / 'long'}")
+    assert p.returncode != 0 and "holds 32 draws and the run asks for draw 34" in p.stderr.decode()
+
+
+def test_stream_examples_round_trip_and_bad_files_are_named(tmp_path):
+    from kevlike.data.stream import RecordedMixture, StreamError, example_from_json, example_to_json, write_stream
+
+    twin = _twin_example()
+    ex = Example({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}, {"q": [0.5, 0.5]},
+                 "abstain_docs", {}, [("q", "q2", {"true": "false", "false": "true"})], frozenset({"q"}))
+    for e in (twin, ex):
+        assert example_from_json(json.loads(json.dumps(example_to_json(e)))) == e
+    path = write_stream(tmp_path / "s.jsonl.gz", {"seed": 3, "tasks": {}, "data": [], "scripts": ["Latin"],
+                                                 "config": {}}, [twin, ex, twin], [ex])
+    m = RecordedMixture(path, {"seed": 3})
+    assert m.take(2) == [twin, ex] and m.validation == [ex] and m.scripts == ["Latin"]
+    assert m.state_dict() == {"seed": 3, "drawn": 2}
+    m.load_state_dict({"seed": 3, "drawn": 1})
+    assert m.take(1) == [ex]
+    with pytest.raises(StreamError, match=r"holds 3 draws and the run asks for draw 4"):
+        m.take(2)
+    with pytest.raises(StreamError, match="recorded with another seed"):
+        RecordedMixture(path, {"seed": 4})
+    import gzip
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress("\n".join(lines[:3]).encode()))
+    with pytest.raises(StreamError, match=r"holds 2 examples, its header says 3 \+ 1"):
+        RecordedMixture(tmp_path / "cut.jsonl.gz")
+    (tmp_path / "plain.txt").write_text("not a stream")
+    with pytest.raises(StreamError, match="is not a gzip JSON-lines stream file"):
+        RecordedMixture(tmp_path / "plain.txt")
+    with pytest.raises(StreamError, match="does not exist"):
+        RecordedMixture(tmp_path / "missing.gz")

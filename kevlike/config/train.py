@@ -184,6 +184,10 @@ class TrainConfig(Section):
     data: tuple[DataFile, ...] = setting((), None, "your labelled files, mixed with the tasks (the replay that keeps "
                                          "the built-in skills): [{path: FILE.jsonl, weight: W}], W relative to the "
                                          "task weights")
+    stream: str | None = setting(None, Rule("str", null=True), "a recorded stream of this config's draws "
+                                 "(`kevlike train CONFIG --record-stream FILE`): training and validation examples "
+                                 "are read from it instead of the data packages (a machine without them, e.g. a "
+                                 "lent GPU); the same examples in the same order")
     set_share: float = setting(0.0, SHARE, "share of training requests whose choice questions are read in set mode "
                                "(each option its own sub-branch); > 0 trains both templates")
     optim: OptimConfig = section(OptimConfig, "the optimizer")

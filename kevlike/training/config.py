@@ -131,7 +131,8 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     return TrainConfig.from_dict(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()))
 
 
-RESUME_KEYS = ("max_minutes", "stop_after", "eval_every", "checkpoint_every", "patience", "recompute_above")
+RESUME_KEYS = ("max_minutes", "stop_after", "eval_every", "checkpoint_every", "patience", "recompute_above",
+               "stream")   # stream: the recorded draws are the live ones, so either continues a run
 """The keys a resumed run may change (``kevlike train --resume RUN max_minutes=60``): its budget, its bookkeeping
 and its memory, never its recipe (data, model, optimizer, ``max_steps``, which shapes the learning-rate
 schedule)."""
@@ -200,3 +201,10 @@ def resolve_attention(setting: str, device: str, phase: str = "full") -> tuple[s
         raise ConfigError(f"attention: flex_attention cannot train on {device}: {err}; use attention=sdpa or auto, "
                           f"or phase=head (no backward through the backbone)")
     return setting, f"set in the config ({setting})"
+
+
+def stream_settings(cfg: TrainConfig) -> dict:
+    """What a recorded stream's draws depend on (:func:`kevlike.training.train.record_stream`): the seed, the tasks and their
+    augmentation, the labelled files and the validation section."""
+    d = cfg.to_dict()
+    return {"seed": cfg.seed, "tasks": d["tasks"], "data": d["data"], "config": {"validation": d["validation"]}}

@@ -41,6 +41,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from kevlike.data.labelled import read_labelled, to_examples
 from kevlike.data.sources import DataUnavailableError, Example
+from kevlike.data.stream import RecordedMixture, write_stream
 from kevlike.data.tasks import TaskMixture, eval_examples, training_scripts
 from kevlike.metrics import choice_records, records_from_logits, summarize
 from kevlike.model.backbones import EMBEDDED, load_backbone, resolve_model
@@ -52,7 +53,7 @@ from kevlike.request.pack import PackedBatch, pack
 from kevlike.request.schema import validate_request
 from kevlike.runs import git_commit, set_seed
 from kevlike.training.config import (ConfigError, TrainConfig, load_config, resolve_attention, resolve_precision,
-                                     resume_config, save_run_config)
+                                     resume_config, save_run_config, stream_settings)
 from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
 
 # text whose mean token embedding initialises each delimiter row (a frozen backbone then reads the
@@ -311,6 +312,23 @@ def validation_set(cfg: TrainConfig) -> list[Example]:
     return out
 
 
+def record_stream(cfg: TrainConfig, path: str | Path, processes: int = 1, quiet: bool = False) -> Path:
+    """Record the draws a run of ``cfg`` takes — ``max_steps × grad_accum × batch_size × processes`` training
+    examples from :class:`~kevlike.data.tasks.TaskMixture`, its :func:`validation_set` and the trained scripts —
+    into a stream file (:mod:`kevlike.data.stream`) that ``stream: FILE`` trains from without the data packages.
+    The examples are the live mixture's, draw for draw.
+
+    Raises:
+        kevlike.data.sources.DataUnavailableError: a data package is missing."""
+    n = cfg.max_steps * cfg.grad_accum * cfg.batch_size * processes
+    mixture = TaskMixture(cfg.tasks, "train", cfg.seed, files=[f.to_dict() for f in cfg.data])
+    train_examples = [mixture.take(1)[0] for _ in tqdm(range(n), desc="record stream", unit="draw",
+                                                        dynamic_ncols=True, mininterval=2, disable=quiet)]
+    tasks = [t for t in cfg.tasks if cfg.task_weight(t) > 0]
+    return write_stream(path, {**stream_settings(cfg), "scripts": training_scripts(tasks)}, train_examples,
+                        validation_set(cfg))
+
+
 def validate(engine: Engine, examples: list[Example], batch_size: int = 4, set_engine: Engine | None = None) -> dict:
     """Mean NLL (nats) and accuracy per source and overall, through the serving engine. With
     ``set_engine`` (the same model in set mode) the choice questions are answered in both modes and the
@@ -347,16 +365,21 @@ def trainable_state(model: DecisionModel) -> dict:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
+_UNSET = object()
+
+
 def write_artifact(path: Path, model: DecisionModel, tok, cfg: TrainConfig, resolved, metrics: dict,
-                   commit: str | None = None) -> Path:
+                   commit: str | None = None, scripts=_UNSET) -> Path:
     """Write the decision-model directory of ``model`` at ``path``; ``commit``: the git commit the run
-    started from (its ``meta.json``; default: the current one)."""
+    started from (its ``meta.json``; default: the current one); ``scripts``: the trained scripts of its manifest
+    (default: read from the tasks' data, None without the data packages)."""
     backbone = cfg.backbone
     tasks = [t for t in cfg.tasks if cfg.task_weight(t) > 0]
-    try:
-        scripts = training_scripts(tasks)
-    except DataUnavailableError:  # artifacts written without the data packages declare no scripts
-        scripts = None
+    if scripts is _UNSET:
+        try:
+            scripts = training_scripts(tasks)
+        except DataUnavailableError:  # artifacts written without the data packages declare no scripts
+            scripts = None
     modes = ["list", "set"] if cfg.set_share > 0 else ["list"]
     extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
              "scripts": scripts, "option_modes": modes, "option_mode": "list",
@@ -498,8 +521,12 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         }, indent=2))
 
     encoder = Encoder(tok, getattr(model.causal_lm().config, "max_position_embeddings", None))
-    mixture = TaskMixture(cfg.tasks, "train", cfg.seed, files=[f.to_dict() for f in cfg.data])
-    val_examples = validation_set(cfg)
+    if cfg.stream:     # the recorded draws of this config (record_stream): no data package is read
+        mixture = RecordedMixture(cfg.stream, stream_settings(cfg))
+        val_examples, scripts = mixture.validation, mixture.scripts
+    else:
+        mixture = TaskMixture(cfg.tasks, "train", cfg.seed, files=[f.to_dict() for f in cfg.data])
+        val_examples, scripts = validation_set(cfg), _UNSET
     o = cfg.optim
     head_params = list(model.head.parameters())
     lora_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" in n]
@@ -624,7 +651,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                     best, bad_rounds = selection_score(summary, cfg), 0
                     if accelerator.is_main_process:
                         write_artifact(run_dir / "artifact", inner, tok, cfg, resolved, row,
-                                       json.loads((run_dir / "meta.json").read_text()).get("git_commit"))
+                                       json.loads((run_dir / "meta.json").read_text()).get("git_commit"),
+                                       scripts=scripts)
                 else:
                     bad_rounds += 1
                 bar.write(f"step {step}: validation nll {summary['overall']['nll']:.4f} "
