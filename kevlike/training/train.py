@@ -127,7 +127,7 @@ def build_model(cfg: TrainConfig, device: str | None = None):
     with torch.no_grad():
         if init is not None:  # the trained rows; peft's trainable tokens start from the base rows
             rows = ModelDir(init).delimiter_rows()
-            emb[list(enc.delimiter_ids)] = rows.to(emb.dtype)
+            emb[list(enc.delimiter_ids)] = rows.to(emb.device, emb.dtype)
         else:
             for name, tid in zip(DELIMITERS, enc.delimiter_ids):
                 hint = tok(DELIMITER_INIT[name], add_special_tokens=False)["input_ids"]
