@@ -159,6 +159,7 @@ def build_model(cfg: TrainConfig, device: str | None = None):
         head.load_state_dict({"w_q.weight": w["w_q"], "w_k.weight": w["w_k"], **extra}, strict=not head.abstain)
     elif cfg.head.scale_init:
         scale_fresh_head(head, model)
+    head.to(device or "cpu")    # beside the backbone (train() lets accelerate move it; gpu_check uses it as built)
     head_only = cfg.phase in ("head", "abstain")
     if head_only:   # phase A: nothing of the backbone side learns
         for p in lm.parameters():
