@@ -345,11 +345,14 @@ def _cmd_soup(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from kevlike.eval.unseen import load, paired_difference, unseen
+    from kevlike.eval.unseen import by_split, correct, load, paired_difference, unseen
     from kevlike.metrics import summary
 
+    if args.by_split and not args.baseline:
+        return _fail("--by-split compares each split with --baseline RUN; give one")
     try:
-        base = unseen(load(args.baseline), args.half) if args.baseline else None
+        base_records = load(args.baseline) if args.baseline else None
+        base = unseen(base_records, args.half) if args.baseline else None
         for run in args.runs:
             u = unseen(load(run), args.half)
             s = summary(u)
@@ -359,6 +362,14 @@ def _cmd_compare(args) -> int:
                 line += (f"; minus baseline {d['difference']:+.3f} "
                          f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']})")
             print(line)
+            if args.by_split and base_records is not None:
+                splits = by_split(load(run), args.half)
+                for name, rows in by_split(base_records, args.half).items():
+                    mine = splits.get(name, [])
+                    d = paired_difference(mine, rows)
+                    acc = sum(correct(r) for r in mine) / d["n"]
+                    print(f"  {name}: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
+                          f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}")
     except KeyError as e:         # a run's records without the field
         return _fail(str(e))
     return EXIT_OK
@@ -862,6 +873,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="which half of the suite to count")
     cp.add_argument("--baseline", metavar="RUN", default=None,
                     help="also print each run's accuracy minus this run's on the same questions (default: none)")
+    cp.add_argument("--by-split", action="store_true",
+                    help="with --baseline, also each split's accuracy minus the baseline's on its answerable questions "
+                         "(paired bootstrap 95%% interval and paired standard error)")
     cp.set_defaults(func=_cmd_compare)
 
     ex = command("export", "write a built-in task's split as a labelled JSONL file (the format of `eval --data` and "

@@ -47,7 +47,9 @@ def test_paired_difference_hand_computed_and_refuses_other_questions():
     assert d["n"] == 4 and d["difference"] == 0.5
     assert 0.0 <= d["low"] <= 0.5 <= d["high"] <= 1.0
     same = paired_difference(a, a, resamples=100)
-    assert same == {"n": 4, "difference": 0.0, "low": 0.0, "high": 0.0}
+    assert same == {"n": 4, "difference": 0.0, "low": 0.0, "high": 0.0, "se": 0.0}
+    # differences (0, 0, 1, 1): mean 0.5, sample variance 1/3, SE sqrt(1/3 / 4)
+    assert d["se"] == pytest.approx(math.sqrt(1 / 3 / 4))
     with pytest.raises(ValueError, match="same questions"):
         paired_difference(a, b[:3])
 
@@ -63,3 +65,7 @@ def test_main_prints_the_difference(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "unseen questions 3 (test), accuracy 1.000" in out and "minus baseline +1.000" in out
     assert main(["compare", str(tmp_path / "missing")]) == 2
+    assert main(["compare", str(run), "--by-split"]) == 2               # --by-split needs a baseline
+    assert main(["compare", str(run), "--baseline", str(base), "--by-split"]) == 0
+    assert "  heldout_source: 1.000, minus baseline +1.000 [+1.000, +1.000], paired SE 0.000, n 3" in \
+        capsys.readouterr().out

@@ -51,7 +51,8 @@ def correct(r: dict) -> bool:
 
 
 def paired_difference(a: list[dict], b: list[dict], resamples: int = 2000, seed: int = 0) -> dict:
-    """Accuracy of ``a`` minus ``b`` over the same questions, with a paired bootstrap 95 % interval.
+    """Accuracy of ``a`` minus ``b`` over the same questions, with a paired bootstrap 95 % interval and the
+    paired standard error (``se``: the standard deviation of the per-question differences over √n).
 
     Raises:
         ValueError: the two lists do not hold the same questions in the same order."""
@@ -62,5 +63,17 @@ def paired_difference(a: list[dict], b: list[dict], resamples: int = 2000, seed:
     n = len(d)
     rng = random.Random(seed)
     boots = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    return {"n": n, "difference": sum(d) / n, "low": boots[int(0.025 * resamples)],
-            "high": boots[int(0.975 * resamples) - 1]}
+    mean = sum(d) / n
+    se = (sum((x - mean) ** 2 for x in d) / (n - 1) / n) ** 0.5 if n > 1 else float("nan")
+    return {"n": n, "difference": mean, "low": boots[int(0.025 * resamples)],
+            "high": boots[int(0.975 * resamples) - 1], "se": se}
+
+
+def by_split(records: list[dict], half: str = "all") -> dict[str, list[dict]]:
+    """The answerable questions (gold given) of ``records`` grouped by suite split, in suite order, of one ``half``
+    unless ``"all"``."""
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        if (half == "all" or r.get("half") == half) and r.get("gold") is not None:
+            out.setdefault(r["split"], []).append(r)
+    return out
