@@ -107,3 +107,24 @@ def test_a_soup_of_three_is_their_weighted_mean_and_the_command_line_defaults_to
                         "--alpha", "0.5"], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr == "kevlike: error: --alpha needs exactly two models, got 3; use --weights\n"
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_head_without_the_none_key_counts_as_its_zero_init(tmp_path):
+    """A soup of a model with x_abstain's none key and one without: the missing key is the zeros a fine-tune gaining
+    it starts from, so the soup's key is the weighted one of the model that has it, and the capability is kept."""
+    a, b = _model(tmp_path / "a", 0), _model(tmp_path / "b", 1)
+    head = load_file(b / "head.safetensors")
+    head.update(w_none=torch.arange(6.0), b_none=torch.tensor(2.0))
+    save_file(head, str(b / "head.safetensors"))
+    manifest = json.loads((b / "kevlike.json").read_text())
+    (b / "kevlike.json").write_text(json.dumps({**manifest, "capabilities": ["x_abstain"]}))
+    interpolate(a, b, tmp_path / "m", 0.25)
+    tm = load_file(tmp_path / "m" / "head.safetensors")
+    torch.testing.assert_close(tm["w_none"], 0.25 * torch.arange(6.0))
+    torch.testing.assert_close(tm["b_none"], torch.tensor(0.5))
+    torch.testing.assert_close(tm["w_q"], 0.75 * load_file(a / "head.safetensors")["w_q"] + 0.25 * head["w_q"])
+    assert json.loads((tmp_path / "m" / "kevlike.json").read_text())["capabilities"] == ["x_abstain"]
+    # half a key (w_none without b_none) is not a zero init: refused as different tensors
+    save_file({**load_file(a / "head.safetensors"), "w_none": torch.zeros(6)}, str(a / "head.safetensors"))
+    with pytest.raises(ValueError, match="head.safetensors: different tensors"):
+        interpolate(a, b, tmp_path / "m2", 0.5)

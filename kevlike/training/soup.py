@@ -10,8 +10,9 @@ are interpolated separately, so the product ``B·A`` is the interpolation of the
 order in their difference (``‖θ_B − θ_A‖`` is ~5 %
 of ``‖θ_A‖`` between consecutive kevlike stages; the script prints it).
 
-The result keeps the first model's manifest (its serving settings such as ``option_mode``, and its training
-record), with ``training.interpolation`` = ``{"models", "weights",
+A head without x_abstain's none key (``w_none``, ``b_none``) beside one with it counts as that key's zero
+initialisation, and the soup declares every capability of its ingredients. The result keeps the first model's
+manifest (its serving settings such as ``option_mode``, and its training record), with ``training.interpolation`` = ``{"models", "weights",
 "ingredients"}`` (each model's config name, seed, git commit, kept step and validation NLL, and for a model
 that is itself a soup its own ``interpolation`` record), and T = 1 for every type (its ``calibration.json`` says it was not fitted): calibrate it before use. The first
 model's ``MODEL_CARD.md`` is not copied (it describes other weights); the soup's card says what it is made of.
@@ -123,6 +124,8 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                 ts = [load_file(m / name) for m in models]
             except (OSError, SafetensorError) as e:
                 raise ValueError(f"{name}: {e}") from None
+            if name == ModelDir.HEAD:
+                ts = _with_none_key(ts)
             for t in ts[1:]:
                 if set(t) != set(ts[0]):
                     raise ValueError(f"{name}: different tensors ({sorted(set(ts[0]) ^ set(t))[:3]} …)")
@@ -137,6 +140,9 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
                     for i, t in enumerate(ts):
                         num[i] += float((t[k].float() - ts[0][k].float()).pow(2).sum())
             save_file(mixed, str(tmp / name), metadata={"format": "pt"})
+        capabilities = sorted({c for m in manifests for c in m.get("capabilities") or []})
+        if capabilities:
+            ma["capabilities"] = capabilities
         ingredients = [_ingredient(m) for m in manifests]
         ma.setdefault("training", {})["interpolation"] = {
             "models": [str(m) for m in models], "weights": list(weights), "ingredients": ingredients}
@@ -149,6 +155,21 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
         raise
     tmp.rename(out)
     return [(x / max(den, 1e-30)) ** 0.5 for x in num]
+
+
+NONE_KEY = ("w_none", "b_none")
+
+
+def _with_none_key(heads: list[dict]) -> list[dict]:
+    """Heads with x_abstain's none key where any ingredient has it: a head without it counts as the zeros a
+    fine-tune that gains the key starts from (``PointerHead(abstain=True)``, :func:`kevlike.training.train.build_model`),
+    so a soup of a model with the capability and one without keeps it, scaled (refit its Platt scaling with
+    ``kevlike calibrate``)."""
+    full = next((h for h in heads if all(k in h for k in NONE_KEY)), None)
+    if full is None:
+        return heads
+    return [h if all(k in h for k in NONE_KEY) or any(k in h for k in NONE_KEY)
+            else {**h, **{k: full[k].new_zeros(full[k].shape) for k in NONE_KEY}} for h in heads]
 
 
 def interpolate(a: Path, b: Path, out: Path, alpha: float) -> float:
