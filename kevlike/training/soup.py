@@ -40,7 +40,9 @@ from kevlike.model.temperatures import TemperatureTable
 
 ADAPTER_WEIGHTS = f"{ModelDir.ADAPTER}/{ModelDir.ADAPTER_WEIGHTS}"
 TENSOR_FILES = (ADAPTER_WEIGHTS, ModelDir.HEAD, ModelDir.DELIMITERS)
-SAME_CONFIG = ("r", "lora_alpha", "target_modules", "trainable_token_indices", "base_model_name_or_path")
+# not base_model_name_or_path: peft records the backbone's folder, which moves with $KEVLIKE_HOME (a model trained on
+# another machine); the manifest's backbone name and GGUF hash (SAME_MANIFEST) say which backbone it is
+SAME_CONFIG = ("r", "lora_alpha", "target_modules", "trainable_token_indices")
 SAME_MANIFEST = ("backbone", "backbone_sha256", "delimiters", "delimiter_ids", "head")
 
 
