@@ -698,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not train: write the run's draws (max_steps x grad_accum x batch_size training examples, "
                         "the validation examples and the trained scripts) to FILE (gzip JSON lines), which "
                         "`kevlike train CONFIG stream=FILE` trains from on a machine without the data packages "
-                        "(docs/guide/gpu.md)")
+                        "(docs/guide/gpu.md) (default: train)")
     _add(t, engine, "threads", note="; train without --threads or $KEVLIKE_THREADS keeps torch's own count")
     t.set_defaults(func=_cmd_train)
 
