@@ -165,9 +165,10 @@ MODELS = {
     DEFAULT_MODEL: ModelEntry(
         name=DEFAULT_MODEL,
         backbone="smollm2-135m-instruct",
-        description="SmolLM2-135M-Instruct + LoRA r=16 + pointer head, trained on question families over 20 "
-                    "labelled sources (model card: kevlike/models/default/MODEL_CARD.md)",
-        release_date="2026-11-30",
+        description="SmolLM2-135M-Instruct + LoRA r=16 + pointer head with x_abstain, trained on question families "
+                    "over 20 labelled sources and the reading data (SNLI, documents, absent properties) (model card: "
+                    "kevlike/models/default/MODEL_CARD.md)",
+        release_date="2026-12-04",
         artifact=str(DEFAULT_ARTIFACT),
     ),
     QWEN_MODEL: ModelEntry(
