@@ -2,7 +2,8 @@
 # What travels to the device machine is the checkout's tracked and untracked-not-ignored files, at most 64 MiB with
 # the carried paths; the repository is ~80 MB (the two shipped models). This takes paths out of the *index* and
 # ignores them for one call (nothing is committed): c1 sends no model, c2 no Qwen model, results nor tests;
-# restore puts the index back as HEAD has it. Do not commit between c1/c2 and restore.
+# restore puts the index back as HEAD has it (each call starts with `git reset`: staged changes are unstaged, the
+# working tree is untouched). Do not commit between c1/c2 and restore.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 git reset -q
