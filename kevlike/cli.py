@@ -354,7 +354,8 @@ def _cmd_compare(args) -> int:
         base_records = load(args.baseline) if args.baseline else None
         base = unseen(base_records, args.half) if args.baseline else None
         for run in args.runs:
-            u = unseen(load(run), args.half)
+            records = load(run)
+            u = unseen(records, args.half)
             s = summary(u)
             line = f"{run}: unseen questions {s['n']} ({args.half}), accuracy {s['accuracy']:.3f}, NLL {s['nll']:.3f}"
             if base is not None:
@@ -363,7 +364,7 @@ def _cmd_compare(args) -> int:
                          f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']})")
             print(line)
             if args.by_split and base_records is not None:
-                splits = by_split(load(run), args.half)
+                splits = by_split(records, args.half)
                 for name, rows in by_split(base_records, args.half).items():
                     mine = splits.get(name, [])
                     d = paired_difference(mine, rows)

@@ -170,7 +170,8 @@ def _with_none_key(heads: list[dict]) -> list[dict]:
     full = next((h for h in heads if all(k in h for k in NONE_KEY)), None)
     if full is None:
         return heads
-    return [h if all(k in h for k in NONE_KEY) or any(k in h for k in NONE_KEY)
+    # a head with part of the key is left as it is: the tensor check after this refuses it
+    return [h if any(k in h for k in NONE_KEY)
             else {**h, **{k: full[k].new_zeros(full[k].shape) for k in NONE_KEY}} for h in heads]
 
 

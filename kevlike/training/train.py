@@ -313,6 +313,20 @@ def validation_set(cfg: TrainConfig) -> list[Example]:
     return out
 
 
+def trained_scripts(cfg: TrainConfig) -> list[str]:
+    """The writing systems of the tasks ``cfg`` trains on (weight > 0): the manifest's ``scripts``.
+
+    Raises:
+        kevlike.data.sources.DataUnavailableError: a data package is missing."""
+    return training_scripts([t for t in cfg.tasks if cfg.task_weight(t) > 0])
+
+
+def live_mixture(cfg: TrainConfig) -> TaskMixture:
+    """The training stream of ``cfg`` read from the data packages: what a run draws, and what
+    :func:`record_stream` records (the one construction both use, so the two streams are the same)."""
+    return TaskMixture(cfg.tasks, "train", cfg.seed, files=[f.to_dict() for f in cfg.data])
+
+
 def record_stream(cfg: TrainConfig, path: str | Path, processes: int = 1, quiet: bool = False) -> Path:
     """Record the draws a run of ``cfg`` takes — ``max_steps × grad_accum × batch_size × processes`` training
     examples from :class:`~kevlike.data.tasks.TaskMixture`, its :func:`validation_set` and the trained scripts —
@@ -322,11 +336,10 @@ def record_stream(cfg: TrainConfig, path: str | Path, processes: int = 1, quiet:
     Raises:
         kevlike.data.sources.DataUnavailableError: a data package is missing."""
     n = cfg.max_steps * cfg.grad_accum * cfg.batch_size * processes
-    mixture = TaskMixture(cfg.tasks, "train", cfg.seed, files=[f.to_dict() for f in cfg.data])
+    mixture = live_mixture(cfg)
     train_examples = [mixture.take(1)[0] for _ in tqdm(range(n), desc="record stream", unit="draw",
                                                         dynamic_ncols=True, mininterval=2, disable=quiet)]
-    tasks = [t for t in cfg.tasks if cfg.task_weight(t) > 0]
-    return write_stream(path, {**stream_settings(cfg), "scripts": training_scripts(tasks)}, train_examples,
+    return write_stream(path, {**stream_settings(cfg), "scripts": trained_scripts(cfg)}, train_examples,
                         validation_set(cfg))
 
 
@@ -375,10 +388,9 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: TrainConfig, reso
     started from (its ``meta.json``; default: the current one); ``scripts``: the trained scripts of its manifest
     (default: read from the tasks' data, None without the data packages)."""
     backbone = cfg.backbone
-    tasks = [t for t in cfg.tasks if cfg.task_weight(t) > 0]
     if scripts is _UNSET:
         try:
-            scripts = training_scripts(tasks)
+            scripts = trained_scripts(cfg)
         except DataUnavailableError:  # artifacts written without the data packages declare no scripts
             scripts = None
     modes = ["list", "set"] if cfg.set_share > 0 else ["list"]
@@ -526,7 +538,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         mixture = RecordedMixture(cfg.stream, stream_settings(cfg))
         val_examples, scripts = mixture.validation, mixture.scripts
     else:
-        mixture = TaskMixture(cfg.tasks, "train", cfg.seed, files=[f.to_dict() for f in cfg.data])
+        mixture = live_mixture(cfg)
         val_examples, scripts = validation_set(cfg), _UNSET
     o = cfg.optim
     head_params = list(model.head.parameters())
