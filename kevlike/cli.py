@@ -345,8 +345,17 @@ def _cmd_soup(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from kevlike.eval.unseen import by_split, correct, load, paired_difference, unseen
+    from kevlike.eval.unseen import by_split, correct, load, paired_difference, shared_questions, unseen
     from kevlike.metrics import summary
+
+    def versus(mine: list[dict], theirs: list[dict]) -> tuple[dict, float, str]:
+        a, b, only_mine, only_theirs = shared_questions(mine, theirs)
+        if not a:
+            raise ValueError("the run and the baseline share no question (another suite?)")
+        d = paired_difference(a, b)
+        left = f"; left out: {only_mine} only in the run, {only_theirs} only in the baseline" \
+            if only_mine or only_theirs else ""
+        return d, sum(correct(r) for r in a) / d["n"], left
 
     if args.by_split and not args.baseline:
         return _fail("--by-split compares each split with --baseline RUN; give one")
@@ -359,18 +368,19 @@ def _cmd_compare(args) -> int:
             s = summary(u)
             line = f"{run}: unseen questions {s['n']} ({args.half}), accuracy {s['accuracy']:.3f}, NLL {s['nll']:.3f}"
             if base is not None:
-                d = paired_difference(u, base)
+                d, _, left = versus(u, base)
                 line += (f"; minus baseline {d['difference']:+.3f} "
-                         f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']})")
+                         f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']}{left})")
             print(line)
             if args.by_split and base_records is not None:
                 splits = by_split(records, args.half)
                 for name, rows in by_split(base_records, args.half).items():
-                    mine = splits.get(name, [])
-                    d = paired_difference(mine, rows)
-                    acc = sum(correct(r) for r in mine) / d["n"]
+                    if name not in splits:
+                        print(f"  {name}: not in the run")
+                        continue
+                    d, acc, left = versus(splits[name], rows)
                     print(f"  {name}: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
-                          f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}")
+                          f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
     except KeyError as e:         # a run's records without the field
         return _fail(str(e))
     return EXIT_OK

@@ -69,3 +69,31 @@ def test_main_prints_the_difference(tmp_path, capsys):
     assert main(["compare", str(run), "--baseline", str(base), "--by-split"]) == 0
     assert "  heldout_source: 1.000, minus baseline +1.000 [+1.000, +1.000], paired SE 0.000, n 3" in \
         capsys.readouterr().out
+
+
+def test_a_grown_suite_pairs_over_the_shared_questions(tmp_path, capsys):
+    import json
+    from kevlike.eval.unseen import shared_questions
+    # the baseline was scored before item "new" joined the realistic split; "q" repeats within a source
+    base = [_r("realistic", "q1", [0.1, 0.9], 0, source="realistic/a"),
+            _r("heldout_source", "q", [0.1, 0.9], 0), _r("heldout_source", "q", [0.9, 0.1], 0)]
+    run = [_r("realistic", "q1", [0.9, 0.1], 0, source="realistic/a"),
+           _r("realistic", "q1", [0.1, 0.9], 0, source="realistic/new"),
+           _r("realistic", "q2", [0.1, 0.9], 0, source="realistic/new"),
+           _r("heldout_source", "q", [0.9, 0.1], 0), _r("heldout_source", "q", [0.9, 0.1], 0)]
+    a, b, only_a, only_b = shared_questions(run, base)
+    assert [(r["source"], r["question"]) for r in a] == [("realistic/a", "q1"), ("s", "q"), ("s", "q")]
+    assert [r["probs"] for r in b] == [[0.1, 0.9], [0.1, 0.9], [0.9, 0.1]] and (only_a, only_b) == (2, 0)
+    assert paired_difference(a, b, resamples=200)["difference"] == pytest.approx(2 / 3)
+    for name, recs in (("run", run), ("base", base)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert main(["compare", str(tmp_path / "run.jsonl"), "--baseline", str(tmp_path / "base.jsonl"),
+                 "--half", "test", "--by-split"]) == 0
+    out = capsys.readouterr().out
+    assert "unseen questions 5 (test), accuracy 0.600" in out
+    assert "minus baseline +0.667" in out and "n 3; left out: 2 only in the run, 0 only in the baseline" in out
+    assert "  realistic: 1.000, minus baseline +1.000 [+1.000, +1.000], paired SE nan, n 1; left out: 2 only" in out
+    assert "  heldout_source: 1.000, minus baseline +0.500 [" in out
+    changed = [dict(base[0], gold=1, probs=[0.1, 0.9])] + base[1:]
+    with pytest.raises(ValueError, match="other data, not a grown suite"):
+        shared_questions(run, changed)

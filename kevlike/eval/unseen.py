@@ -11,9 +11,11 @@ Every generalization report (``kevlike eval --suite generalization``) also has t
 A RUN is a ``kevlike eval --suite generalization`` run directory or its records.jsonl. ``--half`` keeps the
 records of one half (``half`` field; runs written before the halves existed have none, so only ``all`` works
 on them). Accuracy and NLL are :func:`kevlike.metrics.summary`'s, on the probabilities the suite wrote
-(calibrated). With ``--baseline`` the two runs must hold the same questions (same suite, same data; checked
-by split, source, question id and gold, in order) and the interval is a paired bootstrap over questions:
-2,000 resamples, percentile 95 % (Efron & Tibshirani 1993, ch. 13).
+(calibrated). With ``--baseline`` the difference is paired over the questions both runs hold
+(:func:`shared_questions`: matched by split, source, question id and occurrence; a suite that grew — items
+added to a split — pairs over the questions the two versions share, and the command says how many it left
+out) and the interval is a paired bootstrap over questions: 2,000 resamples, percentile 95 % (Efron &
+Tibshirani 1993, ch. 13).
 """
 
 from __future__ import annotations
@@ -48,6 +50,31 @@ def unseen(records: list[dict], half: str = "all") -> list[dict]:
 
 def correct(r: dict) -> bool:
     return max(range(len(r["probs"])), key=lambda k: r["probs"][k]) == r["gold"]
+
+
+def shared_questions(a: list[dict], b: list[dict]) -> tuple[list[dict], list[dict], int, int]:
+    """The records of the questions both ``a`` and ``b`` hold, in ``a``'s order, paired element by element, and how
+    many records only ``a`` and only ``b`` hold. A question is matched by (split, source, question id, its
+    occurrence among records with that triple), so runs of a suite that grew by whole items (a new source or
+    question id) pair over the shared ones.
+
+    Raises:
+        ValueError: a matched question has another gold in the two runs (the data changed, not just grew)."""
+    def keyed(records: list[dict]) -> dict[tuple, dict]:
+        seen: dict[tuple, int] = {}
+        out = {}
+        for r in records:
+            k = (r["split"], r["source"], r["question"])
+            seen[k] = seen.get(k, -1) + 1
+            out[(*k, seen[k])] = r
+        return out
+    ka, kb = keyed(a), keyed(b)
+    shared = [k for k in ka if k in kb]
+    for k in shared:
+        if ka[k]["gold"] != kb[k]["gold"]:
+            raise ValueError(f"question {k[2]!r} of {k[1]!r} ({k[0]}) has gold {ka[k]['gold']!r} in one run and "
+                             f"{kb[k]['gold']!r} in the other: the runs are of other data, not a grown suite")
+    return [ka[k] for k in shared], [kb[k] for k in shared], len(ka) - len(shared), len(kb) - len(shared)
 
 
 def paired_difference(a: list[dict], b: list[dict], resamples: int = 2000, seed: int = 0) -> dict:
