@@ -488,11 +488,10 @@ def quantity(unit: str, v: int, words: bool = False) -> str:
     return f"{number} {UNIT_SINGULAR[unit] if v == 1 else unit}"
 
 
-def _levels(rng: random.Random, unit: str, v: int) -> tuple[list[str], int] | None:
-    """3–5 ordered levels over ``unit`` cut where no stated value sits on a boundary, and ``v``'s level."""
+def _levels(rng: random.Random, unit: str, v: int) -> tuple[list[str], int]:
+    """3–5 ordered levels over ``unit`` cut where no stated value sits on a boundary, and ``v``'s level (every
+    unit has at least 6 cut points, so 5 remain besides ``v``)."""
     cuts = [c for c in UNITS[unit][0] if c != v]
-    if len(cuts) < 2:
-        return None
     k = rng.randint(2, min(4, len(cuts)))
     cut = sorted(rng.sample(cuts, k))
     q = lambda c: quantity(unit, c)      # noqa: E731
@@ -535,15 +534,13 @@ def quantities(rng: random.Random) -> tuple[dict, dict, list]:
         unit, verb, noun, _, hows = m
         v, ulo = values[m], UNITS[unit][1][0]
         how_score, how_choice = rng.sample(hows, 2)
-        scale = _levels(rng, unit, v)
-        if scale:
-            q.score(how_score, *scale)
+        q.score(how_score, *_levels(rng, unit, v))
         near = {max(ulo, v // 2), v + max(1, v // 3), max(1, v - max(1, v // 4)), v * 2}
         near |= {values[x] for x in chosen if x[0] == unit}
-        opts = [quantity(unit, x) for x in sorted(near - {v})]
+        opts = [quantity(unit, x) for x in sorted(near - {v})]      # distinct texts: quantity() is one-to-one
         rng.shuffle(opts)
         gold = quantity(unit, v)
-        q.choice(how_choice, [gold] + [o for o in dict.fromkeys(opts) if o != gold][:3], gold)
+        q.choice(how_choice, [gold] + opts[:3], gold)
         k = rng.choice([c for c in UNITS[unit][0] if c != v])
         q.pair(f"{verb.capitalize()} {noun} more than {quantity(unit, k)}?",
                f"{verb.capitalize()} {noun} {quantity(unit, k)} or less?", v > k)
