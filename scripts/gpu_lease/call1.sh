@@ -7,5 +7,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD KEVLIKE_HOME=/tmp/kh PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c "import torch, transformers, peft, accelerate; print(torch.__version__, transformers.__version__, peft.__version__, accelerate.__version__)"
-timeout 150 python3 -m kevlike gpu-check --only gradient_parity --out /tmp/gc1 2>&1 | tail -12
+timeout ${GC_TIMEOUT:-150} python3 -m kevlike gpu-check --only gradient_parity --out /tmp/gc1 2>&1 | tail -12
 cp /tmp/gc1/gpu_check.json "$OUT/gc1_gpu_check.json" 2>/dev/null
