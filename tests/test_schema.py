@@ -94,6 +94,8 @@ def test_number_out_of_range_names_the_literal_and_the_field():
 def test_counts_are_pluralised_and_deep_paths_shortened():
     e = only_error(with_question({"type": "choice", "instructions": "x", "criteria": {"a": None}}))
     assert e["msg"] == "choice has 1 option; it needs 2 to 255"
+    e = only_error(with_question({"type": "choice", "instructions": "x", "criteria": {str(i): None for i in range(256)}}))
+    assert e["msg"] == "choice has 256 options; it needs 2 to 255 (`kevlike decide/serve --max-options N` raises the limit)"
     e = only_error(with_question({"type": "score", "instructions": "x", "criteria": ["low"]}))
     assert e["msg"] == "score has 1 level; it needs 2 to 10"
     deep = '{"state": ' + "[" * 70 + "]" * 70 + ', "questions": {"q": {"type": "noul", "instructions": "x"}}}'

@@ -144,8 +144,14 @@ def test_store_round_trip(store_url):
     assert [(r["model"], r["type"], r["gold"], r["probs"]) for r in recs] == [
         ("M", "choice", 2, [0.2, 0.5, 0.3]), ("M", "noul", 1, [0.7, 0.3]), ("M@ops", "noul", 0, [0.7, 0.3])]
     assert recs[0]["logits"] == pytest.approx([1.5 * __import__("math").log(x) for x in [0.2, 0.5, 0.3]])
-    store.record("r1", "M", NOUL)                       # an id recorded again: its earlier outcomes go with it
-    assert [r["model"] for r in store.records("M")] == ["M@ops"]
+    # an id recorded again once it has outcomes: the observed record stays, the new request is not stored
+    assert store.record("r1", "M_", NOUL) is False
+    assert sorted(store.questions("r1")) == sorted(["q", long_id])
+    assert [(r["model"], r["gold"]) for r in sorted(store.records("M"), key=lambda r: (r["model"], r["type"]))] == [
+        ("M", 2), ("M", 1), ("M@ops", 0)]
+    # an id recorded again before any outcome (a client's retry): the latest answers replace the first
+    assert store.record("r4", "M", answers) is True and store.record("r4", "M", NOUL) is True
+    assert sorted(store.questions("r4")) == ["q"]
     assert report(store, "M_")["overall"] == {"outcomes": 1, "accuracy": 1.0, "ece": pytest.approx(0.3),
                                               "ece_bins": [0, 0, 0, 0, 0, 0, 0, 1, 0, 0], "confident_error": 0.0}
     store.engine.dispose()

@@ -288,7 +288,11 @@ def _count(v: Any, qtype: str, what: str, lo: int, hi: int) -> Any:
 def _choice_criteria(v: Any, info: ValidationInfo) -> Any:
     if not isinstance(v, dict):
         _fail("dict_type", f"choice criteria must be an object mapping option keys to descriptions, got {_type_name(v)}")
-    return _count(v, "choice", "option", _limits(info).min_options, _limits(info).max_options)
+    lim = _limits(info)
+    if isinstance(v, dict) and len(v) > lim.max_options:    # the one limit a deployment may raise: say how
+        _fail("too_long", f"choice has {plural(len(v), 'option')}; it needs {lim.min_options} to {lim.max_options} "
+                          f"(`kevlike decide/serve --max-options N` raises the limit)")
+    return _count(v, "choice", "option", lim.min_options, lim.max_options)
 
 
 def _score_criteria(v: Any, info: ValidationInfo) -> Any:

@@ -25,7 +25,7 @@ after the busy timeout raises :class:`StoreBusy` (HTTP 503 with ``Retry-After``)
 **PostgreSQL** runs each write at READ COMMITTED, and a write first takes a transaction-level advisory lock on
 its request id: two processes writing one request at once (a client that reuses a request id across replicas,
 or posts its outcomes to two replicas) take turns, so neither fails on the key or deadlocks, and the last write
-wins as on SQLite; writes of different requests never wait for each other. A write that still loses a race on
+wins as on SQLite (a request id that already has an outcome keeps its record: see :meth:`FeedbackStore.record`); writes of different requests never wait for each other. A write that still loses a race on
 a key (another backend) is tried again (:data:`CONFLICT_RETRIES` times).
 
 Answered requests are recorded off the response path by a :class:`Recorder`: a bounded queue and one
@@ -190,11 +190,15 @@ class FeedbackStore:
                     raise
                 time.sleep(0.01 * (attempt + 1))
 
-    def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> None:
+    def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> bool:
         """Store one answered request; ``answers``: ``{"question_id", "type", "probabilities", "temperature",
         "option_keys"}`` each, and for a model with the capability ``x_abstain`` and ``abstain_scaling`` (``[T, bias]``
-        it was served with, so that :meth:`records` recovers its logit). A request id seen before is replaced (a client that reuses ids gets the
-        latest request, and its earlier outcomes are dropped with it).
+        it was served with, so that :meth:`records` recovers its logit). A request id seen before is replaced while it
+        has no outcome (a client's retry: the latest answers win); once an outcome is stored for it, the record is
+        kept and this request is not recorded (observed outcomes are never dropped; a warning names the id).
+
+        Returns:
+            True when stored, False when the id already has outcomes (nothing written).
 
         Raises:
             StoreBusy: the store stayed locked past the busy timeout, or is unreachable (nothing written).
@@ -213,12 +217,18 @@ class FeedbackStore:
                     isinstance(v, (int, float)) and math.isfinite(v) for v in scaling) and scaling[0] > 0):
                 raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: abstain_scaling must be "
                                  f"[T > 0, bias], finite numbers, got {scaling!r}")
-        self._retrying(self._record, request_id, model, answers, state)
+        stored = self._retrying(self._record, request_id, model, answers, state)
+        if not stored:
+            log.warning("request id=%s already has observed outcomes: this request with the same id was answered but "
+                        "not recorded (send a new x-request-id per request)", request_id)
+        return stored
 
-    def _record(self, request_id: str, model: str, answers: list[dict], state: str | None) -> None:
+    def _record(self, request_id: str, model: str, answers: list[dict], state: str | None) -> bool:
         with self._write() as conn:
             self._lock_request(conn, request_id)
-            conn.execute(outcomes_table.delete().where(outcomes_table.c.request_id == request_id))
+            if conn.execute(select(outcomes_table.c.request_id).where(outcomes_table.c.request_id == request_id)
+                            .limit(1)).first() is not None:
+                return False
             conn.execute(answers_table.delete().where(answers_table.c.request_id == request_id))
             conn.execute(requests_table.delete().where(requests_table.c.request_id == request_id))
             conn.execute(requests_table.insert().values(request_id=request_id, model=model, created_at=time.time(),
@@ -236,6 +246,7 @@ class FeedbackStore:
                                                 allow_nan=False),
                     "temperature": float(a["temperature"]),
                     "option_keys": json.dumps(a["option_keys"])} for a in answers])
+            return True
 
     def questions(self, request_id: str) -> dict[str, Question]:
         """The recorded questions of a request (id → :class:`~kevlike.request.schema.Question` with its option
