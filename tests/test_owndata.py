@@ -57,8 +57,14 @@ def test_bad_lines_name_file_line_and_field(tmp_path):
         assert str(e.value).startswith(f"{p}:3: ") and msg in str(e.value), str(e.value)
     items = read_labelled(_write(tmp_path / "ok.jsonl", [good, {"request": REQ, "gold": {}}]))
     assert [it.line for it in items] == [1, 2] and items[1].gold == {}       # partial labels: kept, score nothing
-    with pytest.raises(LabelledDataError, match="no labelled question"):
-        read_labelled(_write(tmp_path / "none.jsonl", [{"request": REQ}]))
+    none = _write(tmp_path / "none.jsonl", [{"request": REQ}])
+    with pytest.raises(LabelledDataError) as e:
+        read_labelled(none)
+    assert str(e.value) == f"{none}: gold: the file has no labelled question"     # the whole file: no line number
+    (tmp_path / "empty.jsonl").write_text("\n  \n")
+    with pytest.raises(LabelledDataError) as e:
+        read_labelled(tmp_path / "empty.jsonl")
+    assert str(e.value) == f"{tmp_path / 'empty.jsonl'}: gold: the file is empty (one JSON request per line)"
 
 
 def test_threshold_table_by_hand():

@@ -50,11 +50,12 @@ DISTRIBUTION_TOLERANCE = 1e-3
 
 
 class LabelledDataError(ValueError):
-    """A bad line of a labelled file: ``path``, 1-based ``line`` and the ``field`` path are in the message."""
+    """A bad line of a labelled file: ``path``, 1-based ``line`` and the ``field`` path are in the message
+    (``line`` None: the whole file, e.g. one with no labelled question)."""
 
-    def __init__(self, path: str | Path, line: int, field: str, msg: str):
+    def __init__(self, path: str | Path, line: int | None, field: str, msg: str):
         self.path, self.line, self.field = str(path), line, field
-        super().__init__(f"{path}:{line}: {field}: {msg}")
+        super().__init__(f"{path}:{line}: {field}: {msg}" if line is not None else f"{path}: {field}: {msg}")
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,8 @@ def read_labelled(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> list[Lab
                 raise LabelledDataError(path, i, "(line)", f"not JSON: {e.msg} at column {e.colno}") from None
             out.append(parse_line(obj, path, i, limits))
     if not any(x.gold for x in out):
-        raise LabelledDataError(path, len(out), "gold", "the file has no labelled question")
+        raise LabelledDataError(path, None, "gold", "the file has no labelled question" if out else
+                                 "the file is empty (one JSON request per line)")
     return out
 
 
