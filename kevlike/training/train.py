@@ -669,7 +669,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                 else:
                     bad_rounds += 1
                 bar.write(f"step {step}: validation nll {summary['overall']['nll']:.4f} "
-                          f"accuracy {summary['overall']['accuracy']:.3f} (best nll {best:.4f})")
+                          f"accuracy {summary['overall']['accuracy']:.3f} (selection score {selection_score(summary, cfg):.4f}, "
+                          f"best {best:.4f})")
                 if bad_rounds >= cfg.patience:
                     stop_reason = f"early stop: no better validation NLL in {cfg.patience} rounds"
                     break
@@ -704,5 +705,6 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     if accelerator.is_main_process:              # the result: printed with --quiet too (it hides progress only)
         art = (f"artifact: {(run_dir / 'artifact').resolve()}" if ModelDir.holds_one(run_dir / "artifact")
                else "no artifact yet (it is written at the first validation round)")
-        print(f"{stop_reason} after {step} steps in {wall / 60:.1f} min; best validation NLL {best:.4f}; {art}")
+        print(f"{stop_reason} after {step} steps in {wall / 60:.1f} min; best selection score {best:.4f} "
+              f"(validation NLL{' + λ·x_abstain log loss' if cfg.loss.abstain else ''}); {art}")
     return run_dir
