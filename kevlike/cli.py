@@ -381,6 +381,10 @@ def _cmd_compare(args) -> int:
                     d, acc, left = versus(splits[name], rows)
                     print(f"  {name}: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
                           f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
+                d, acc, left = versus([r for rows in splits.values() for r in rows],
+                                      [r for rows in by_split(base_records, args.half).values() for r in rows])
+                print(f"  all answerable questions: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
+                      f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
     except KeyError as e:         # a run's records without the field
         return _fail(str(e))
     return EXIT_OK
@@ -885,8 +889,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--baseline", metavar="RUN", default=None,
                     help="also print each run's accuracy minus this run's on the same questions (default: none)")
     cp.add_argument("--by-split", action="store_true",
-                    help="with --baseline, also each split's accuracy minus the baseline's on its answerable questions "
-                         "(paired bootstrap 95%% interval and paired standard error)")
+                    help="with --baseline, also each split's accuracy minus the baseline's on its answerable questions, "
+                         "and all of them together (paired bootstrap 95%% interval and paired standard error)")
     cp.set_defaults(func=_cmd_compare)
 
     ex = command("export", "write a built-in task's split as a labelled JSONL file (the format of `eval --data` and "

@@ -94,6 +94,9 @@ def test_a_grown_suite_pairs_over_the_shared_questions(tmp_path, capsys):
     assert "minus baseline +0.667" in out and "n 3; left out: 2 only in the run, 0 only in the baseline" in out
     assert "  realistic: 1.000, minus baseline +1.000 [+1.000, +1.000], paired SE nan, n 1; left out: 2 only" in out
     assert "  heldout_source: 1.000, minus baseline +0.500 [" in out
+    # every split's answerable questions together: 3 shared (2 more right in the run), 2 only in the run
+    assert "  all answerable questions: 1.000, minus baseline +0.667 [" in out and \
+        "n 3; left out: 2 only in the run, 0 only in the baseline\n" in out.split("all answerable questions")[1]
     changed = [dict(base[0], gold=1, probs=[0.1, 0.9])] + base[1:]
     with pytest.raises(ValueError, match="other data, not a grown suite"):
         shared_questions(run, changed)
