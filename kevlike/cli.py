@@ -605,11 +605,19 @@ def _add(parser: argparse.ArgumentParser, owner, *names: str, lead: str = "", **
         parser.add_argument(option, **{**kw, "help": lead + kw["help"]})
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, as every other error of the CLI (argparse prints the
+    whole usage block first): ``kevlike decide: error: argument --threads: …; see kevlike decide --help``, exit 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``kevlike`` argument parser. Building it imports nothing heavy (no torch). The options of the engine,
     the server and the request limits are generated from their settings (:func:`_add`); the others are the
     commands' own."""
-    p = argparse.ArgumentParser(prog="kevlike", description="Open decision engine (Jev-compatible).",
+    p = _Parser(prog="kevlike", description="Open decision engine (Jev-compatible).",
                                 epilog=__doc__[__doc__.index("Exit codes:"):], formatter_class=_HelpFormatter)
     p.add_argument("--version", action="version", version=f"kevlike {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

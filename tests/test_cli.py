@@ -387,3 +387,19 @@ def test_train_config_errors_come_before_any_model_loads(tmp_path, capsys):
     assert cli.main(["train", "--resume", str(tmp_path), "--dtype", "float32"]) == 2
     assert capsys.readouterr().err == ("kevlike: error: --resume continues a run with its saved config, precision "
                                        "included; drop --dtype\n")
+
+
+def test_a_usage_error_is_one_line_with_exit_code_2(capsys):
+    """argparse printed its whole usage block before the error; every CLI error is one line."""
+    from kevlike import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["decide", "examples/review.json", "--threads", "0"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("kevlike decide: error: argument --threads: must be 'auto' or an integer from "
+                                       "1 to 256, got '0' (`kevlike decide --help` lists the options)\n")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["nosuch"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("kevlike: error: argument COMMAND: invalid choice: 'nosuch'") \
+        and err.count("\n") == 1
