@@ -237,9 +237,9 @@ def test_labelled_cannot_tell_gold_and_bad_values(tmp_path):
     for bad, msg in (({"cannot_tell": False}, "gold.q.cannot_tell: must be true"),
                      ({"cannot_tell": "yes"}, "gold.q.cannot_tell: must be true"),
                      ({"cannot_tell": True, "a": 1}, "gold.q: a \"cannot tell\" gold is exactly"),
-                     ({"cancel_tell": True}, r"gold.q: 'cancel_tell' is not an answer .*\(did you mean \{\"cannot_tell\": true\}\?\)"),
-                     ({"Cannot_Tel": 1.0}, r"gold.q: 'Cannot_Tel' .*did you mean"),
-                     ({"zzz": 1.0}, r"gold.q: 'zzz' is not an answer of this choice question \(answers: [^)]*\)$")):
+                     ({"cancel_tell": True}, r"gold.q: \"cancel_tell\" is not an answer .*\(did you mean \{\"cannot_tell\": true\}\?\)"),
+                     ({"Cannot_Tel": 1.0}, r'gold.q: "Cannot_Tel" .*did you mean'),
+                     ({"zzz": 1.0}, r'gold.q: "zzz" is not an answer of this choice question \(answers: [^)]*\)$')):
         f = tmp_path / "bad.jsonl"
         f.write_text(_line("a") + "\n" + _line(bad) + "\n")
         with pytest.raises(LabelledDataError, match=f"bad.jsonl:2: {msg}"):

@@ -342,7 +342,7 @@ def test_every_command_that_loads_a_model_takes_threads_and_dtype(monkeypatch):
     assert cli.TRAIN_PRECISION == {"auto": "auto", "float32": "no", "bfloat16": "bf16"}
 
 
-BAD_GOLD = "gold.q: a noul answer is true or false, got 'maybe'"
+BAD_GOLD = 'gold.q: a noul answer is true or false, got "maybe"'
 
 
 def _bad_labelled(tmp_path) -> Path:

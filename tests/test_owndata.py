@@ -45,7 +45,7 @@ def test_bad_lines_name_file_line_and_field(tmp_path):
         ("{not json", "(line): not JSON"),
         ({"gold": {}}, "request: missing"),
         ({"request": REQ, "gold": {"nope": True}}, "gold.nope: no question 'nope'"),
-        ({"request": REQ, "gold": {"team": "legal"}}, "gold.team: 'legal' is not an option key"),
+        ({"request": REQ, "gold": {"team": "legal"}}, 'gold.team: "legal" is not an option key'),
         ({"request": REQ, "gold": {"urgent": True}, "weight": 0}, "weight: must be a number > 0"),
         ({"request": REQ, "gold": {"urgent": True}, "labels": 1}, "labels: unknown field"),
         ({"request": {**REQ, "questions": {}}, "gold": {}}, "request.questions:"),

@@ -49,6 +49,14 @@ DISTRIBUTION_TOLERANCE = 1e-3
 """How far a soft label's probabilities may sum from 1 before the line is refused."""
 
 
+def _json(value) -> str:
+    """A value of the file as JSON writes it (``true``, ``"yes"``), for error messages; Python's repr otherwise."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 class LabelledDataError(ValueError):
     """A bad line of a labelled file: ``path``, 1-based ``line`` and the ``field`` path are in the message
     (``line`` None: the whole file, e.g. one with no labelled question)."""
@@ -90,10 +98,10 @@ def answer_target(question: Question, answer) -> list[float]:
             if k not in keys:
                 hint = (' (did you mean {"cannot_tell": true}?)' if isinstance(k, str) and
                         difflib.SequenceMatcher(None, k.lower(), "cannot_tell").ratio() >= 0.7 else "")
-                raise ValueError(f"{k!r} is not an answer of this {question.type} question (answers: "
+                raise ValueError(f"{_json(k)} is not an answer of this {question.type} question (answers: "
                                  f"{', '.join(keys[:10])}{' …' if K > 10 else ''}){hint}")
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"probability of {k!r} must be a number >= 0, got {v!r}")
+                raise ValueError(f"probability of {_json(k)} must be a number >= 0, got {_json(v)}")
             out[keys.index(k)] = float(v)
         total = sum(out)
         if abs(total - 1) > DISTRIBUTION_TOLERANCE:
@@ -103,15 +111,15 @@ def answer_target(question: Question, answer) -> list[float]:
         if isinstance(answer, bool):
             answer = "true" if answer else "false"
         if answer not in ("true", "false"):
-            raise ValueError(f"a noul answer is true or false, got {answer!r}")
+            raise ValueError(f"a noul answer is true or false, got {_json(answer)}")
     elif question.type == "score":
         if isinstance(answer, bool) or not isinstance(answer, (int, str)):
-            raise ValueError(f"a score answer is a level index 0-{K - 1}, got {answer!r}")
+            raise ValueError(f"a score answer is a level index 0-{K - 1}, got {_json(answer)}")
         answer = str(answer)
         if answer not in keys:
             raise ValueError(f"level {answer} is outside 0-{K - 1}")
     elif not isinstance(answer, str) or answer not in keys:
-        raise ValueError(f"{answer!r} is not an option key of this choice question")
+        raise ValueError(f"{_json(answer)} is not an option key of this choice question")
     return [1.0 if k == answer else 0.0 for k in keys]
 
 
@@ -159,7 +167,7 @@ def parse_line(obj, path: str | Path, line: int, limits: Limits = DEFAULT_LIMITS
             raise LabelledDataError(path, line, f"gold.{qid}", str(e)) from None
     weight = obj.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
-        raise LabelledDataError(path, line, "weight", f"must be a number > 0, got {weight!r}")
+        raise LabelledDataError(path, line, "weight", f"must be a number > 0, got {_json(weight)}")
     return Labelled(obj["request"], parsed, gold, float(weight), line, frozenset(cannot_tell))
 
 
