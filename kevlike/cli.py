@@ -607,7 +607,8 @@ def _add(parser: argparse.ArgumentParser, owner, *names: str, lead: str = "", **
 
 class _Parser(argparse.ArgumentParser):
     """argparse's parser whose usage errors are one line, as every other error of the CLI (argparse prints the
-    whole usage block first): ``kevlike decide: error: argument --threads: …; see kevlike decide --help``, exit 2."""
+    whole usage block first): ``kevlike decide: error: argument --threads: … (`kevlike decide --help` lists the
+    options)``, exit 2."""
 
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")

@@ -25,8 +25,9 @@ after the busy timeout raises :class:`StoreBusy` (HTTP 503 with ``Retry-After``)
 **PostgreSQL** runs each write at READ COMMITTED, and a write first takes a transaction-level advisory lock on
 its request id: two processes writing one request at once (a client that reuses a request id across replicas,
 or posts its outcomes to two replicas) take turns, so neither fails on the key or deadlocks, and the last write
-wins as on SQLite (a request id that already has an outcome keeps its record: see :meth:`FeedbackStore.record`); writes of different requests never wait for each other. A write that still loses a race on
-a key (another backend) is tried again (:data:`CONFLICT_RETRIES` times).
+wins as on SQLite (but a request id that already has an outcome keeps its record: :meth:`FeedbackStore.record`);
+writes of different requests never wait for each other. A write that still loses a race on a key (another
+backend) is tried again (:data:`CONFLICT_RETRIES` times).
 
 Answered requests are recorded off the response path by a :class:`Recorder`: a bounded queue and one
 writer thread that retries a busy store until the write lands, so a lock loses no record; when the
