@@ -965,7 +965,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # `kevlike train CONFIG --quiet k=v`: overrides may follow options
         if args.command != "train" or not all("=" in x and not x.startswith("-") for x in extra):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            command.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")   # names the command
         args.overrides = [*args.overrides, *extra]
     _hand_down(args)
     try:

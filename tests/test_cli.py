@@ -403,3 +403,7 @@ def test_a_usage_error_is_one_line_with_exit_code_2(capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("kevlike: error: argument COMMAND: invalid choice: 'nosuch'") \
         and err.count("\n") == 1
+    with pytest.raises(SystemExit) as e:
+        cli.main(["decide", "examples/review.json", "--bogus"])
+    assert e.value.code == 2 and capsys.readouterr().err == (
+        "kevlike decide: error: unrecognized arguments: --bogus (`kevlike decide --help` lists the options)\n")
