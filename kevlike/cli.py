@@ -373,8 +373,8 @@ def _cmd_compare(args) -> int:
                          f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']}{left})")
             print(line)
             if args.by_split and base_records is not None:
-                splits = by_split(records, args.half)
-                for name, rows in by_split(base_records, args.half).items():
+                splits, base_splits = by_split(records, args.half), by_split(base_records, args.half)
+                for name, rows in base_splits.items():
                     if name not in splits:
                         print(f"  {name}: not in the run")
                         continue
@@ -382,7 +382,7 @@ def _cmd_compare(args) -> int:
                     print(f"  {name}: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
                           f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
                 d, acc, left = versus([r for rows in splits.values() for r in rows],
-                                      [r for rows in by_split(base_records, args.half).values() for r in rows])
+                                      [r for rows in base_splits.values() for r in rows])
                 print(f"  all answerable questions: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
                       f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
     except KeyError as e:         # a run's records without the field

@@ -279,20 +279,20 @@ def _noul_criteria(v: Any) -> Any:
     return v
 
 
-def _count(v: Any, qtype: str, what: str, lo: int, hi: int) -> Any:
+def _count(v: Any, qtype: str, what: str, lo: int, hi: int, over_hint: str = "") -> Any:
+    """``v`` if it holds ``lo`` to ``hi`` items; else a validation error, with ``over_hint`` after it when too many."""
     if not lo <= len(v) <= hi:
-        _fail("too_short" if len(v) < lo else "too_long", f"{qtype} has {plural(len(v), what)}; it needs {lo} to {hi}")
+        _fail("too_short" if len(v) < lo else "too_long",
+              f"{qtype} has {plural(len(v), what)}; it needs {lo} to {hi}{over_hint if len(v) > hi else ''}")
     return v
 
 
 def _choice_criteria(v: Any, info: ValidationInfo) -> Any:
     if not isinstance(v, dict):
         _fail("dict_type", f"choice criteria must be an object mapping option keys to descriptions, got {_type_name(v)}")
-    lim = _limits(info)
-    if len(v) > lim.max_options:                  # the one limit a deployment may raise: say how
-        _fail("too_long", f"choice has {plural(len(v), 'option')}; it needs {lim.min_options} to {lim.max_options} "
-                          f"(`kevlike decide/serve --max-options N` raises the limit)")
-    return _count(v, "choice", "option", lim.min_options, lim.max_options)
+    # the one limit a deployment may raise: the error says how
+    return _count(v, "choice", "option", _limits(info).min_options, _limits(info).max_options,
+                  " (`kevlike decide/serve --max-options N` raises the limit)")
 
 
 def _score_criteria(v: Any, info: ValidationInfo) -> Any:
