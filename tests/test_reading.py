@@ -251,3 +251,91 @@ def test_quantities_rows_are_seeded_valid_and_consistent():
                 assert gold[qid] in req["state"] or any(t in req["state"] or t.capitalize() in req["state"]
                                                         for t in spelled), (gold[qid], req["state"])
     assert n_pairs >= len(rows)       # at least one more-than / at-most pair per row on average
+
+
+def _wide_interval(level: str, unit: str) -> tuple[float, float]:
+    """The closed interval of ``unit`` values a :func:`reading._wide_levels` level names, read from its text by
+    hand-written rules (minutes in minutes, "N hours" and spoken durations converted), independent of the
+    generator's own cut points."""
+    spoken = {"a quarter of an hour": 15, "half an hour": 30, "three quarters of an hour": 45, "an hour": 60,
+              "an hour and a half": 90, "two hours": 120, "three hours": 180, "four hours": 240}
+    words = {w: i for i, w in enumerate(reading.NUM_WORDS)}
+
+    def value(text: str) -> float:
+        text = text.strip()
+        if text in spoken:
+            return spoken[text]
+        m = re.fullmatch(r"(?:EUR |USD |GBP |[€$£])?(\w+)%?(?: (\w+))?", text)
+        assert m, (level, text)
+        n = int(m.group(1)) if m.group(1).isdigit() else words[m.group(1)]
+        return n * 60 if unit == "minutes" and m.group(2) == "hours" else n
+
+    zero = {z for zs in reading.ZERO_LEVELS.values() for z in zs}
+    if level in zero:
+        return (0, 0)
+    for pattern, lo, hi in ((r"(?:less than|under|below) (.+)", None, -1e-9), (r"(?:up to|at most) (.+)", None, 0),
+                            (r"(.+) or (?:less|fewer)", None, 0), (r"(?:more than|over|above) (.+)", 1e-9, None),
+                            (r"at least (.+)", 0, None), (r"(.+) or more", 0, None)):
+        m = re.fullmatch(pattern, level)
+        if m:
+            x = value(m.group(1))
+            return (x + lo, float("inf")) if hi is None else (0, x + hi)          # quantities are >= 0
+    m = re.fullmatch(r"(?:between|from) (.+)|(.+ to .+)", level)
+    if m:                     # "between A and B", "from A to B", "A to B": the first split where both sides read
+        body, sep = (m.group(1), " and " if level.startswith("between") else " to ") if m.group(1) else (m.group(2), " to ")
+        parts = body.split(sep)
+        for k in range(1, len(parts)):
+            a, b = sep.join(parts[:k]), sep.join(parts[k:])
+            if a.isdigit() and " " in b and not b[0] in "€$£":
+                a = f"{a} {b.rsplit(' ', 1)[-1]}"                # "15 to 60 minutes": the unit said once
+            try:
+                return (value(a), value(b))
+            except (AssertionError, KeyError):
+                continue
+        raise AssertionError(level)
+    return (value(level), value(level))
+
+
+def test_wide_levels_name_the_value_hand_checked():
+    """Every scale of the ``numbers`` source, read back by hand-written rules: the gold level holds the value and
+    no other level does; levels rise; every form, currency, spoken duration and the count scales occur."""
+    assert reading.quantity("money", 120, money="£{v}") == "£120"
+    assert reading.quantity("minutes", 90, spoken=True) == "an hour and a half"
+    assert reading.quantity("minutes", 100, spoken=True) == "100 minutes"
+    assert reading._span("15 minutes", "60 minutes", "between {a} and {b}") == "between 15 and 60 minutes"
+    assert reading._span("EUR 50", "EUR 100", "{a} to {b}") == "EUR 50 to EUR 100"
+    assert reading._span("half an hour", "an hour", "from {a} to {b}") == "from half an hour to an hour"
+    seen = set()
+    for i in range(3000):
+        rng = random.Random(i)
+        unit = rng.choice(list(reading.UNITS))
+        lo, hi = reading.UNITS[unit][1]
+        v = rng.randint(lo, min(hi, 8)) if i % 3 == 0 else rng.randint(lo, hi)
+        money = rng.choice(reading.MONEY_FORMATS)
+        levels, gold = reading._wide_levels(rng, unit, v, money)
+        assert 3 <= len(levels) <= 5 and len(set(levels)) == len(levels), levels
+        spans = [_wide_interval(lv, unit) for lv in levels]
+        holds = [a <= v <= b for a, b in spans]
+        assert holds[gold] and sum(holds) == 1, (unit, v, levels, gold, spans)
+        assert all(x[0] <= y[0] and x[1] < y[1] for x, y in zip(spans, spans[1:])), (levels, spans)   # levels rise
+        seen |= {lv.split(" ")[0] for lv in levels} | {"spoken" for lv in levels if "hour" in lv and "a" in lv.split()}
+        seen |= {"zero" for a, b in spans if b == 0} | {"count" for a, b in spans if a == b and b > 0}
+        seen |= {m for m in ("€", "$", "£", "GBP", "USD", "euros") if any(m in lv for lv in levels)}
+    assert {"less", "under", "below", "up", "at", "between", "from", "more", "over", "above", "spoken", "zero",
+            "count", "€", "$", "£", "GBP", "USD", "euros"} <= seen, seen
+
+
+def test_numbers_rows_are_seeded_valid_and_read_back():
+    rows = reading.rows("numbers", "validation")
+    assert len(rows) == reading.SPLIT_SIZES["validation"]
+    assert reading.numbers(random.Random(f"numbers:{reading.SPLIT_SEEDS['validation']}")) == rows[0]
+    n_pairs, n_spoken = 0, 0
+    for req, gold, twins in rows:
+        _valid(req, gold, twins)
+        assert 4 <= len(req["questions"]) <= 7
+        n_pairs += len(twins)
+        n_spoken += any(s in req["state"] for s in reading.SPOKEN_MINUTES.values())
+        currencies = {f for f in reading.MONEY_FORMATS if re.search(re.escape(f).replace(r"\{v\}", r"\d+"), req["state"])}
+        assert len(currencies) <= 1, currencies                     # one currency per text
+    assert n_pairs >= len(rows) and n_spoken >= 5
+    assert "numbers" in SOURCES and "numbers" in SYNTHETIC_SOURCES

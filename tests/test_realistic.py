@@ -133,14 +133,14 @@ def test_validator_rejects_wrong_sizes():
 
 def test_no_question_is_worded_as_a_reading_training_question(items):
     """The split measures reading of unseen texts: none of its questions (or option sets) is worded exactly as a
-    question of the generated ``documents``/``quantities``/``absurd`` training sources (kevlike/data/reading.py, train split)."""
+    question of the generated ``documents``/``quantities``/``numbers``/``absurd`` training sources (kevlike/data/reading.py, train split)."""
     reading = pytest.importorskip("kevlike.data.reading")
 
     def norm(s):
         return " ".join(s.lower().split())
 
     seen_q, seen_opts = set(), set()
-    for source in ("documents", "quantities", "absurd"):
+    for source in ("documents", "quantities", "numbers", "absurd"):
         for row in reading.rows(source, "train"):
             for q in row[0]["questions"].values():
                 seen_q.add(norm(q["instructions"]))

