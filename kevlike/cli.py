@@ -533,6 +533,13 @@ def _cmd_calibrate(args) -> int:
             return _fail("a calibration profile is fitted on a labelled file: give both --data FILE.jsonl and --profile NAME")
         if args.fit_mode == "both":
             return _fail("--profile fits the option mode the model is served in: --option-mode list or set")
+        if args.min_count < 1:
+            return _fail(f"--min-count must be an integer >= 1, got {args.min_count}")
+        from kevlike.config.engine import check_profile_name
+        try:
+            check_profile_name(args.profile_name)
+        except ValueError as e:
+            return _fail(f"--profile: {e}")
         if (err := _labelled_error(args.data)) is not None:      # before torch is imported
             return _fail(err)
         from kevlike.eval.owndata import fit_profile
@@ -551,16 +558,27 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_recalibrate(args) -> int:
-    from kevlike.eval.owndata import fit_profile
-    from kevlike.service.feedback import FeedbackStore, StoreBusy
+    from kevlike.config.engine import check_profile_name
+    from kevlike.service.feedback import FeedbackStore, StoreBusy, check_store_url
 
     model = args.model or "kevlike-default"
+    if args.min_count < 1:          # every input before the store is read
+        return _fail(f"--min-count must be an integer >= 1, got {args.min_count}")
+    try:
+        check_profile_name(args.profile)
+        check_store_url(args.db, must_exist=True)
+    except ValueError as e:
+        return _fail(f"{'--profile' if 'profile name' in str(e) else '--db'}: {e}")
     try:
         records = FeedbackStore(args.db).records(model)
     except StoreBusy as e:  # another process holds the store's lock: transient, try again
         return _fail(f"{args.db}: {e}; try again", EXIT_SETUP)
+    except ValueError as e:   # not a database, or a malformed row
+        return _fail(f"--db: {e}")
     if not records:
         return _fail(f"{args.db}: no recorded answer of model {model!r} has an outcome yet")
+    from kevlike.eval.owndata import fit_profile   # torch: only once the inputs are valid
+
     fit_profile(model, f"{len(records)} outcomes in {args.db}", args.profile, min_count=args.min_count,
                 quiet=args.quiet, records=records)
     return 0

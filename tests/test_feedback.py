@@ -199,7 +199,8 @@ def test_locked_store_over_http_503_with_retry_after_and_no_record_lost(tmp_path
             assert (st, out) == (200, {"request_id": rid, "stored": 1})
         assert feedback("r3")[0] == 404                                     # refused, so never answered
         assert call(port, "GET", f"/v1/feedback/report?model={eng.name}")[2]["overall"]["outcomes"] == 3
-        assert call(port, "GET", "/v1/feedback/report?model=TINY-LLAMA")[2]["overall"]["outcomes"] == 0
+        st, _, out = call(port, "GET", "/v1/feedback/report?model=TINY-LLAMA")   # case-exact: not this model
+        assert st == 404 and "is not served here and has no recorded outcomes" in out["detail"]["message"]
         assert (app.state.recorder.written, app.state.recorder.failed) == (3, 0)
 
 

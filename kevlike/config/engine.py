@@ -9,10 +9,27 @@ evaluation suites and the tools take one :class:`EngineOptions`; the command lin
 from __future__ import annotations
 
 import os
+import re
 
 from kevlike.config.fields import argparse_type, leaves, parse_text
 from kevlike.config.limits import DEFAULT_LIMITS, Limits
 from kevlike.config.rules import Rule, Section, SettingError, is_int, number, one_of, setting, settings
+
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""A calibration profile's name (its file is ``NAME.json``): no path separator, no leading dot."""
+
+
+def check_profile_name(name: str) -> str:
+    """Validate a profile name (letters, digits, ``_ . -``, 1-64 characters, not starting with a
+    punctuation mark) and return it.
+
+    Raises:
+        ValueError: any other name.
+    """
+    if not isinstance(name, str) or not PROFILE_NAME.match(name):
+        raise ValueError(f"profile name must be 1-64 letters, digits, '_', '.' or '-' (not first), got {name!r}")
+    return name
+
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 """Weight precisions (``auto``: :func:`kevlike.model.backbones.resolve_dtype`)."""

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from kevlike.config.engine import PROFILE_NAME, check_profile_name  # noqa: F401  (re-exported)
 from kevlike.model.heads import PointerHead
 from kevlike.model.temperatures import TemperatureTable, read_temperatures
 from kevlike.request.encode import DELIMITERS, Encoder
@@ -247,21 +247,6 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
 
 # --- calibration profiles ------------------------------------------------------------------------
 
-PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-def check_profile_name(name: str) -> str:
-    """Validate a profile name (letters, digits, ``_ . -``, 1-64 characters, not starting with a
-    punctuation mark) and return it.
-
-    Raises:
-        ValueError: any other name.
-    """
-    if not isinstance(name, str) or not PROFILE_NAME.match(name):
-        raise ValueError(f"profile name must be 1-64 letters, digits, '_', '.' or '-' (not first), got {name!r}")
-    return name
-
-
 def profiles_dir(artifact_dir: str | Path, model_name: str) -> Path:
     """Where the calibration profiles of a decision model live: ``profiles/`` inside the model directory,
     except for a model shipped inside the installed package (read-only, replaced on upgrade), whose
@@ -281,7 +266,7 @@ def profile_path(artifact_dir: str | Path, model_name: str, name: str) -> Path:
 def list_profiles(artifact_dir: str | Path, model_name: str) -> list[str]:
     """The profile names stored for a model, sorted."""
     d = profiles_dir(artifact_dir, model_name)
-    return sorted(p.stem for p in d.glob("*.json") if PROFILE_NAME.match(p.stem)) if d.is_dir() else []
+    return sorted(p.stem for p in d.glob("*.json") if p.is_file() and PROFILE_NAME.match(p.stem)) if d.is_dir() else []
 
 
 def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: TemperatureTable,

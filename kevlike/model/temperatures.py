@@ -205,10 +205,8 @@ def read_temperatures(path: str | Path) -> TemperatureTable:
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
 
-    def constant(name):
-        raise ProfileError(f"{path}: {name} is not a number (temperatures must be finite)")
-    try:
-        obj = json.loads(text, parse_constant=constant)
+    try:     # NaN / Infinity read as floats: the field check below refuses them naming the field
+        obj = json.loads(text, parse_constant=float)
     except json.JSONDecodeError as e:
         raise ProfileError(f"{path}: not valid JSON: {e}") from None
     return TemperatureTable.from_json(obj, str(path))

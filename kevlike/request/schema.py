@@ -163,6 +163,28 @@ def parse_request(body: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Request
         RequestError: 413 if the body exceeds ``limits.max_body_bytes``; 422 for invalid JSON,
             invalid UTF-8, duplicate keys, nesting deeper than ``limits.max_depth`` or any schema rule.
     """
+    return validate_request(_decode(body, limits), limits)
+
+
+def parse_json(body: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """Decode a JSON body under the wire format's structural rules, for bodies other than a request
+    (``/v1/feedback``): the size limit, UTF-8, no duplicate keys, nesting at most ``limits.max_depth``, no
+    lone surrogates, numbers that fit a 64-bit float. Returns the decoded value (objects as dicts).
+
+    Raises:
+        RequestError: 413 over ``limits.max_body_bytes``; 422 naming the field of every other violation.
+    """
+    obj = _decode(body, limits)
+    errors: list[dict[str, Any]] = []
+    _walk(obj, [], 1, limits, errors)
+    if errors:
+        raise RequestError(errors)
+    return obj
+
+
+def _decode(body: str | bytes, limits: Limits) -> Any:
+    """``json.loads`` of a body within the size limit, duplicate keys, constants and huge numbers kept for
+    :func:`_walk` to report (RequestError 413 / 422 as :func:`parse_request` says)."""
     size = len(body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body)
     if size > limits.max_body_bytes:
         raise RequestError(
@@ -175,8 +197,8 @@ def parse_request(body: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Request
         except UnicodeDecodeError as e:
             raise RequestError([_err([], f"body is not valid UTF-8 ({e.reason} at byte {e.start})", "json_invalid")])
     try:
-        obj = json.loads(body, object_pairs_hook=_object_pairs, parse_constant=_reject_constant,
-                         parse_float=_parse_float)
+        return json.loads(body, object_pairs_hook=_object_pairs, parse_constant=_reject_constant,
+                          parse_float=_parse_float)
     except RecursionError:
         raise RequestError([_err([], f"JSON nesting exceeds the limit of {limits.max_depth}", "json_too_deep")])
     except ValueError as e:  # json.JSONDecodeError is a ValueError
@@ -184,7 +206,6 @@ def parse_request(body: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Request
         if "Exceeds the limit" in msg and "digits" in msg:  # Python's int-size guard, not a JSON rule
             msg = "a number has more than 4300 digits"
         raise RequestError([_err([], f"invalid JSON: {msg}", "json_invalid")])
-    return validate_request(obj, limits)
 
 
 def _walk(value: Any, loc: list, depth: int, limits: Limits, errors: list) -> None:

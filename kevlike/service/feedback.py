@@ -47,13 +47,15 @@ import collections
 import json
 import logging
 import math
+import os
 import queue
 import threading
 import time
 
 from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, event, func,
                         select, text)
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, OperationalError
 
 from kevlike.metrics import abstention, ece
 from kevlike.request.schema import Option, Question
@@ -103,6 +105,48 @@ class StoreBusy(RuntimeError):
     database's own :class:`sqlalchemy.exc.OperationalError` is its ``__cause__``."""
 
 
+class StoreLost(StoreBusy):
+    """The SQLite file of an open store was removed or replaced (SQLite would go on writing into the unlinked
+    file, and every record would vanish at exit): nothing more is written until the server restarts. A
+    :class:`StoreBusy`, so callers answer 503 and the recorder keeps its queue (and says so in the log)."""
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_store_url(url: str, *, must_exist: bool = False) -> None:
+    """Refuse, before any connection, a store URL that cannot keep outcomes: one that does not parse, an in-memory
+    SQLite database (each connection of the pool would see its own, and all of it is lost at exit), a SQLite
+    file in a directory that does not exist, and, with ``must_exist`` (reading a store, as ``kevlike
+    recalibrate`` does), a SQLite file that does not exist (connecting would create an empty one).
+
+    Raises:
+        ValueError: one line naming the URL and what is wrong.
+    """
+    try:
+        u = make_url(url)
+    except ArgumentError:
+        raise ValueError(f"{url!r} is not a database URL (e.g. sqlite:///feedback.db for a file here, or "
+                         f"postgresql+psycopg://USER:PASSWORD@HOST/DB)") from None
+    if u.get_backend_name() != "sqlite":
+        return
+    db = u.database or ""
+    if db in ("", ":memory:") or db.startswith("file::memory:") or "mode=memory" in db:
+        raise ValueError(f"{url!r} is an in-memory SQLite database: each connection would see its own and every "
+                         f"outcome is lost at exit; give a file, e.g. sqlite:///feedback.db")
+    path = db[len("file:"):].split("?", 1)[0] if db.startswith("file:") else db
+    if must_exist and not os.path.isfile(path):
+        raise ValueError(f"{url!r}: no database file {path!r}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{url!r}: the directory {parent!r} does not exist")
+
+
 def model_filter(column, model: str):
     """The SQL condition "``column`` is ``model`` or ``model@PROFILE``": exact and case-exact (no ``LIKE``, whose
     ``_``/``%`` wildcards and, in SQLite, ASCII case folding would match other models)."""
@@ -115,20 +159,22 @@ class FeedbackStore:
     transaction (a crash leaves either all of a request's rows or none).
 
     Args:
-        url: a SQLAlchemy database URL (``sqlite:///path.db``; ``sqlite://`` is in memory).
+        url: a SQLAlchemy database URL (``sqlite:///path.db``, ``postgresql+psycopg://…``; not an in-memory
+            SQLite database: :func:`check_store_url`).
         busy_timeout_s: SQLite only: how long a statement waits for a lock another connection holds
             before :class:`StoreBusy` (seconds, finite, >= 0).
 
     Raises:
-        sqlalchemy.exc.ArgumentError: a malformed URL.
-        ValueError: a busy timeout that is not a finite number >= 0, or the URL's database driver is not
-            installed (one line naming it).
+        ValueError: a busy timeout that is not a finite number >= 0, a URL :func:`check_store_url` refuses, a
+            file that is not a database of this kind, or the URL's database driver is not installed (one line
+            naming it).
         StoreBusy: the tables could not be created because the store is locked or unreachable.
     """
 
     def __init__(self, url: str, busy_timeout_s: float = 5.0):
         if not (isinstance(busy_timeout_s, (int, float)) and 0 <= busy_timeout_s < math.inf):
             raise ValueError(f"busy_timeout_s must be a finite number of seconds >= 0, got {busy_timeout_s!r}")
+        check_store_url(url)
         self.url = url
         self.busy_timeout_s = float(busy_timeout_s)
         self.sqlite = url.startswith("sqlite")
@@ -142,10 +188,24 @@ class FeedbackStore:
             raise ValueError(f"{url.split('://')[0]}://: its database driver {e.name!r} is not installed (PostgreSQL: "
                              f"pip install \"psycopg[binary]\" and postgresql+psycopg://USER:PASSWORD@HOST/DB)") from None
         self._lock = threading.Lock()
-        with self._write() as conn:   # one process at a time checks for and creates the tables
-            if self.engine.dialect.name == "postgresql":
-                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})")
-            metadata.create_all(conn)
+        self._file, self._identity = None, None     # the SQLite file opened (set once it exists)
+        try:
+            with self._write() as conn:   # one process at a time checks for and creates the tables
+                if self.engine.dialect.name == "postgresql":
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})")
+                metadata.create_all(conn)
+        except DatabaseError as e:        # not a lock or a lost connection (those are StoreBusy): a wrong file
+            raise ValueError(f"{url}: {getattr(e, 'orig', None) or e}") from None
+        self._file = self.engine.url.database if self.sqlite else None
+        self._identity = _file_identity(self._file) if self._file else None
+
+    def check_file(self) -> None:
+        """SQLite: raise :class:`StoreLost` if the database file is no longer the one opened (deleted, or
+        replaced by another file). One ``stat`` call; a no-op for other backends."""
+        if self._identity is not None and _file_identity(self._file) != self._identity:
+            raise StoreLost(f"the outcome store's file {self._file!r} was removed or replaced while the server ran: "
+                            f"nothing more can be recorded in it; restart the server (it creates a new file) or "
+                            f"restore the file")
 
     def _sqlite_pragmas(self) -> None:
         """WAL, the busy timeout, and SQLAlchemy's recipe for explicit transactions in pysqlite (the driver's own
@@ -305,32 +365,54 @@ class FeedbackStore:
                    & (outcomes_table.c.question_id == answers_table.c.question_id)))
         if model is not None:
             q = q.where(model_filter(requests_table.c.model, model))
-        out = []
         with self._busy(), self.engine.connect() as conn:
             rows = conn.execute(q).all()
+        out, unreadable = [], 0
         for r in rows:
-            p = json.loads(r.probabilities)
-            x_abstain = scaling = None
-            if isinstance(p, dict):                 # recorded with x_abstain (FeedbackStore.record)
-                p, x_abstain, scaling = p["probabilities"], p.get("x_abstain"), p.get("abstain_scaling")
-            t = json.loads(r.target)
-            # SQLite stores a NaN as NULL: a temperature of None is a NaN an older version recorded
-            if r.temperature is None or not math.isfinite(r.temperature) or not all(math.isfinite(x) for x in p):
+            try:
+                rec = _record_of(r)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError):   # a row this version never wrote
+                unreadable += 1
                 continue
-            rec = {"source": r.question_id, "question": r.question_id, "model": r.model, "type": r.type}
-            if t == CANNOT_TELL_OUTCOME:            # the outcome: the state did not determine the answer
-                t = [1.0 / len(p)] * len(p)
-                rec["cannot_tell"] = True
-            rec.update(probs=p, target=t, gold=max(range(len(t)), key=t.__getitem__),
-                       logits=[r.temperature * math.log(max(x, 1e-30)) for x in p])
-            if x_abstain is not None:
-                rec["x_abstain"] = x_abstain
-                if scaling is not None:             # the logit it was served from: x = sigmoid(a / T + bias)
-                    # (served in float64: exact for a / T + bias from about -700 to +36; 0 and 1 are clamped there)
-                    x = min(max(x_abstain, 1e-300), 1 - 2 ** -52)
-                    rec["abstain_logit"] = scaling[0] * (math.log(x) - math.log1p(-x) - scaling[1])
-            out.append(rec)
+            if rec is not None:
+                out.append(rec)
+        if unreadable:
+            log.warning("%s: %d recorded answer(s) with an outcome could not be read (malformed probabilities or "
+                        "target) and were left out", self.url, unreadable)
         return out
+
+
+def _record_of(r) -> dict | None:
+    """The metric record of one joined answer/outcome row (:meth:`FeedbackStore.records`); None for a row whose
+    temperature or probabilities are not finite.
+
+    Raises:
+        ValueError, TypeError, KeyError, IndexError, AttributeError: a malformed row (not JSON, wrong shape)."""
+    p = json.loads(r.probabilities)
+    x_abstain = scaling = None
+    if isinstance(p, dict):                 # recorded with x_abstain (FeedbackStore.record)
+        p, x_abstain, scaling = p["probabilities"], p.get("x_abstain"), p.get("abstain_scaling")
+    t = json.loads(r.target)
+    cannot_tell = t == CANNOT_TELL_OUTCOME  # the outcome: the state did not determine the answer
+    if not (isinstance(p, list) and len(p) >= 2 and (cannot_tell or (isinstance(t, list) and len(t) == len(p)))):
+        raise ValueError("probabilities must be a list of >= 2 and the target one of the same length")
+    p = [float(x) for x in p]
+    t = [1.0 / len(p)] * len(p) if cannot_tell else [float(x) for x in t]
+    # SQLite stores a NaN as NULL: a temperature of None is a NaN an older version recorded
+    if r.temperature is None or not math.isfinite(r.temperature) or not all(math.isfinite(x) for x in p):
+        return None
+    rec = {"source": r.question_id, "question": r.question_id, "model": r.model, "type": r.type}
+    if cannot_tell:
+        rec["cannot_tell"] = True
+    rec.update(probs=p, target=t, gold=max(range(len(t)), key=t.__getitem__),
+               logits=[r.temperature * math.log(max(x, 1e-30)) for x in p])
+    if x_abstain is not None:
+        rec["x_abstain"] = float(x_abstain)
+        if scaling is not None:             # the logit it was served from: x = sigmoid(a / T + bias)
+            # (served in float64: exact for a / T + bias from about -700 to +36; 0 and 1 are clamped there)
+            x = min(max(x_abstain, 1e-300), 1 - 2 ** -52)
+            rec["abstain_logit"] = scaling[0] * (math.log(x) - math.log1p(-x) - scaling[1])
+    return rec
 
 
 class _BusyContext:
@@ -355,6 +437,7 @@ class _WriteTransaction:
     def __enter__(self):
         self.store._lock.acquire()
         try:
+            self.store.check_file()
             with _BusyContext():
                 self.conn = self.store.engine.connect()
                 try:
@@ -423,6 +506,7 @@ class Recorder:
         self._pending: collections.Counter = collections.Counter()     # request id -> writes not yet stored
         self._cond = threading.Condition()
         self.written = self.retries = self.failed = 0
+        self.last_error: str | None = None   # the store's error since the last write that succeeded (for /health)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="kevlike-recorder", daemon=True)
         self._thread.start()
@@ -469,7 +553,8 @@ class Recorder:
         self._thread.join(max(0.0, timeout) + 1)
         left = self.pending()
         if left:
-            log.error("%d answered requests were not recorded: the outcome store stayed busy at shutdown", left)
+            log.error("%d answered requests were not recorded: the outcome store still failed at shutdown (%s)", left,
+                      self.last_error or "busy")
         return left
 
     def _run(self) -> None:
@@ -482,9 +567,11 @@ class Recorder:
                 try:
                     self.store.record(*item)
                     self.written += 1
+                    self.last_error = None
                     break
                 except StoreBusy as e:
                     self.retries += 1
+                    self.last_error = str(e)
                     if self.retries == 1 or self.retries % 100 == 0:
                         log.warning("recording request id=%s: %s; retrying (%d retries so far)", item[0], e,
                                     self.retries)

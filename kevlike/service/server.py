@@ -54,14 +54,19 @@ from kevlike.model.engine import Engine
 from kevlike.model.modeldir import list_profiles, profile_path
 from kevlike.model.temperatures import ProfileError, calibration_type, read_temperatures
 from kevlike.request.render import render_text
-from kevlike.request.schema import RequestError, parse_request, request_json_schema
+from kevlike.request.schema import RequestError, parse_json, parse_request, request_json_schema
 from kevlike.service.batcher import Batcher, QueueFullError
 from kevlike.service.listen import listen_socket
-from kevlike.service.feedback import CANNOT_TELL_OUTCOME, FeedbackStore, Recorder, RecorderFull, StoreBusy, UnknownRequest, report
+from kevlike.service.feedback import (CANNOT_TELL_OUTCOME, FeedbackStore, Recorder, RecorderFull, StoreBusy, UnknownRequest,
+                                      check_store_url, report)
 
 log = logging.getLogger("kevlike.service.server")
 
 JEV_ALIASES = ("jev-latest", "jev-preview")
+
+
+MAX_REQUEST_ID = 128
+"""The longest ``x-request-id`` a client may send (printable ASCII); a longer or non-ASCII one is a 422."""
 
 
 def _error(status: int, error_type: str, message: str, headers: dict | None = None) -> JSONResponse:
@@ -307,8 +312,16 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     @app.middleware("http")
     async def request_id_auth_and_log(request: Request, call_next):
         rid = request.headers.get("x-request-id", "")
-        if not (0 < len(rid) <= 128 and rid.isascii() and rid.isprintable()):
-            rid = uuid.uuid4().hex
+        if rid and not (len(rid) <= MAX_REQUEST_ID and rid.isascii() and rid.isprintable()):
+            # never replaced silently: a client that keys its feedback on its own id would lose it
+            shown = rid if len(rid) <= 40 else rid[:37] + "..."
+            response = JSONResponse({"detail": [{"loc": ["header", "x-request-id"], "type": "request_id_invalid",
+                                                 "msg": f"x-request-id must be 1-{MAX_REQUEST_ID} printable ASCII "
+                                                        f"characters, got {len(rid)} characters: {shown!r}"}]},
+                                    status_code=422)
+            log.info("request id=- %s %s status=422 (invalid x-request-id)", request.method, request.url.path)
+            return response
+        rid = rid or uuid.uuid4().hex
         request.state.request_id = rid
         request.state.tokens = 0
         request.state.model = "-"
@@ -448,11 +461,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         body = await request.body()
         if len(body) > limit:
             return _error(413, "tokens_exceeded", f"body is {len(body)} bytes; the limit is {limit}")
-        try:
-            obj = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return JSONResponse({"detail": [{"loc": ["body"], "type": "json_invalid",
-                                             "msg": f"body is not JSON: {e}"[:300]}]}, status_code=422)
+        try:   # the request's structural rules: duplicate keys, depth, lone surrogates, huge numbers
+            obj = parse_json(body, config.engine.limits)
+        except RequestError as e:
+            return _request_error(e)
         errors = []
         if not isinstance(obj, dict):
             errors.append({"loc": ["body"], "type": "object_type", "msg": "body must be an object"})
@@ -461,9 +473,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
                 errors.append({"loc": ["body", k], "type": "extra_forbidden", "msg": "unknown field (known: "
                                                                                   "request_id, outcomes)"})
             rid = obj.get("request_id")
-            if not (isinstance(rid, str) and 0 < len(rid) <= 128):
+            if not (isinstance(rid, str) and 0 < len(rid) <= MAX_REQUEST_ID):
                 errors.append({"loc": ["body", "request_id"], "type": "string_type",
-                               "msg": "request_id must be the x-request-id of an answered request (1-128 characters)"})
+                               "msg": f"request_id must be the x-request-id of an answered request "
+                                      f"(1-{MAX_REQUEST_ID} characters)"})
             outcomes = obj.get("outcomes")
             if not isinstance(outcomes, dict) or not outcomes:
                 errors.append({"loc": ["body", "outcomes"], "type": "dict_type",
@@ -510,12 +523,19 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     @app.get("/v1/feedback/report")
     async def feedback_report(model: str | None = None):
         """Per type: outcomes counted, accuracy, ECE and confident errors of the recorded answers (of
-        exactly ``model`` and its profiles ``model@NAME``, case-exact; default all models). 503 with
-        ``Retry-After`` while the store is locked."""
+        exactly ``model`` and its profiles ``model@NAME``, case-exact, after alias resolution; default all
+        models). 404 for a model that is neither served nor has recorded outcomes; 503 with ``Retry-After``
+        while the store is locked."""
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
-
-        return await asyncio.get_running_loop().run_in_executor(reports, report, store, model)
+        if model is not None:
+            model = aliases.get(model, model)         # jev-latest is recorded as the model it resolves to
+        out = await asyncio.get_running_loop().run_in_executor(reports, report, store, model)
+        if model is not None and model not in engines and not out["overall"]["outcomes"]:
+            # a model served before a restart still has its report; a mistyped one gets an answer, not zeros
+            return _error(404, "not_found", f"model {model!r} is not served here and has no recorded outcomes "
+                                            f"(served: {', '.join(engines)})"[:300])
+        return out
 
     async def answer_unless_gone(request: Request, fut: asyncio.Future) -> dict:
         """The response ``fut`` resolves to, unless the client disconnects first: then ``fut`` is cancelled (its
@@ -560,9 +580,20 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     @app.get("/health")
     async def health():
         """Liveness; per model the requests waiting, forward passes run, requests answered, and requests dropped
-        because their client had gone before their forward pass."""
-        return {"status": "ok", "models": {n: {"waiting": b.waiting, "batches": b.batches, "answered": b.batched,
-                                               "dropped": b.dropped} for n, b in batchers.items()}}
+        because their client had gone before their forward pass; with ``--record``, the outcome store's state
+        (``x_store``: ``ok`` or ``failing`` with its last error, records waiting, written and lost), and
+        ``status`` ``degraded`` while it fails (answers still flow; records wait in memory)."""
+        out = {"status": "ok", "models": {n: {"waiting": b.waiting, "batches": b.batches, "answered": b.batched,
+                                              "dropped": b.dropped} for n, b in batchers.items()}}
+        recorder = app.state.recorder
+        if recorder is not None:
+            failing = recorder.last_error is not None
+            out["x_store"] = {"status": "failing" if failing else "ok", "waiting": recorder.pending(),
+                              "written": recorder.written, "lost": recorder.failed,
+                              **({"error": recorder.last_error[:300]} if failing else {})}
+            if failing:
+                out["status"] = "degraded"
+        return out
 
     # HEAD for monitors that probe with it: the same handlers, left out of the OpenAPI document (one
     # operation id per path and method there)
@@ -589,12 +620,20 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
 
     Raises:
         kevlike.service.listen.ListenError: cannot listen on ``host:port`` (nothing is loaded then).
-        ValueError: an option a model refuses (an option mode it was not trained for, an unknown profile, ...).
+        ValueError: an option a model refuses (an option mode it was not trained for, an unknown profile, ...), or
+            an outcome store that cannot work (``--record``: :func:`kevlike.service.feedback.check_store_url`).
         kevlike.model.backbones.ModelNotFoundError: a model cannot be found.
         kevlike.model.backbones.SetupError: a model cannot be set up, or the server's startup failed
             (details in the log).
     """
 
+    if config.record_state and config.record is None:
+        raise ValueError("--record-state keeps the state texts in the outcome store: give --record DB_URL too")
+    if config.record is not None:
+        try:                      # before any model loads: a store that cannot work fails in a second
+            check_store_url(config.record)
+        except ValueError as e:
+            raise ValueError(f"--record: {e}") from None
     protocol = client_protocol(config.header_timeout_s, config.body_timeout_s, config.max_connections)
     host = config.host
     sock = sock or listen_socket(host, config.port)
@@ -628,6 +667,8 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
                 store = FeedbackStore(config.record)
             except StoreBusy as e:
                 raise SetupError(f"--record {config.record}: {e}") from None
+            except ValueError as e:   # not a database of this kind, a driver missing
+                raise ValueError(f"--record: {e}") from None
         app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=config.record_state)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=config.log_level, access_log=False,
                                                timeout_graceful_shutdown=int(config.timeout_s) + 5, http=protocol))
