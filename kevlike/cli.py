@@ -564,16 +564,17 @@ def _cmd_recalibrate(args) -> int:
     model = args.model or "kevlike-default"
     if args.min_count < 1:          # every input before the store is read
         return _fail(f"--min-count must be an integer >= 1, got {args.min_count}")
-    try:
-        check_profile_name(args.profile)
-        check_store_url(args.db, must_exist=True)
-    except ValueError as e:
-        return _fail(f"{'--profile' if 'profile name' in str(e) else '--db'}: {e}")
+    for flag, check in (("--profile", lambda: check_profile_name(args.profile)),
+                        ("--db", lambda: check_store_url(args.db, must_exist=True))):
+        try:
+            check()
+        except ValueError as e:
+            return _fail(f"{flag}: {e}")
     try:
         records = FeedbackStore(args.db).records(model)
     except StoreBusy as e:  # another process holds the store's lock: transient, try again
         return _fail(f"{args.db}: {e}; try again", EXIT_SETUP)
-    except ValueError as e:   # not a database, or a malformed row
+    except ValueError as e:   # a file that is not a database
         return _fail(f"--db: {e}")
     if not records:
         return _fail(f"{args.db}: no recorded answer of model {model!r} has an outcome yet")
