@@ -166,8 +166,6 @@ def _labelled_error(path: str) -> str | None:
         read_labelled(path)
     except (LabelledDataError, FileNotFoundError) as e:
         return str(e)
-    except UnicodeDecodeError as e:
-        return f"{path}: not UTF-8 text (byte {e.start}); a labelled file is JSON lines in UTF-8"
     except OSError as e:
         return f"cannot read labelled data file {path}: {e.strerror}"
     return None
@@ -208,8 +206,14 @@ def _train_inputs_error(args) -> str | None:
 def _cmd_decide(args) -> int:
     from kevlike.request.schema import RequestError, parse_request
 
+    if args.path == "-" and sys.stdin is None:          # started with stdin closed (`<&-`)
+        return _fail("decide -: standard input is closed; give the request on stdin or as a file")
     try:
-        body = sys.stdin.buffer.read() if args.path == "-" else open(args.path, "rb").read()
+        if args.path == "-":
+            body = sys.stdin.buffer.read()
+        else:
+            with open(args.path, "rb") as f:
+                body = f.read()
     except OSError as e:
         return _fail(f"cannot read {args.path}: {e.strerror}")
     options = _options(DEFAULT_OPTIONS, args)
@@ -468,6 +472,10 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_eval(args) -> int:
+    if args.batch < 1:
+        return _fail(f"--batch must be an integer >= 1, got {args.batch}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        return _fail(f"--out {args.out}: not a directory (the parent folder of the run directory)")
     if args.n is not None and args.n < 1:
         return _fail(f"--n must be a positive integer, got {args.n}")
     if args.probes < 0:
@@ -484,6 +492,9 @@ def _cmd_eval(args) -> int:
     if args.data is not None:
         if args.reuse is not None or args.probes:
             return _fail("--data evaluates your labelled file; drop --reuse/--probes")
+        if args.n is not None or args.suite != "heldout" or args.half is not None or args.splits is not None:
+            return _fail("--data evaluates every line of your labelled file: --n, --suite, --half and --splits go "
+                         "with a suite, not with --data")
         if (err := _labelled_error(args.data)) is not None:      # before torch is imported
             return _fail(err)
         from kevlike.eval.owndata import evaluate_data
@@ -524,6 +535,8 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
+    if args.batch < 1:
+        return _fail(f"--batch must be an integer >= 1, got {args.batch}")
     options = _options(DEFAULT_OPTIONS, args)
     if args.dtype != "auto" and args.records is not None:
         return _fail("--dtype applies when calibrate computes the logits (not with --records, which reuses them)")

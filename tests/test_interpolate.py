@@ -98,7 +98,8 @@ def test_a_soup_of_three_is_their_weighted_mean_and_the_command_line_defaults_to
     u = load_file(tmp_path / "u" / "delimiters.safetensors")["rows"]
     torch.testing.assert_close(u, sum(load_file(m / "delimiters.safetensors")["rows"] for m in ms) / 3)
     for weights, msg in (([0.5, 0.5], "2 weights for 3 models"), ([0.7, 0.7, -0.4], "non-negative and sum to 1"),
-                         ([0.5, 0.3, 0.3], "non-negative and sum to 1")):
+                         ([0.5, 0.3, 0.3], "non-negative and sum to 1"),
+                         ([float("nan")] * 3, "finite, non-negative and sum to 1")):   # NaN compares false
         with pytest.raises(ValueError, match=msg):
             soup(ms, weights, tmp_path / "bad")
     with pytest.raises(ValueError, match="at least two models"):

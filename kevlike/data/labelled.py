@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kevlike.data.sources import Example
-from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError, validate_request
+from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError, parse_json, validate_request
 
 CANNOT_TELL = "cannot_tell"
 """The key of the "cannot tell" gold, ``{"cannot_tell": true}`` (module docstring)."""
@@ -150,7 +150,10 @@ def parse_line(obj, path: str | Path, line: int, limits: Limits = DEFAULT_LIMITS
     for qid, answer in gold_in.items():
         if qid not in questions:
             raise LabelledDataError(path, line, f"gold.{qid}", f"no question {qid!r} in the request")
-        if isinstance(answer, dict) and CANNOT_TELL in answer:
+        option_keys = {o.key for o in questions[qid].options}
+        # {"cannot_tell": true}; but {"cannot_tell": 0.3, "other": 0.7} over an option of that name is a distribution
+        if isinstance(answer, dict) and CANNOT_TELL in answer and not (
+                CANNOT_TELL in option_keys and not isinstance(answer[CANNOT_TELL], bool)):
             if len(answer) != 1:
                 raise LabelledDataError(path, line, f"gold.{qid}", f'a "cannot tell" gold is exactly '
                                         f'{{"cannot_tell": true}}, got the keys {", ".join(sorted(answer))}')
@@ -176,22 +179,37 @@ def read_labelled(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> list[Lab
 
     Raises:
         FileNotFoundError: no such file.
-        LabelledDataError: a line that is not JSON or not a valid labelled request, or a file with no
-            labelled question at all.
+        LabelledDataError: a line that is not UTF-8 or not JSON (a leading BOM is allowed), that breaks the
+            request's structural rules anywhere (a repeated key, nesting, a lone surrogate, 1e400), or that is not a
+            valid labelled request; a directory; a file with no labelled question at all.
     """
     path = Path(path)
+    if path.is_dir():
+        raise LabelledDataError(path, None, "(file)", "is a directory, not a labelled JSONL file")
     if not path.is_file():
         raise FileNotFoundError(f"labelled data file {path} does not exist")
     out = []
-    with open(path, encoding="utf-8") as f:
-        for i, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise LabelledDataError(path, i, "(line)", f"not JSON: {e.msg} at column {e.colno}") from None
-            out.append(parse_line(obj, path, i, limits))
+    for i, raw in enumerate(path.read_bytes().splitlines(), 1):     # \n, \r\n and \r end a line
+        try:
+            text = raw.decode("utf-8-sig" if i == 1 else "utf-8")   # a leading BOM (Windows editors) is not content
+        except UnicodeDecodeError as e:
+            raise LabelledDataError(path, i, "(line)", f"not UTF-8 text (byte {e.start + 1} of the line); a labelled "
+                                                       f"file is JSON lines in UTF-8") from None
+        if not text.strip():
+            continue
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as e:
+            raise LabelledDataError(path, i, "(line)", f"not JSON: {e.msg} at column {e.colno}") from None
+        except (ValueError, RecursionError):
+            pass                                   # huge numbers, depth: parse_json names them below
+        try:   # the request's structural rules over the whole line: duplicate keys, depth, lone surrogates, 1e400
+            obj = parse_json(text, limits)
+        except RequestError as e:
+            err = e.errors[0]
+            loc = ".".join(str(x) for x in err["loc"][1:]) or "(line)"
+            raise LabelledDataError(path, i, loc, err["msg"]) from None
+        out.append(parse_line(obj, path, i, limits))
     if not any(x.gold for x in out):
         raise LabelledDataError(path, None, "gold", "the file has no labelled question" if out else
                                  "the file is empty (one JSON request per line)")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections import defaultdict
 from datetime import datetime
@@ -36,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
-from kevlike.data.labelled import read_labelled, to_examples
+from kevlike.data.labelled import LabelledDataError, read_labelled, to_examples
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.heldout import reliability_plots
 from kevlike.eval.probes import threshold_economics
@@ -45,9 +46,12 @@ from kevlike.metrics import records_from_logits, summarize
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import check_profile_name, load_temperatures, save_profile
 from kevlike.model.temperatures import bound_hits_text, calibration_type, fit_line, fit_table
+from kevlike.request.schema import RequestError
 from kevlike.runs import git_commit
 
 DEFAULT_COSTS = {"false_positive": 1.0, "false_negative": 1.0}
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+"""A number in exponent form without a dot (``1e3``), which YAML 1.1 reads as a string."""
 
 
 def read_costs(path: str | Path | None) -> dict:
@@ -61,16 +65,22 @@ def read_costs(path: str | Path | None) -> dict:
 
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f"--costs {path}: cannot read it: {e}") from None
+    except OSError as e:
+        raise ValueError(f"--costs {path}: cannot read it: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"--costs {path}: not valid YAML or JSON{at}: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(raw, dict) or set(raw) - {"default", "questions"}:
         raise ValueError(f"--costs {path}: expected a mapping with 'default' and/or 'questions'")
 
-    def entry(v, where):
+    def entry(v, where, base=DEFAULT_COSTS):
         if not isinstance(v, dict) or set(v) - set(DEFAULT_COSTS):
             raise ValueError(f"--costs {path}: {where} must be {{false_positive: X, false_negative: Y}}")
-        out = dict(DEFAULT_COSTS)
+        out = dict(base)
         for k, x in v.items():
+            if isinstance(x, str) and _FLOAT.match(x.strip()):
+                x = float(x)                       # YAML 1.1 reads 1e3 (no dot) as a string
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
                 raise ValueError(f"--costs {path}: {where}.{k} must be a number > 0, got {x!r}")
             out[k] = float(x)
@@ -80,16 +90,45 @@ def read_costs(path: str | Path | None) -> dict:
     questions = raw.get("questions") or {}
     if not isinstance(questions, dict):
         raise ValueError(f"--costs {path}: questions must map question ids to costs")
-    return {"default": default, "questions": {q: entry({**default, **(v or {})}, f"questions.{q}")
+    return {"default": default, "questions": {q: entry(v or {}, f"questions.{q}", default)
                                               for q, v in questions.items()}}
 
 
-def answer_records(engine, items, batch_size: int = 4, progress: bool = False, calibrated: bool = True) -> list[dict]:
+def check_cost_questions(costs: dict, items: list, path: str | Path | None) -> None:
+    """Every question id of a costs file's ``questions`` names a yes/no question of the labelled file (costs
+    price a yes/no decision: :func:`threshold_table`).
+
+    Raises:
+        ValueError: one line naming the id and the file's yes/no questions (a typo is never ignored)."""
+    noul = sorted({q.id for it in items for q in it.parsed.questions if q.type == "noul"})
+    for qid in costs["questions"]:
+        if qid not in noul:
+            raise ValueError(f"--costs {path}: questions.{qid}: no yes/no question {qid!r} in the labelled file (its "
+                             f"yes/no questions: {', '.join(noul) or 'none'}); costs price yes/no decisions")
+
+
+def answer_records(engine, items, batch_size: int = 4, progress: bool = False, calibrated: bool = True,
+                   data_path: str | Path | None = None) -> list[dict]:
     """One record per labelled question (:mod:`kevlike.metrics` format, plus ``question`` and
     ``line``; ``cannot_tell`` and ``x_abstain`` as :func:`kevlike.metrics.records_from_logits`); set-mode choice
     questions get type ``choice:set``
-    (:func:`kevlike.model.temperatures.calibration_type`) when ``calibrated`` is False (records to fit on)."""
+    (:func:`kevlike.model.temperatures.calibration_type`) when ``calibrated`` is False (records to fit on).
 
+    Raises:
+        kevlike.data.labelled.LabelledDataError: a line over the model's token budgets (``data_path:LINE``), found
+            before any forward pass (a local engine's :meth:`~kevlike.model.engine.Engine.prepare`)."""
+
+    if hasattr(engine, "prepare"):            # every line within the model's token budgets, named by its line
+        for it in items:
+            if it.gold:
+                try:
+                    engine.prepare({**it.request, "questions": {k: v for k, v in it.request["questions"].items()
+                                                                if k in it.gold}})
+                except RequestError as e:
+                    err = e.errors[0]
+                    loc = ".".join(str(x) for x in err["loc"][1:])
+                    raise LabelledDataError(data_path or "labelled file", it.line, f"request.{loc}" if loc else "request",
+                                            err["msg"]) from None
     examples = to_examples(items)
     lines = [it.line for it in items if it.gold]
     records = records_from_logits(engine, examples, batch_size, progress=progress, calibrated=calibrated)
@@ -140,11 +179,16 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
 
     cost_table = read_costs(costs)                  # before any model loads
     items = read_labelled(data)
+    check_cost_questions(cost_table, items, costs)
     if engine is None and url is not None:
         engine = RemoteEngine(url, model)
     if engine is None:
         engine = Engine.from_pretrained(model, options)
-    records = answer_records(engine, items, batch_size, progress=not quiet)
+    weighted = [it for it in items if it.weight != 1]
+    if weighted:
+        print(f"[kevlike] note: {data}: line {weighted[0].line} has weight {weighted[0].weight:g} ({len(weighted)} "
+              f"weighted line(s)); weights steer training only, eval counts every question once", file=sys.stderr)
+    records = answer_records(engine, items, batch_size, progress=not quiet, data_path=data)
     summary = summarize(records)
     summary["per_question"] = summary.pop("per_source")
     thresholds = threshold_table(records, cost_table)
@@ -215,7 +259,7 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     if engine.artifact_dir is None:
         raise ValueError(f"model {engine.name!r} is not a decision-model directory; profiles calibrate decision models")
     if records is None:
-        records = answer_records(engine, items, batch_size, progress=not quiet, calibrated=False)
+        records = answer_records(engine, items, batch_size, progress=not quiet, calibrated=False, data_path=data)
     if not records:
         raise ValueError(f"{data}: no labelled question to fit on")
     counts = defaultdict(int)

@@ -28,9 +28,35 @@ from kevlike.eval.generalization import unseen_records
 from kevlike.metrics import summary
 
 
+RECORD_KEYS = ("split", "type", "probs", "gold")
+"""What :func:`load` needs in every record of a generalization-suite run."""
+
+
 def load(arg: str) -> list[dict]:
+    """The records of a generalization-suite eval run (its directory or its ``records.jsonl``).
+
+    Raises:
+        ValueError: one line naming the file and the line: not found, not JSON, not an object, or a record
+            without a suite split (an ``eval --data`` run, say)."""
     path = Path(arg) if Path(arg).is_file() else Path(arg) / "records.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not path.is_file():
+        raise ValueError(f"{arg}: no records.jsonl (give an eval run directory or its records file)")
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not JSON ({e.msg} at column {e.colno}); a cut-off file?") from None
+        if not isinstance(r, dict):
+            raise ValueError(f"{path}:{i}: a record is a JSON object, got {type(r).__name__}")
+        missing = [k for k in RECORD_KEYS if k not in r]
+        if missing:
+            raise ValueError(f"{path}:{i}: no {', '.join(missing)} in the record: not a generalization-suite run "
+                             f"(kevlike eval --suite generalization)")
+        out.append(r)
+    return out
 
 
 def unseen(records: list[dict], half: str = "all") -> list[dict]:

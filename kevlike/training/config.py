@@ -31,6 +31,47 @@ def _numbers(value):
     return value
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key (YAML 1.2 forbids it; PyYAML keeps the last)."""
+
+
+def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise ConfigError(f"line {key_node.start_mark.line + 1}: the key {key!r} appears twice in one mapping")
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def read_yaml(text: str, where: str):
+    """``text`` as YAML (safe, duplicate keys refused, ``1e-4`` a float: :func:`_numbers`).
+
+    Raises:
+        ConfigError: ``where: …`` naming the line and column of a syntax error, or a repeated key."""
+    try:
+        return _numbers(yaml.load(text, Loader=_StrictLoader))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{where}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+
+
+def _read_file(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+
+
 def _merge(base: dict, over: dict, where: str, open_keys: tuple = ("tasks",)) -> dict:
     out = copy.deepcopy(base)
     for k, v in (over or {}).items():
@@ -58,7 +99,7 @@ def parse_override(item: str) -> tuple[list[str], object]:
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(f"override {item!r} has an empty key")
-    return parts, _numbers(yaml.safe_load(value)) if value.strip() else None
+    return parts, read_yaml(value, f"override {item!r}") if value.strip() else None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> TrainConfig:
@@ -66,13 +107,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Tr
     names known and its labelled files present.
 
     Raises:
-        ConfigError: unknown keys, a non-mapping file, a bad override or value, an unknown or held-out task, a
-            missing labelled file.
+        ConfigError: unknown keys, a non-mapping file, a file or override that is not valid YAML (or repeats a
+            key), a bad override or value, an unknown or held-out task, a missing labelled file.
         FileNotFoundError: no such config file.
     """
     raw = TrainConfig().to_dict()
     if path is not None:
-        data = _numbers(yaml.safe_load(Path(path).read_text()) or {})
+        data = read_yaml(_read_file(path), str(path)) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a config must be a YAML mapping")
         raw = _merge(raw, data, "")
@@ -125,10 +166,16 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     kevlike did not save takes its default. Its task names and files are not checked again.
 
     Raises:
-        ConfigError: a key or value the config no longer accepts.
-        FileNotFoundError: no ``config.yaml`` in ``run_dir``.
+        ConfigError: a key or value the config no longer accepts, no ``config.yaml`` in ``run_dir``, or one
+            that is not valid YAML.
     """
-    return TrainConfig.from_dict(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()))
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"--resume {run_dir}: not a run directory (no config.yaml in it)")
+    data = read_yaml(_read_file(path), str(path))
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a YAML mapping")
+    return TrainConfig.from_dict(data)
 
 
 RESUME_KEYS = ("max_minutes", "stop_after", "eval_every", "checkpoint_every", "patience", "recompute_above",
@@ -148,8 +195,8 @@ def resume_config(run_dir: str | Path, overrides: list[str] = ()) -> TrainConfig
     :data:`RESUME_KEYS` applied.
 
     Raises:
-        ConfigError: an override of another key (named, with the keys allowed), or a bad value (the field named).
-        FileNotFoundError: no ``config.yaml`` in ``run_dir``.
+        ConfigError: an override of another key (named, with the keys allowed), a bad value (the field named), or
+            a run directory without a readable ``config.yaml``.
     """
     raw = load_run_config(run_dir).to_dict()
     for key in SESSION_KEYS:

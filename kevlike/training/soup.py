@@ -29,6 +29,7 @@ to 1.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -96,8 +97,8 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
         raise ValueError(f"needs at least two models, got {len(models)}")
     if len(weights) != len(models):
         raise ValueError(f"{len(weights)} weights for {len(models)} models")
-    if min(weights) < 0.0 or abs(sum(weights) - 1.0) > 1e-6:
-        raise ValueError(f"weights must be non-negative and sum to 1, got {weights}")
+    if not all(math.isfinite(w) and w >= 0.0 for w in weights) or not abs(sum(weights) - 1.0) <= 1e-6:
+        raise ValueError(f"weights must be finite, non-negative and sum to 1, got {weights}")   # NaN compares false
     if out.exists():
         raise ValueError(f"{out} exists; choose a new directory")
     try:

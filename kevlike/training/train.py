@@ -487,7 +487,16 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     if resume:
         run_dir = Path(resume)
         cfg = resume_config(run_dir, list(overrides))
-        ckpt = torch.load(run_dir / "checkpoint" / "state.pt", weights_only=False)
+        state = run_dir / "checkpoint" / "state.pt"
+        try:
+            ckpt = torch.load(state, weights_only=False)
+            ckpt["step"]
+        except FileNotFoundError:
+            raise ConfigError(f"--resume {run_dir}: no checkpoint ({state}); the run stopped before its first "
+                              f"one (checkpoint_every), start it again") from None
+        except Exception as e:   # a truncated or foreign file: EOFError, UnpicklingError, RuntimeError, KeyError…
+            raise ConfigError(f"--resume {run_dir}: the checkpoint {state} cannot be read ({type(e).__name__}: "
+                              f"{str(e)[:120]}); resume from a copy of the run or start it again") from None
         if ckpt["step"] >= cfg.max_steps:
             raise ConfigError(f"{run_dir} has finished: step {ckpt['step']} of max_steps {cfg.max_steps} (its "
                               f"artifact is {run_dir / 'artifact'}; training on is a new run with init_from= it)")
