@@ -540,9 +540,9 @@ def _cmd_calibrate(args) -> int:
     options = _options(DEFAULT_OPTIONS, args)
     if args.dtype != "auto" and args.records is not None:
         return _fail("--dtype applies when calibrate computes the logits (not with --records, which reuses them)")
-    is_file = args.data is not None and (args.data.endswith((".jsonl", ".json")) or Path(args.data).is_file())
+    is_file = args.data is not None and (args.data.lower().endswith((".jsonl", ".json")) or Path(args.data).exists())
     if args.profile_name is not None or is_file:
-        if not (args.profile_name and is_file):
+        if args.profile_name is None or not is_file:
             return _fail("a calibration profile is fitted on a labelled file: give both --data FILE.jsonl and --profile NAME")
         if args.fit_mode == "both":
             return _fail("--profile fits the option mode the model is served in: --option-mode list or set")
