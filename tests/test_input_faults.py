@@ -138,3 +138,11 @@ def test_a_labelled_line_over_the_token_budget_is_named_by_its_line(tmp_path):
                                           {"request": long_req, "gold": {"urgent": True}}])
     with pytest.raises(LabelledDataError, match=rf"^{p}:2: request\.state: state is at least \d+ tokens"):
         answer_records(eng, read_labelled(p), data_path=p)
+
+
+def test_an_unknown_backbone_leaves_no_run_directory(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: orphan\nbackbone: {tmp_path}/nosuch\noutput_dir: {tmp_path}/runs\nmax_steps: 1\n")
+    assert cli.main(["train", str(cfg), "--quiet"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    assert list((tmp_path / "runs").iterdir()) == []

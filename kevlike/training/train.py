@@ -23,6 +23,7 @@ import os
 import platform
 import random
 import signal
+import shutil
 import sys
 import threading
 import time
@@ -528,7 +529,12 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     attention, attention_reason = resolve_attention(cfg.attention, str(accelerator.device), cfg.phase)
     if not quiet and accelerator.is_main_process:
         print(f"attention: {attention} ({attention_reason})", file=sys.stderr)
-    model, tok, resolved = build_model(cfg, str(accelerator.device))
+    try:
+        model, tok, resolved = build_model(cfg, str(accelerator.device))
+    except BaseException:        # an unknown backbone or init_from: leave no run directory holding only its config
+        if not resume and accelerator.is_main_process and [p.name for p in run_dir.iterdir()] == ["config.yaml"]:
+            shutil.rmtree(run_dir)
+        raise
     if not resume and accelerator.is_main_process:
         (run_dir / "meta.json").write_text(json.dumps({
             "seed": cfg.seed, "git_commit": git_commit(), "started": datetime.now(timezone.utc).isoformat(),
