@@ -399,6 +399,8 @@ def _cmd_export(args) -> int:
         return _fail(f"--n must be a positive integer, got {args.n}")
     if os.path.exists(args.out):
         return _fail(f"--out {args.out} exists; choose a new file")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        return _fail(f"--out {args.out}: the folder {os.path.dirname(os.path.abspath(args.out))} does not exist")
     from kevlike.data.sources import DataUnavailableError
     from kevlike.data.tasks import TASKS, labelled_lines
 

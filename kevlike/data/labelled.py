@@ -115,8 +115,11 @@ def answer_target(question: Question, answer) -> list[float]:
     elif question.type == "score":
         if isinstance(answer, bool) or not isinstance(answer, (int, str)):
             raise ValueError(f"a score answer is a level index 0-{K - 1}, got {_json(answer)}")
-        answer = str(answer)
+        shown, answer = _json(answer), str(answer)
         if answer not in keys:
+            if not answer.lstrip("-").isdigit():
+                raise ValueError(f"a score answer is a level index 0-{K - 1} (an integer, or its digits as a "
+                                 f"string), got {shown}")
             raise ValueError(f"level {answer} is outside 0-{K - 1}")
     elif not isinstance(answer, str) or answer not in keys:
         raise ValueError(f"{_json(answer)} is not an option key of this choice question")
