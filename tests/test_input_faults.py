@@ -70,7 +70,7 @@ def test_costs_files(tmp_path):
                                          r"\(its yes/no questions: urgent\)"):
         check_cost_questions(costs, items, c)
     c.write_text("default: [1,\n")
-    with pytest.raises(ValueError, match=r"not valid YAML or JSON at line 2, column 1"):
+    with pytest.raises(ValueError, match=r"^--costs .*c\.json: not valid YAML at line 2, column 1"):
         read_costs(c)
 
 

@@ -511,11 +511,24 @@ def quantities(rng: random.Random) -> tuple[dict, dict, list]:
     and of a call, EUR of a refund and of a fee), and 4–7 questions about one or two of them: a score over
     ordered bins (either direction), the exact value among the text's other values of that unit and near ones,
     and a more-than / at-most pair tied as twins. Reading the number is not enough: it must be the asked one."""
-    target = rng.choice(MEASURES)
-    same = [m for m in MEASURES if m[0] == target[0] and m is not target]
-    others = [m for m in MEASURES if m[0] != target[0]]
-    chosen = [target] + (same if rng.random() < 0.7 else []) + rng.sample(others, rng.randint(1, 3))
-    chosen = list(dict.fromkeys(chosen))[:5]
+    return _quantity_row(rng, wide=False)
+
+
+def _quantity_row(rng: random.Random, wide: bool) -> tuple[dict, dict, list]:
+    """A :func:`quantities` row, or with ``wide`` a :func:`numbers` row (the draws ``wide`` adds come in their own
+    places, so that ``quantities`` rows stay what they were)."""
+    money = rng.choice(MONEY_FORMATS) if wide else "EUR {v}"
+    measures = WIDE_MEASURES if wide else MEASURES
+    target = rng.choice(measures)
+    same = [m for m in measures if m[0] == target[0] and m is not target]
+    others = [m for m in measures if m[0] != target[0]]
+    if wide:
+        chosen = [target] + (rng.sample(same, min(len(same), rng.randint(1, 2))) if same and rng.random() < 0.7
+                             else [])
+        chosen = list(dict.fromkeys(chosen + rng.sample(others, rng.randint(1, 3))))[:5]
+    else:
+        chosen = [target] + (same if rng.random() < 0.7 else []) + rng.sample(others, rng.randint(1, 3))
+        chosen = list(dict.fromkeys(chosen))[:5]
     values: dict = {}
     for m in chosen:
         mlo, mhi = UNITS[m[0]][1]
@@ -523,12 +536,15 @@ def quantities(rng: random.Random) -> tuple[dict, dict, list]:
             v = rng.randint(mlo, mhi)
             if m[0] == "minutes" and v >= 90:
                 v -= v % 30
+            if wide and m[0] == "minutes" and rng.random() < 0.3:
+                v = rng.choice(tuple(SPOKEN_MINUTES))         # a duration the text may say in words
             if v not in values.values():
                 break
         values[m] = v
     sentences = []
     for m in chosen:
-        text = quantity(m[0], values[m], words=rng.random() < 0.4)
+        words = rng.random() < 0.4
+        text = quantity(m[0], values[m], words=words, money=money, spoken=wide and rng.random() < 0.5)
         sentences.append(rng.choice(m[3]).format(v=text, V=_s(text)))
     rng.shuffle(sentences)
     sentences.insert(rng.randint(0, len(sentences)), rng.choice(CONNECT))
@@ -539,16 +555,18 @@ def quantities(rng: random.Random) -> tuple[dict, dict, list]:
         unit, verb, noun, _, hows = m
         v, ulo = values[m], UNITS[unit][1][0]
         how_score, how_choice = rng.sample(hows, 2)
-        q.score(how_score, *_levels(rng, unit, v))
+        q.score(how_score, *(_wide_levels(rng, unit, v, money) if wide else _levels(rng, unit, v)))
         near = {max(ulo, v // 2), v + max(1, v // 3), max(1, v - max(1, v // 4)), v * 2}
         near |= {values[x] for x in chosen if x[0] == unit}
-        opts = [quantity(unit, x) for x in sorted(near - {v})]      # distinct texts: quantity() is one-to-one
+        say = lambda x: quantity(unit, x, money=money)       # noqa: E731  (digits: one-to-one)
+        opts = [say(x) for x in sorted(near - {v})]
         rng.shuffle(opts)
-        gold = quantity(unit, v)
-        q.choice(how_choice, [gold] + opts[:3], gold)
+        q.choice(how_choice, [say(v)] + opts[:3], say(v))
         k = rng.choice([c for c in UNITS[unit][0] if c != v])
-        q.pair(f"{verb.capitalize()} {noun} more than {quantity(unit, k)}?",
-               f"{verb.capitalize()} {noun} {quantity(unit, k)} or less?", v > k)
+        more, less = (rng.choice(PAIR_FORMS) if wide else PAIR_FORMS[0])
+        kt = quantity(unit, k, money=money, spoken=wide and rng.random() < 0.3)
+        q.pair(f"{verb.capitalize()} {noun} {more.format(k=kt)}?", f"{verb.capitalize()} {noun} {less.format(k=kt)}?",
+               v > k)
     q.trim(rng.randint(4, 7))
     return {"state": pad(rng, body, paragraphs=(2, 6)), "questions": q.questions}, q.gold, q.twins
 
@@ -564,6 +582,8 @@ SPOKEN_MINUTES = {15: "a quarter of an hour", 30: "half an hour", 45: "three qua
 LOW_FORMS = ("less than {a}", "under {a}", "below {a}", "up to {a}", "at most {a}", "{a} or less")
 MID_FORMS = ("{a} to {b}", "between {a} and {b}", "from {a} to {b}")
 HIGH_FORMS = ("more than {b}", "over {b}", "above {b}", "{b} or more", "at least {b}")
+# the more-than / at-most twin questions' wordings ({k}: a cut point); ``quantities`` asks the first only
+PAIR_FORMS = (("more than {k}", "{k} or less"), ("over {k}", "no more than {k}"), ("at least {k}", "under {k}"))
 # a level below every drawn value (values start at 1): the scale's "none" end, never gold
 ZERO_LEVELS = {"money": ("nothing", "no money at all"), "people": ("nobody", "no one"), "tickets": ("none", "zero"),
                "GB": ("none", "no data"), "days": ("none", "zero days"), "nights": ("none", "zero nights")}
@@ -627,52 +647,7 @@ def numbers(rng: random.Random) -> tuple[dict, dict, list]:
     currency per text among :data:`MONEY_FORMATS`, durations sometimes spoken ("half an hour") in the text, in
     the options or in both, more measures (:data:`WIDE_MEASURES`), and scales in :func:`_wide_levels`' forms —
     so that a number is read the way a page states it and a level the way a person writes it."""
-    money = rng.choice(MONEY_FORMATS)
-    target = rng.choice(WIDE_MEASURES)
-    same = [m for m in WIDE_MEASURES if m[0] == target[0] and m is not target]
-    others = [m for m in WIDE_MEASURES if m[0] != target[0]]
-    chosen = [target] + (rng.sample(same, min(len(same), rng.randint(1, 2))) if same and rng.random() < 0.7 else [])
-    chosen = list(dict.fromkeys(chosen + rng.sample(others, rng.randint(1, 3))))[:5]
-    values: dict = {}
-    for m in chosen:
-        mlo, mhi = UNITS[m[0]][1]
-        while True:
-            v = rng.randint(mlo, mhi)
-            if m[0] == "minutes" and v >= 90:
-                v -= v % 30
-            if m[0] == "minutes" and rng.random() < 0.3:
-                v = rng.choice(tuple(SPOKEN_MINUTES))         # a duration the text may say in words
-            if v not in values.values():
-                break
-        values[m] = v
-    sentences = []
-    for m in chosen:
-        text = quantity(m[0], values[m], words=rng.random() < 0.4, money=money, spoken=rng.random() < 0.5)
-        sentences.append(rng.choice(m[3]).format(v=text, V=_s(text)))
-    rng.shuffle(sentences)
-    sentences.insert(rng.randint(0, len(sentences)), rng.choice(CONNECT))
-    hello, bye = rng.choice(FRAMES)
-    body = "\n\n".join(x for x in (hello, " ".join(sentences), bye, rng.choice(NAMES)) if x)
-    q = _Req(rng)
-    for m in [target] + [x for x in chosen[1:] if rng.random() < 0.4][:1]:
-        unit, verb, noun, _, hows = m
-        v, ulo = values[m], UNITS[unit][1][0]
-        how_score, how_choice = rng.sample(hows, 2)
-        q.score(how_score, *_wide_levels(rng, unit, v, money))
-        near = {max(ulo, v // 2), v + max(1, v // 3), max(1, v - max(1, v // 4)), v * 2}
-        near |= {values[x] for x in chosen if x[0] == unit}
-        say = lambda x: quantity(unit, x, money=money)       # noqa: E731  (digits: one-to-one)
-        opts = [say(x) for x in sorted(near - {v})]
-        rng.shuffle(opts)
-        q.choice(how_choice, [say(v)] + opts[:3], say(v))
-        k = rng.choice([c for c in UNITS[unit][0] if c != v])
-        more, less = rng.choice((("more than {k}", "{k} or less"), ("over {k}", "no more than {k}"),
-                                 ("at least {k}", "under {k}")))
-        kt = quantity(unit, k, money=money, spoken=rng.random() < 0.3)
-        q.pair(f"{verb.capitalize()} {noun} {more.format(k=kt)}?", f"{verb.capitalize()} {noun} {less.format(k=kt)}?",
-               v > k)
-    q.trim(rng.randint(4, 7))
-    return {"state": pad(rng, body, paragraphs=(2, 6)), "questions": q.questions}, q.gold, q.twins
+    return _quantity_row(rng, wide=True)
 
 
 # --- absurd -------------------------------------------------------------------------------------------------

@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
-import yaml
-
 from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
+from kevlike.config.yamlfile import read_yaml
 from kevlike.data.labelled import LabelledDataError, read_labelled, to_examples
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.heldout import reliability_plots
@@ -50,8 +48,6 @@ from kevlike.request.schema import RequestError
 from kevlike.runs import git_commit
 
 DEFAULT_COSTS = {"false_positive": 1.0, "false_negative": 1.0}
-_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
-"""A number in exponent form without a dot (``1e3``), which YAML 1.1 reads as a string."""
 
 
 def read_costs(path: str | Path | None) -> dict:
@@ -64,13 +60,9 @@ def read_costs(path: str | Path | None) -> dict:
         return {"default": dict(DEFAULT_COSTS), "questions": {}}
 
     try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
-    except OSError as e:
-        raise ValueError(f"--costs {path}: cannot read it: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ValueError(f"--costs {path}: not valid YAML or JSON{at}: {getattr(e, 'problem', None) or e}") from None
+        raw = read_yaml(Path(path).read_text(encoding="utf-8"), f"--costs {path}") or {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--costs {path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
     if not isinstance(raw, dict) or set(raw) - {"default", "questions"}:
         raise ValueError(f"--costs {path}: expected a mapping with 'default' and/or 'questions'")
 
@@ -79,8 +71,6 @@ def read_costs(path: str | Path | None) -> dict:
             raise ValueError(f"--costs {path}: {where} must be {{false_positive: X, false_negative: Y}}")
         out = dict(base)
         for k, x in v.items():
-            if isinstance(x, str) and _FLOAT.match(x.strip()):
-                x = float(x)                       # YAML 1.1 reads 1e3 (no dot) as a string
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
                 raise ValueError(f"--costs {path}: {where}.{k} must be a number > 0, got {x!r}")
             out[k] = float(x)

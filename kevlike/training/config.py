@@ -6,62 +6,16 @@ device's precision and attention kernel."""
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 
 import yaml
 
 from kevlike.config.rules import ConfigError
+from kevlike.config.yamlfile import read_yaml
 from kevlike.config.train import TrainConfig
 from kevlike.data.families import HELDOUT_SOURCES
 from kevlike.data.tasks import TASKS
 from kevlike.model.precision import cpu_bf16_units
-
-_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
-
-
-def _numbers(value):
-    """PyYAML reads ``1e-4`` (no dot) as a string (YAML 1.1); read it as the float everyone means."""
-    if isinstance(value, str) and _FLOAT.match(value.strip()):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: _numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_numbers(v) for v in value]
-    return value
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a mapping that repeats a key (YAML 1.2 forbids it; PyYAML keeps the last)."""
-
-
-def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in seen:
-            raise ConfigError(f"line {key_node.start_mark.line + 1}: the key {key!r} appears twice in one mapping")
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
-def read_yaml(text: str, where: str):
-    """``text`` as YAML (safe, duplicate keys refused, ``1e-4`` a float: :func:`_numbers`).
-
-    Raises:
-        ConfigError: ``where: …`` naming the line and column of a syntax error, or a repeated key."""
-    try:
-        return _numbers(yaml.load(text, Loader=_StrictLoader))
-    except ConfigError as e:
-        raise ConfigError(f"{where}: {e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"{where}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
-
 
 def _read_file(path: str | Path) -> str:
     try:
