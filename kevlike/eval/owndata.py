@@ -252,13 +252,17 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
         records = answer_records(engine, items, batch_size, progress=not quiet, calibrated=False, data_path=data)
     if not records:
         raise ValueError(f"{data}: no labelled question to fit on")
-    counts = defaultdict(int)
-    for r in records:
-        counts[r["type"]] += 1
+    counts, cannot = defaultdict(int), 0
+    for r in records:         # answerable questions per type, as the fit counts them; "cannot tell" apart
+        if r.get("cannot_tell"):
+            cannot += 1
+        else:
+            counts[r["type"]] += 1
     # a type or bucket too small to fit keeps the model's own (fitted) temperature, not T = 1
     own = load_temperatures(engine.artifact_dir)
     table, fit = fit_table(records, min_count, f"profile {profile!r}: fitted on {data} "
-                                               f"({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}); "
+                                               f"({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}"
+                                               f"{f'; cannot tell: {cannot}' if cannot else ''}); "
                                                f"elsewhere the model's own temperatures", base=own,
                    abstain_where_asked=False)   # the file's own share of "cannot tell", over all its questions
     if getattr(engine, "dtype", None) is not None:       # the precision the logits were computed in
