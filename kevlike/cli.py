@@ -133,8 +133,8 @@ def _print_json(obj, indent: int | None) -> None:
 
 def _profile_error(model: str | None, profile: str | None) -> str | None:
     """The one-line error of calibration profile ``profile`` of ``model`` when its file is invalid
-    (:func:`kevlike.model.temperatures.read_temperatures`: names the file and the field), before the model
-    loads. None when it is valid, or when the model or the profile cannot be found (loading says why)."""
+    (:func:`kevlike.model.temperatures.read_temperatures`: names the file and the field) or missing, before the
+    model loads. None when it is valid, or when the model cannot be found or the name is bad (loading says why)."""
     if profile is None:
         return None
     from kevlike.model.backbones import resolve_model
@@ -146,9 +146,15 @@ def _profile_error(model: str | None, profile: str | None) -> str | None:
         check_profile_name(profile)
     except Exception:  # an unknown model or a bad name: Engine.from_pretrained reports it
         return None
-    if resolved.artifact_dir is None or not (path := profile_path(resolved.artifact_dir, resolved.name,
-                                                                  profile)).is_file():
+    if resolved.artifact_dir is None:
         return None
+    path = profile_path(resolved.artifact_dir, resolved.name, profile)
+    if not path.is_file():                # the same words as Engine.from_pretrained, before the weights load
+        from kevlike.model.modeldir import list_profiles
+
+        have = list_profiles(resolved.artifact_dir, resolved.name)
+        return (f"model {resolved.name!r} has no calibration profile {profile!r} (looked for {path}; profiles: "
+                f"{', '.join(have) or 'none'})")
     try:
         read_temperatures(path)
     except ProfileError as e:
