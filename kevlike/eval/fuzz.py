@@ -602,6 +602,10 @@ def c_headers(rng, case):
         hdrs["host"] = rng.choice(["", "evil.example", "a" * 300, "[::1]:1"])
     case.headers = hdrs
     case.body, case.expect, case.qids, case.note = enc(req), "ok", list(req["questions"]), f"kind {kind}"
+    rid = hdrs.get("x-request-id", "")
+    rid = rid.decode("latin-1") if isinstance(rid, bytes) else rid
+    if rid and not (len(rid) <= 128 and rid.isascii() and rid.isprintable()):
+        case.expect, case.qids = "reject", None     # refused (400), never replaced silently
 
 
 ROUTES = [("GET", ENDPOINT), ("PUT", ENDPOINT), ("DELETE", ENDPOINT), ("PATCH", ENDPOINT), ("OPTIONS", ENDPOINT),

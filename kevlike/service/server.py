@@ -315,11 +315,11 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         if rid and not (len(rid) <= MAX_REQUEST_ID and rid.isascii() and rid.isprintable()):
             # never replaced silently: a client that keys its feedback on its own id would lose it
             shown = rid if len(rid) <= 40 else rid[:37] + "..."
-            response = JSONResponse({"detail": [{"loc": ["header", "x-request-id"], "type": "request_id_invalid",
-                                                 "msg": f"x-request-id must be 1-{MAX_REQUEST_ID} printable ASCII "
-                                                        f"characters, got {len(rid)} characters: {shown!r}"}]},
-                                    status_code=422)
-            log.info("request id=- %s %s status=422 (invalid x-request-id)", request.method, request.url.path)
+            response = _error(400, "invalid_request_id", f"header x-request-id must be 1-{MAX_REQUEST_ID} printable "
+                                                         f"ASCII characters, got {len(rid)} characters: {shown!r}")
+            response.headers["x-request-id"] = uuid.uuid4().hex   # every response carries one
+            log.info("request id=%s %s %s status=400 (invalid x-request-id)", response.headers["x-request-id"],
+                     request.method, request.url.path)
             return response
         rid = rid or uuid.uuid4().hex
         request.state.request_id = rid

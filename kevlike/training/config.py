@@ -11,11 +11,12 @@ from pathlib import Path
 import yaml
 
 from kevlike.config.rules import ConfigError
-from kevlike.config.yamlfile import read_yaml
 from kevlike.config.train import TrainConfig
+from kevlike.config.yamlfile import read_yaml
 from kevlike.data.families import HELDOUT_SOURCES
 from kevlike.data.tasks import TASKS
 from kevlike.model.precision import cpu_bf16_units
+
 
 def _read_file(path: str | Path) -> str:
     try:

@@ -45,7 +45,7 @@ from kevlike.data.sources import DataUnavailableError, Example
 from kevlike.data.stream import RecordedMixture, write_stream
 from kevlike.data.tasks import TaskMixture, eval_examples, training_scripts
 from kevlike.metrics import choice_records, records_from_logits, summarize
-from kevlike.model.backbones import EMBEDDED, load_backbone, resolve_model
+from kevlike.model.backbones import EMBEDDED, ModelNotFoundError, load_backbone, resolve_model
 from kevlike.model.engine import Engine, backbone_hidden
 from kevlike.model.heads import PointerHead, abstain_logit, pointer_logits, pointer_none_logits
 from kevlike.model.modeldir import ModelDir, ensure_embedding_rows, save_decision_model
@@ -504,6 +504,12 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     else:
         cfg = load_config(config_path, list(overrides))
         ckpt = None
+        for key, name in (("backbone", cfg.backbone), ("init_from", cfg.init_from)):
+            if name is not None:          # found before the accelerator starts or a run directory is made
+                try:
+                    resolve_model(name, auto_fetch=key == "backbone")
+                except ModelNotFoundError as e:
+                    raise ModelNotFoundError(f"{key}: {e}") from None
     precision, precision_reason = resolve_precision(
         cfg.mixed_precision, torch.cuda.is_available() and cfg.device != "cpu")
     accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=cfg.grad_accum,
