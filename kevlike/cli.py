@@ -138,7 +138,7 @@ def _profile_error(model: str | None, profile: str | None) -> str | None:
     if profile is None:
         return None
     from kevlike.model.backbones import resolve_model
-    from kevlike.model.modeldir import check_profile_name, profile_path
+    from kevlike.model.modeldir import check_profile_name, existing_profile_path
     from kevlike.model.temperatures import ProfileError, read_temperatures
 
     try:
@@ -148,13 +148,10 @@ def _profile_error(model: str | None, profile: str | None) -> str | None:
         return None
     if resolved.artifact_dir is None:
         return None
-    path = profile_path(resolved.artifact_dir, resolved.name, profile)
-    if not path.is_file():                # the same words as Engine.from_pretrained, before the weights load
-        from kevlike.model.modeldir import list_profiles
-
-        have = list_profiles(resolved.artifact_dir, resolved.name)
-        return (f"model {resolved.name!r} has no calibration profile {profile!r} (looked for {path}; profiles: "
-                f"{', '.join(have) or 'none'})")
+    try:                                  # Engine.from_pretrained's own check, before the weights load
+        path = existing_profile_path(resolved.artifact_dir, resolved.name, profile)
+    except ValueError as e:
+        return str(e)
     try:
         read_temperatures(path)
     except ProfileError as e:

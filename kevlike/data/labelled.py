@@ -200,18 +200,14 @@ def read_labelled(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> list[Lab
                                                        f"file is JSON lines in UTF-8") from None
         if not text.strip():
             continue
-        try:
-            json.loads(text)
-        except json.JSONDecodeError as e:
-            raise LabelledDataError(path, i, "(line)", f"not JSON: {e.msg} at column {e.colno}") from None
-        except (ValueError, RecursionError):
-            pass                                   # huge numbers, depth: parse_json names them below
         try:   # the request's structural rules over the whole line: duplicate keys, depth, lone surrogates, 1e400
             obj = parse_json(text, limits)
         except RequestError as e:
             err = e.errors[0]
             loc = ".".join(str(x) for x in err["loc"][1:]) or "(line)"
-            raise LabelledDataError(path, i, loc, err["msg"]) from None
+            bad = e.__cause__            # JSON syntax: the decoder's own position, as the line shows it
+            msg = f"not JSON: {bad.msg} at column {bad.colno}" if isinstance(bad, json.JSONDecodeError) else err["msg"]
+            raise LabelledDataError(path, i, loc, msg) from None
         out.append(parse_line(obj, path, i, limits))
     if not any(x.gold for x in out):
         raise LabelledDataError(path, None, "gold", "the file has no labelled question" if out else

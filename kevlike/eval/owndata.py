@@ -108,19 +108,17 @@ def answer_records(engine, items, batch_size: int = 4, progress: bool = False, c
         kevlike.data.labelled.LabelledDataError: a line over the model's token budgets (``data_path:LINE``), found
             before any forward pass (a local engine's :meth:`~kevlike.model.engine.Engine.prepare`)."""
 
-    if hasattr(engine, "prepare"):            # every line within the model's token budgets, named by its line
-        for it in items:
-            if it.gold:
-                try:
-                    engine.prepare({**it.request, "questions": {k: v for k, v in it.request["questions"].items()
-                                                                if k in it.gold}})
-                except RequestError as e:
-                    err = e.errors[0]
-                    loc = ".".join(str(x) for x in err["loc"][1:])
-                    raise LabelledDataError(data_path or "labelled file", it.line, f"request.{loc}" if loc else "request",
-                                            err["msg"]) from None
     examples = to_examples(items)
     lines = [it.line for it in items if it.gold]
+    if hasattr(engine, "prepare"):            # every line within the model's token budgets, named by its line
+        for ex, line in zip(examples, lines):
+            try:
+                engine.prepare(ex.request)
+            except RequestError as e:
+                err = e.errors[0]
+                loc = ".".join(str(x) for x in err["loc"][1:])
+                raise LabelledDataError(data_path or "labelled file", line, f"request.{loc}" if loc else "request",
+                                        err["msg"]) from None
     records = records_from_logits(engine, examples, batch_size, progress=progress, calibrated=calibrated)
     mode = getattr(engine, "option_mode", "list") if getattr(engine, "head", None) is not None else "list"
     i, out = 0, []

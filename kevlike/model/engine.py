@@ -20,8 +20,7 @@ from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
 from kevlike.model.modeldir import (
-    ModelDir, check_profile_name, ensure_embedding_rows, list_profiles, load_temperatures,
-    profile_path
+    ModelDir, check_profile_name, ensure_embedding_rows, existing_profile_path, load_temperatures
 )
 from kevlike.model.merged import load_weights
 from kevlike.model.quantize import quantize_int8, resolve_quantize
@@ -257,11 +256,7 @@ class Engine:
         if options.profile is not None:
             if resolved.artifact_dir is None:
                 raise ValueError(f"model {resolved.name!r} has no pointer head; calibration profiles are for decision models")
-            path = profile_path(resolved.artifact_dir, resolved.name, options.profile)
-            if not path.is_file():
-                have = list_profiles(resolved.artifact_dir, resolved.name)
-                raise ValueError(f"model {resolved.name!r} has no calibration profile {options.profile!r} (looked for "
-                                 f"{path}; profiles: {', '.join(have) or 'none'})")
+            existing_profile_path(resolved.artifact_dir, resolved.name, options.profile)
         model, tok, head, temperatures = load_weights(resolved.artifact_dir, resolved.backbone_dir, dtype, backend,
                                                       device)
         manifest = None
@@ -311,9 +306,7 @@ class Engine:
         base = self.name.split("@")[0]
         if self.artifact_dir is None:
             raise ValueError(f"model {base!r} was not loaded from a decision-model directory: it has no profiles")
-        path = profile_path(self.artifact_dir, base, profile)
-        if not path.is_file():
-            raise ValueError(f"model {base!r} has no calibration profile {profile!r} (looked for {path})")
+        path = existing_profile_path(self.artifact_dir, base, profile)
         other = copy.copy(self)
         other.temperatures = load_temperatures(path)
         other.name = f"{base}@{profile}"

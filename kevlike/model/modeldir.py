@@ -263,6 +263,19 @@ def profile_path(artifact_dir: str | Path, model_name: str, name: str) -> Path:
     return profiles_dir(artifact_dir, model_name) / f"{check_profile_name(name)}.json"
 
 
+def existing_profile_path(artifact_dir: str | Path, model_name: str, name: str) -> Path:
+    """:func:`profile_path` of a profile that exists.
+
+    Raises:
+        ValueError: a bad name, or no such profile (the message names the file looked for and the profiles there)."""
+    path = profile_path(artifact_dir, model_name, name)
+    if not path.is_file():
+        have = list_profiles(artifact_dir, model_name)
+        raise ValueError(f"model {model_name!r} has no calibration profile {name!r} (looked for {path}; profiles: "
+                         f"{', '.join(have) or 'none'})")
+    return path
+
+
 def list_profiles(artifact_dir: str | Path, model_name: str) -> list[str]:
     """The profile names stored for a model, sorted."""
     d = profiles_dir(artifact_dir, model_name)

@@ -205,7 +205,7 @@ def _decode(body: str | bytes, limits: Limits) -> Any:
         msg = str(e)
         if "Exceeds the limit" in msg and "digits" in msg:  # Python's int-size guard, not a JSON rule
             msg = "a number has more than 4300 digits"
-        raise RequestError([_err([], f"invalid JSON: {msg}", "json_invalid")])
+        raise RequestError([_err([], f"invalid JSON: {msg}", "json_invalid")]) from e   # the decoder's position
 
 
 def _walk(value: Any, loc: list, depth: int, limits: Limits, errors: list) -> None:
