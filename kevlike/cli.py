@@ -159,6 +159,29 @@ def _profile_error(model: str | None, profile: str | None) -> str | None:
     return None
 
 
+def _model_error(args) -> str | None:
+    """The one-line error of a command's model name that names no model (:func:`kevlike.model.registry.
+    model_name_error`: not registered, no model directory), or None. Imports no torch: an unknown ``--model``
+    is reported in well under a second, before the libraries or any weights load. Only the commands that load a
+    local model are checked: ``eval --url`` names the served model and ``--reuse`` loads none; ``calibrate``
+    without ``--profile`` rewrites a decision-model directory, so there it must be one."""
+    from kevlike.model.registry import MANIFEST, model_name_error
+
+    command = args.command
+    if command == "calibrate":
+        if args.profile_name is None and not (Path(args.artifact) / MANIFEST).is_file():
+            return f"{args.artifact} is not a decision-model directory (no {MANIFEST})"
+        return model_name_error(args.artifact) if args.profile_name is not None else None
+    if command == "eval" and (args.url is not None or args.reuse is not None):
+        return None
+    if command == "loadtest" and not args.spawn:
+        return None
+    if command not in ("decide", "serve", "bench", "eval", "probes", "parity", "loadtest", "gpu-check"):
+        return None
+    names = args.model if isinstance(args.model, list) else [args.model]
+    return next((err for name in names or [None] if (err := model_name_error(name)) is not None), None)
+
+
 def _labelled_error(path: str) -> str | None:
     """The one-line error of labelled file ``path`` (:func:`kevlike.data.labelled.read_labelled`: it names the
     file, the line and the field), or None when every line reads. Imports no torch: a bad file to ``eval``,
@@ -224,6 +247,8 @@ def _cmd_decide(args) -> int:
         request = parse_request(body, options.limits)
     except RequestError as e:
         return _fail(f"invalid request: {e.one_line()}")
+    if (err := _model_error(args)) is not None:    # before torch: an unknown --model in well under 1 s
+        return _fail(err)
     t_lib = time.perf_counter()
     from kevlike.model.backbones import import_libraries
     from kevlike.model.engine import Engine  # torch: only once the request is valid
@@ -322,6 +347,8 @@ def _cmd_serve(args) -> int:
     from kevlike.service.listen import listen_socket
 
     config = replace(_options(ServerConfig(), args), api_keys=api_keys_from_env(args.api_keys_file))
+    if (err := _model_error(args)) is not None:
+        return _fail(err)
     sock = listen_socket(config.host, config.port)   # before torch is imported: a busy port fails in ~0.1 s
     from kevlike.service.server import serve
 
@@ -424,6 +451,8 @@ def _cmd_bench(args) -> int:
     reps = args.reps if args.reps is not None else (2 if args.quick else 5)
     if reps < 1:
         return _fail(f"--reps must be >= 1, got {reps}")
+    if (err := _model_error(args)) is not None:
+        return _fail(err)
     from kevlike.eval.bench import run
 
     def ints(v):
@@ -500,8 +529,8 @@ def _cmd_eval(args) -> int:
         if args.n is not None or args.suite != "heldout" or args.half is not None or args.splits is not None:
             return _fail("--data evaluates every line of your labelled file: --n, --suite, --half and --splits go "
                          "with a suite, not with --data")
-        if (err := _labelled_error(args.data)) is not None:      # before torch is imported
-            return _fail(err)
+        if (err := _model_error(args)) is not None or (err := _labelled_error(args.data)) is not None:
+            return _fail(err)                                        # before torch is imported
         from kevlike.eval.owndata import evaluate_data
 
         if args.url is None and (err := _profile_error(args.model, args.profile)) is not None:
@@ -531,6 +560,8 @@ def _cmd_eval(args) -> int:
         return _fail("--url and --reuse exclude each other (a served model's temperatures are its own)")
     if args.url is not None and not args.url.startswith(("http://", "https://")):
         return _fail(f"--url must start with http:// or https://, got {args.url!r}")
+    if (err := _model_error(args)) is not None:
+        return _fail(err)
     from kevlike.eval.heldout import run_suite     # torch: only once the options are valid
 
     run_suite(args.model, args.suite, args.out, options=options, n=args.n, batch_size=args.batch, quiet=args.quiet,
@@ -558,8 +589,8 @@ def _cmd_calibrate(args) -> int:
             check_profile_name(args.profile_name)
         except ValueError as e:
             return _fail(f"--profile: {e}")
-        if (err := _labelled_error(args.data)) is not None:      # before torch is imported
-            return _fail(err)
+        if (err := _model_error(args)) is not None or (err := _labelled_error(args.data)) is not None:
+            return _fail(err)                                        # before torch is imported
         from kevlike.eval.owndata import fit_profile
 
         fit_profile(args.artifact, args.data, args.profile_name, min_count=args.min_count,
@@ -567,6 +598,8 @@ def _cmd_calibrate(args) -> int:
         return 0
     if args.records is not None and not Path(args.records).is_file():
         return _fail(f"--records {args.records}: no such file")
+    if (err := _model_error(args)) is not None:
+        return _fail(err)
     from kevlike.eval.calibration import calibrate_artifact       # torch: only once the options are valid
 
     tasks = None if args.data is None else [t for t in args.data.split(",") if t]
@@ -612,6 +645,8 @@ def _tool(module: str, options: bool = False, drop: tuple[str, ...] = ()):
         import importlib
 
         values = {k: v for k, v in vars(args).items() if k not in ("func", "command", *drop)}
+        if (err := _model_error(args)) is not None:     # the tools that load a model (_model_error says which)
+            return _fail(err)
         run = importlib.import_module(f"kevlike.{module}").run
         if not options:
             return run(**values)

@@ -375,6 +375,49 @@ def test_a_bad_labelled_file_is_reported_in_under_a_second_before_any_model_load
     assert float(seconds) < 1.0, (command, seconds, wall)
 
 
+@pytest.mark.parametrize("argv", [
+    ["decide", "examples/review.json", "--model", "no-such-model"],
+    ["eval", "--model", "no-such-model", "--suite", "heldout", "--n", "2"],
+    ["serve", "--model", "kevlike-default", "--model", "no-such-model", "--port", "0"],
+    ["bench", "--model", "no-such-model", "--quick"],
+    ["probes", "--model", "no-such-model"],
+    ["parity", "examples/review.json", "--model", "no-such-model"],
+    ["loadtest", "--spawn", "--model", "no-such-model"],
+    ["calibrate", "no-such-model", "--data", "mine.jsonl", "--profile", "mine"],
+    ["calibrate", "no-such-model"],
+])
+def test_an_unknown_model_is_reported_before_torch_loads(argv):
+    """Every command that loads a local model checks its name first (kevlike.model.registry.model_name_error):
+    the message resolve_model would raise after the libraries load, exit 2, with torch never imported."""
+    from kevlike.model.registry import unknown_model_message
+
+    code = "import sys; from kevlike.cli import main; rc = main(sys.argv[1:]); print(rc, 'torch' in sys.modules)"
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.stdout.split() == ["2", "False"], p.stderr
+    message = ("no-such-model is not a decision-model directory (no kevlike.json)" if argv == ["calibrate", "no-such-model"]
+               else unknown_model_message("no-such-model"))      # calibrate without --profile: a directory
+    assert p.stderr == f"kevlike: error: {message}\n"
+
+
+def test_model_name_check_agrees_with_resolve_model(tmp_path):
+    """model_name_error accepts exactly the names resolve_model resolves (without fetching): registered names,
+    embedded backbones, decision-model and HF directories, hub ids that are no local path."""
+    from kevlike.model.backbones import ModelNotFoundError, resolve_model
+    from kevlike.model.registry import model_name_error
+
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    for name in (None, "kevlike-default", "smollm2-135m-instruct", str(tmp_path / "hf"), "owner/model"):
+        assert model_name_error(name) is None, name
+    for name in ("no-such-model", str(tmp_path / "empty"), str(tmp_path / "missing"), "./a/b", "a/b/c"):
+        assert model_name_error(name) is not None, name
+        with pytest.raises(ModelNotFoundError) as e:
+            resolve_model(name, auto_fetch=False)
+        assert str(e.value) == model_name_error(name)
+
+
 def test_train_config_errors_come_before_any_model_loads(tmp_path, capsys):
     from kevlike import cli
 

