@@ -150,6 +150,8 @@ def test_qwen_model_is_a_complete_decision_model_for_its_backbone():
     assert manifest["option_modes"] == ["list", "set"] and manifest["head"]["d_model"] == 896
     cal = json.loads((QWEN_ARTIFACT / "calibration.json").read_text())
     assert "fitted on validation splits" in cal["source"] and set(cal["by_type"]) >= {"noul", "abstain"}
+    # served in set mode since stage 26 (chosen on the validation half), with set-mode choice temperatures
+    assert manifest["option_mode"] == "set" and "choice:set" in cal["by_type"]
     assert not (QWEN_ARTIFACT / "adapter" / "README.md").exists()     # peft's blank card is not shipped
     size = sum(p.stat().st_size for p in QWEN_ARTIFACT.rglob("*") if p.is_file())
     assert size < 45_000_000, size

@@ -142,6 +142,49 @@ def test_calibrate_from_records_reports_accuracy_and_stores_option_orders(tmp_pa
         EngineOptions(option_orders=-1)
 
 
+def test_calibrate_from_set_mode_records_fits_choice_set_alone(tmp_path):
+    """``kevlike calibrate --records R --option-mode set``: R's choice records fit ``choice:set``; the file's
+    ``choice`` (list mode), ``noul`` and x_abstain's scaling stay as they were."""
+    import json
+
+    from kevlike.eval.calibration import calibrate_artifact
+    from kevlike.model.modeldir import load_temperatures
+
+    art = tmp_path / "artifact"
+    art.mkdir()
+    (art / "kevlike.json").write_text(json.dumps({"format": 1, "option_modes": ["list", "set"],
+                                                  "training": {"config": {"tasks": {"banking77": {}}}}}))
+    torch.manual_seed(0)
+    rows = []
+    for _ in range(300):           # over-confident choice logits (calibrated at T = 2) and noul logits
+        z = torch.randn(4) * 4
+        rows.append({"source": "b", "type": "choice", "logits": z.tolist(),
+                     "gold": int(torch.multinomial(torch.softmax(z / 2.0, -1), 1))})
+        y = torch.randn(2) * 3
+        rows.append({"source": "b", "type": "noul", "logits": y.tolist(),
+                     "gold": int(torch.multinomial(torch.softmax(y / 0.5, -1), 1))})
+    for i in range(200):           # x_abstain logits on answerable and "cannot tell" questions of both types
+        rows.append({"source": "a", "type": ("choice", "noul")[i % 2], "logits": [0.0, 0.0], "gold": 0,
+                     "abstain_logit": 2.0 if i % 4 < 2 else -2.0, **({"cannot_tell": True} if i % 4 < 2 else {})})
+    records = tmp_path / "records.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    calibrate_artifact(art, records_path=records, quiet=True, fit_mode="list")
+    before = load_temperatures(art)
+    assert set(before.by_type) == {"choice", "noul", "abstain"}
+    calibrate_artifact(art, records_path=records, quiet=True, fit_mode="set")
+    after = load_temperatures(art)
+    assert set(after.by_type) == {"choice", "noul", "abstain", "choice:set"}
+    assert all(after.by_type[t] == before.by_type[t] for t in ("choice", "noul", "abstain"))
+    assert after.abstain_bias == before.abstain_bias
+    assert after.source.startswith("fitted on validation splits (a: 50 questions, b: 300 questions); abstain, choice, "
+                                   "noul kept from the earlier fit: fitted on validation splits (a: 200 questions, "
+                                   "b: 600 questions)")
+    fit = json.loads((art / "calibration.json").read_text())["fit"]
+    assert set(fit["types"]) == {"choice", "noul", "abstain", "choice:set"}
+    assert after.by_type["choice:set"] == pytest.approx(before.by_type["choice"], rel=1e-6)   # the same logits
+    assert after.by_type["choice:set"] == pytest.approx(2.0, abs=0.4)
+
+
 def _bound_records():
     """Three types built to end on a bound or not (hand-checkable NLL curves, DESIGN §9):
 

@@ -18,7 +18,7 @@ from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
 from kevlike.data.tasks import TASKS, eval_examples
 from kevlike.metrics import choice_records, records_from_logits
 from kevlike.model.engine import Engine
-from kevlike.model.modeldir import ModelDir, load_temperatures, save_calibration
+from kevlike.model.modeldir import ModelDir, calibration_fit, load_temperatures, save_calibration
 from kevlike.model.temperatures import MIN_BUCKET, TemperatureTable, bound_hits_text, fit_line, fit_table
 
 
@@ -37,7 +37,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     the engine's option orders to fit the temperatures for; None: the artifact's. The value is written to
     ``kevlike.json``, so serving uses the setting the temperatures were fitted with.
     ``fit_mode``: ``list``, ``set`` or ``both`` (None: both): the option modes whose choice temperatures
-    are fitted; set-mode choice questions are stored as type ``choice:set``
+    are fitted; set-mode choice questions are stored as type ``choice:set``. With ``records_path``, ``set``
+    says the records come from a set-mode run: their choice records fit ``choice:set`` alone, every other
+    type is kept; ``list`` and ``both`` fit each type of the records as it is written
     (:func:`kevlike.model.temperatures.calibration_type`). Temperatures of types not fitted in this call (e.g.
     ``choice:set`` with ``list``) are kept from the existing ``calibration.json``. Raises ValueError for
     a mode the model was not trained for.
@@ -61,6 +63,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     precision = None      # unknown when refitting from earlier logits
     if records_path is not None:
         records = [json.loads(x) for x in Path(records_path).read_text().splitlines() if x.strip()]
+        if fit_mode == "set":   # the records of a set-mode run (`kevlike eval --option-mode set`): its answerable
+            records = [{**{k: v for k, v in r.items() if k != "abstain_logit"}, "type": "choice:set"}   # choice
+                       for r in records if r["type"] == "choice" and not r.get("cannot_tell")]    # questions only
     else:
         engine = Engine.from_pretrained(artifact, options, option_mode="list")
         precision = f"{engine.dtype} ({engine.dtype_reason})"
@@ -100,9 +105,16 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if model_dir.calibration_path.is_file():  # keep the temperatures of types not fitted in this call
 
         old = load_temperatures(artifact)
+        kept = sorted({k for k in old.by_type if k not in fitted} | {k[0] for k in old.by_bucket if k[0] not in fitted})
         table = _replace(table, by_type={**{k: v for k, v in old.by_type.items() if k not in fitted}, **table.by_type},
                          by_bucket={**{k: v for k, v in old.by_bucket.items() if k[0] not in fitted}, **table.by_bucket},
-                         abstain_bias=table.abstain_bias if "abstain" in fitted else old.abstain_bias)
+                         abstain_bias=table.abstain_bias if "abstain" in fitted else old.abstain_bias,
+                         source=table.source + (f"; {', '.join(kept)} kept from the earlier fit: {old.source}"
+                                                if kept else ""))
+        old_fit = calibration_fit(artifact) or {}     # the report keeps the kept types' entries too
+        for key in ("types", "buckets"):
+            report[key] = {**{k: v for k, v in (old_fit.get(key) or {}).items()
+                              if k.split("/")[0] not in fitted}, **report[key]}
     for t, e in report["types"].items():  # accuracy at T = 1 (the argmax does not depend on T)
         rs = [r for r in records if r["type"] == t and not r.get("cannot_tell")]
         if not rs:                        # the abstention temperature's entry (no options)
