@@ -162,9 +162,10 @@ def _profile_error(model: str | None, profile: str | None) -> str | None:
 def _model_error(args) -> str | None:
     """The one-line error of a command's model name that names no model (:func:`kevlike.model.registry.
     model_name_error`: not registered, no model directory), or None. Imports no torch: an unknown ``--model``
-    is reported in well under a second, before the libraries or any weights load. Only the commands that load a
-    local model are checked: ``eval --url`` names the served model and ``--reuse`` loads none; ``calibrate``
-    without ``--profile`` rewrites a decision-model directory, so there it must be one."""
+    is reported in well under a second, before the libraries or any weights load. Checked for ``decide``,
+    ``serve``, ``bench``, ``eval`` and ``calibrate`` (the tool commands check their own flags first):
+    ``eval --url`` names the served model and ``--reuse`` loads none; ``calibrate`` without ``--profile``
+    rewrites a decision-model directory, so there it must be one."""
     from kevlike.model.registry import MANIFEST, model_name_error
 
     command = args.command
@@ -174,9 +175,7 @@ def _model_error(args) -> str | None:
         return model_name_error(args.artifact) if args.profile_name is not None else None
     if command == "eval" and (args.url is not None or args.reuse is not None):
         return None
-    if command == "loadtest" and not args.spawn:
-        return None
-    if command not in ("decide", "serve", "bench", "eval", "probes", "parity", "loadtest", "gpu-check"):
+    if command not in ("decide", "serve", "bench", "eval"):   # the tools check their own flags first
         return None
     names = args.model if isinstance(args.model, list) else [args.model]
     return next((err for name in names or [None] if (err := model_name_error(name)) is not None), None)
@@ -347,9 +346,10 @@ def _cmd_serve(args) -> int:
     from kevlike.service.listen import listen_socket
 
     config = replace(_options(ServerConfig(), args), api_keys=api_keys_from_env(args.api_keys_file))
-    if (err := _model_error(args)) is not None:
-        return _fail(err)
     sock = listen_socket(config.host, config.port)   # before torch is imported: a busy port fails in ~0.1 s
+    if (err := _model_error(args)) is not None:      # then the model names, still before torch
+        sock.close()
+        return _fail(err)
     from kevlike.service.server import serve
 
     serve(args.model or [None], config, sock=sock)
@@ -645,8 +645,6 @@ def _tool(module: str, options: bool = False, drop: tuple[str, ...] = ()):
         import importlib
 
         values = {k: v for k, v in vars(args).items() if k not in ("func", "command", *drop)}
-        if (err := _model_error(args)) is not None:     # the tools that load a model (_model_error says which)
-            return _fail(err)
         run = importlib.import_module(f"kevlike.{module}").run
         if not options:
             return run(**values)

@@ -380,14 +380,11 @@ def test_a_bad_labelled_file_is_reported_in_under_a_second_before_any_model_load
     ["eval", "--model", "no-such-model", "--suite", "heldout", "--n", "2"],
     ["serve", "--model", "kevlike-default", "--model", "no-such-model", "--port", "0"],
     ["bench", "--model", "no-such-model", "--quick"],
-    ["probes", "--model", "no-such-model"],
-    ["parity", "examples/review.json", "--model", "no-such-model"],
-    ["loadtest", "--spawn", "--model", "no-such-model"],
     ["calibrate", "no-such-model", "--data", "mine.jsonl", "--profile", "mine"],
     ["calibrate", "no-such-model"],
 ])
 def test_an_unknown_model_is_reported_before_torch_loads(argv):
-    """Every command that loads a local model checks its name first (kevlike.model.registry.model_name_error):
+    """decide, eval, serve, bench and calibrate check a local model's name (kevlike.model.registry.model_name_error):
     the message resolve_model would raise after the libraries load, exit 2, with torch never imported."""
     from kevlike.model.registry import unknown_model_message
 
