@@ -217,8 +217,8 @@ class FeedbackStore:
         def _connect(dbapi_conn, _record):
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
+            cur.execute(f"PRAGMA busy_timeout={ms}")         # first: switching to WAL takes a lock too
             cur.execute("PRAGMA journal_mode=WAL")           # 'memory' for sqlite:// (nothing to share there)
-            cur.execute(f"PRAGMA busy_timeout={ms}")
             cur.close()
 
         @event.listens_for(self.engine, "begin")
