@@ -105,9 +105,10 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if model_dir.calibration_path.is_file():  # keep the temperatures of types not fitted in this call
 
         old = load_temperatures(artifact)
-        kept = sorted({k for k in old.by_type if k not in fitted} | {k[0] for k in old.by_bucket if k[0] not in fitted})
-        table = _replace(table, by_type={**{k: v for k, v in old.by_type.items() if k not in fitted}, **table.by_type},
-                         by_bucket={**{k: v for k, v in old.by_bucket.items() if k[0] not in fitted}, **table.by_bucket},
+        old_types = {k: v for k, v in old.by_type.items() if k not in fitted}
+        old_buckets = {k: v for k, v in old.by_bucket.items() if k[0] not in fitted}
+        kept = sorted(set(old_types) | {k[0] for k in old_buckets})
+        table = _replace(table, by_type={**old_types, **table.by_type}, by_bucket={**old_buckets, **table.by_bucket},
                          abstain_bias=table.abstain_bias if "abstain" in fitted else old.abstain_bias,
                          source=table.source + (f"; {', '.join(kept)} kept from the earlier fit: {old.source}"
                                                 if kept else ""))

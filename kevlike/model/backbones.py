@@ -30,7 +30,7 @@ from kevlike.model.modeldir import ModelDir
 from kevlike.model.precision import DTYPE_CHOICES, cpu_bf16_units, dtype_from_env  # noqa: F401 (re-exported)
 from kevlike.model.registry import (DEFAULT_ARTIFACT, DEFAULT_MODEL, EMBEDDED, MODELS,  # noqa: F401 (re-exported)
                                     QWEN_ARTIFACT, QWEN_MODEL, EmbeddedBackbone, ModelEntry, WheelPart,
-                                    looks_like_hub_id, unknown_model_message)
+                                    model_kind, unknown_model_message)
 from kevlike.runs import kevlike_home
 
 
@@ -220,7 +220,8 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
         ModelNotFoundError: none of the above (the message lists the known names).
     """
     name = str(name_or_path) if name_or_path is not None else DEFAULT_MODEL
-    if name in MODELS or name in EMBEDDED:
+    kind = model_kind(name)
+    if kind == "registered":
         entry = MODELS.get(name)
         backbone = entry.backbone if entry else name
         if not is_fetched(backbone):
@@ -234,14 +235,14 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
             check_model_files(artifact, "reinstall kevlike (from a clone: `git lfs install && git lfs pull` first)")
         return ResolvedModel(name, backbone_dir(backbone), artifact)
     path = Path(name).expanduser()
-    if ModelDir.holds_one(path):
+    if kind == "decision":
         check_model_files(path, "run `git lfs install && git lfs pull` in the clone, or copy the model directory again")
         manifest = ModelDir(path).manifest()
         inner = resolve_model(manifest["backbone"], auto_fetch)
         return ResolvedModel(name, inner.backbone_dir, path)
-    if (path / "config.json").is_file():
+    if kind == "hf":
         return ResolvedModel(name, path, None)
-    if looks_like_hub_id(name) and not path.exists():
+    if kind == "hub":
         return ResolvedModel(name, Path(name), None)  # loaded by transformers from its cache or the hub
     raise ModelNotFoundError(unknown_model_message(name))
 

@@ -123,7 +123,6 @@ MODELS = {
 }
 
 
-
 def looks_like_hub_id(name: str) -> bool:
     """``owner/name`` with no other path syntax (a hub id, where a hub is reachable)."""
     parts = name.split("/")
@@ -137,18 +136,26 @@ def unknown_model_message(name: str) -> str:
             f"holding a decision model ({MANIFEST}) or an HF model (config.json)")
 
 
-def model_name_error(name: str | None) -> str | None:
-    """:func:`unknown_model_message` when ``name`` (None: :data:`DEFAULT_MODEL`) names no model that
-    :func:`kevlike.model.backbones.resolve_model` could resolve — a registered name, an embedded backbone, a
-    directory holding a decision model or a Hugging Face model, or an ``owner/name`` hub id that is no local
-    path — else None. Reads only the file system: whether the model *loads* (files intact, backbone set up) is
-    the load's to say."""
+def model_kind(name: str | None) -> str | None:
+    """What ``name`` (None: :data:`DEFAULT_MODEL`) names, from the names and the file system alone: ``"registered"``
+    (a :data:`MODELS` or :data:`EMBEDDED` name), ``"decision"`` (a directory holding a decision model's manifest),
+    ``"hf"`` (a directory holding a Hugging Face ``config.json``), ``"hub"`` (an ``owner/name`` hub id that is no
+    local path), or None (nothing). :func:`kevlike.model.backbones.resolve_model` resolves by it; whether the model
+    then *loads* (files intact, backbone set up) is the load's to say."""
     name = str(name) if name is not None else DEFAULT_MODEL
     if name in MODELS or name in EMBEDDED:
-        return None
+        return "registered"
     path = Path(name).expanduser()
-    if (path / MANIFEST).is_file() or (path / "config.json").is_file():
-        return None
+    if (path / MANIFEST).is_file():
+        return "decision"
+    if (path / "config.json").is_file():
+        return "hf"
     if looks_like_hub_id(name) and not path.exists():
-        return None
-    return unknown_model_message(name)
+        return "hub"
+    return None
+
+
+def model_name_error(name: str | None) -> str | None:
+    """:func:`unknown_model_message` when ``name`` (None: :data:`DEFAULT_MODEL`) names no model (:func:`model_kind`
+    is None), else None."""
+    return unknown_model_message(str(name)) if model_kind(name) is None else None
