@@ -1,5 +1,6 @@
 """Metrics and temperature fitting against hand-computed values."""
 
+import json
 import math
 
 import pytest
@@ -257,3 +258,67 @@ def test_the_calibration_file_and_kevlike_models_carry_the_bound_flag(tmp_path, 
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("bound-test"))
     assert line.endswith("[temperature at a search bound, fell back: noul (lower), score (upper), noul/2 (lower), "
                          "score/3-5 (upper)]")
+
+
+def test_normal_readout_hand_computed():
+    """``q_k ∝ exp(−(k − μ)² / 2σ²)`` with the distribution's own mean and variance (levels 0 … K−1)."""
+    from kevlike.model.temperatures import VAR_FLOOR, normal_readout
+
+    q = normal_readout(torch.tensor([0.5, 0.0, 0.0, 0.5], dtype=torch.float64))   # μ = 1.5, σ² = 2.25
+    e = [math.exp(-(k - 1.5) ** 2 / 4.5) for k in range(4)]
+    assert q.tolist() == pytest.approx([x / sum(e) for x in e], abs=1e-12)        # 0.1953, 0.3047, 0.3047, 0.1953
+    assert q[0] == pytest.approx(0.19534, abs=1e-5)
+    q = normal_readout(torch.tensor([0.0, 1.0, 0.0]))                              # one-hot: σ² = VAR_FLOOR
+    assert q.dtype == torch.float32
+    assert float(q[0]) == pytest.approx(math.exp(-1 / (2 * VAR_FLOOR)) / (1 + 2 * math.exp(-1 / (2 * VAR_FLOOR))),
+                                        rel=1e-4)
+    assert int(normal_readout(torch.tensor([0.1, 0.2, 0.3, 0.4])).argmax()) == 2  # μ = 2.0: the mode (3) is not it
+
+
+def test_score_readout_is_chosen_by_validation_nll_and_round_trips(tmp_path):
+    """``fit_table`` serves score questions through the normal readout only where its NLL (at its own fitted T)
+    is lower than softmax's: bimodal logits with middle golds → normal; the same logits with golds at the
+    modes → softmax. The table writes and reads the field, and refuses an unknown readout."""
+    from kevlike.model.temperatures import ProfileError, normal_readout
+
+    import random
+
+    rng = random.Random(0)
+
+    def records(gold_at_mean: bool) -> list[dict]:
+        """Bimodal (levels 0 and 3) logits whose mean lies near level 1 or 2: gold there, or at the larger mode
+        (the other one every tenth question, so that softmax has errors to fit)."""
+        out = []
+        for i in range(300):
+            g = 1 + i % 2
+            w = 1 - min(max(g + rng.uniform(-0.4, 0.4), 0.1), 2.9) / 3
+            z = [math.log(x) for x in (0.9 * w, 0.05, 0.05, 0.9 * (1 - w))]
+            mode = 0 if w > 0.5 else 3
+            out.append({"source": "s", "type": "score", "logits": z,
+                        "gold": g if gold_at_mean else (3 - mode if i % 10 == 0 else mode)})
+        return out
+
+    table, report = fit_table(records(True), min_count=200)
+    e = report["types"]["score"]
+    assert table.score_readout == "normal" and e["readout"] == "normal"
+    assert e["errors"] == 300 and e["accuracy_readout"] > 0.5      # the mode is always wrong, the mean mostly right
+    assert e["nll_fitted"] < e["nll_t1"]                           # softmax's fit hit its bound: T = 1 is served
+    assert "bound" in e["softmax"] and "score" not in report["bound_hits"]
+    assert table.by_type["score"] == e["temperature"]
+    z = torch.tensor(records(True)[0]["logits"])
+    p = table.probabilities("score", z)
+    assert p.tolist() == pytest.approx(normal_readout(torch.softmax(z / e["temperature"], -1)).tolist())
+    assert table.probabilities("choice", z).tolist() == pytest.approx(torch.softmax(z, -1).tolist())
+    table2, report2 = fit_table(records(False), min_count=200)
+    e2 = report2["types"]["score"]
+    assert table2.score_readout == "softmax" and e2["readout"] == "softmax"
+    assert e2["normal"]["nll_fitted"] > e2["nll_fitted"]
+    back = TemperatureTable.from_json(json.loads(json.dumps(table.to_json())))
+    assert back == table
+    assert "score_readout" not in table2.to_json()                                 # older readers see the same file
+    with pytest.raises(ProfileError, match=r"score_readout: must be one of softmax, normal, got 'mode'"):
+        TemperatureTable(score_readout="mode")
+    # a profile fitted on a file without score questions keeps the model's readout
+    noul = [{"source": "s", "type": "noul", "logits": [1.0, 0.0], "gold": i % 3 == 0} for i in range(250)]
+    prof, _ = fit_table([{**r, "gold": int(r["gold"])} for r in noul], min_count=200, base=table)
+    assert prof.score_readout == "normal" and prof.by_type["score"] == table.by_type["score"]

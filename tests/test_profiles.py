@@ -42,7 +42,7 @@ def test_a_table_refuses_what_cannot_be_served(by_type, by_bucket, match):
     ('{"source": "s", "by_type": {"noul": Infinity}, "by_bucket": []}', r": by_type\.noul: .* got inf$"),
     (json.dumps({k: v for k, v in GOOD.items() if k != "by_bucket"}), r": by_bucket: required field missing$"),
     (json.dumps({**GOOD, "by_types": {}}), r": by_types: unknown field \(known: format, source, by_type, by_bucket, "
-                                           r"abstain_bias, fit\)$"),
+                                           r"abstain_bias, score_readout, fit\)$"),
     (json.dumps({**GOOD, "format": 2}), r": format: unsupported calibration-file format 2 \(this version reads 1\)$"),
     (json.dumps({**GOOD, "by_bucket": [{"type": "choice", "bucket": "3-5"}]}),
      r": by_bucket\[0\]: must be an object with exactly type, bucket and temperature$"),

@@ -110,6 +110,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         kept = sorted(set(old_types) | {k[0] for k in old_buckets})
         table = _replace(table, by_type={**old_types, **table.by_type}, by_bucket={**old_buckets, **table.by_bucket},
                          abstain_bias=table.abstain_bias if "abstain" in fitted else old.abstain_bias,
+                         score_readout=table.score_readout if "score" in fitted else old.score_readout,
                          source=table.source + (f"; {', '.join(kept)} kept from the earlier fit: {old.source}"
                                                 if kept else ""))
         old_fit = calibration_fit(artifact) or {}     # the report keeps the kept types' entries too

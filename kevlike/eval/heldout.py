@@ -127,15 +127,15 @@ def comparison_protocol(records: list[dict]) -> dict:
 
 
 def rescore(records: list[dict], table) -> list[dict]:
-    """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table, and
+    """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table (score
+    questions through its readout, :meth:`~kevlike.model.temperatures.TemperatureTable.probabilities`), and
     (records with ``abstain_logit``) ``x_abstain = sigmoid(a / T_abstain + bias)`` (logits do not depend on
     temperatures, so no forward pass is needed)."""
 
     out = []
     for r in records:
         z = torch.tensor(r["logits"], dtype=torch.float32)
-        t = table.lookup(r["type"], len(r["logits"]))
-        new = {**r, "probs": torch.softmax(z / t, -1).tolist()}
+        new = {**r, "probs": table.probabilities(r["type"], z).tolist()}
         if r.get("abstain_logit") is not None:
             new["x_abstain"] = table.abstain_probability(r["abstain_logit"])
         out.append(new)

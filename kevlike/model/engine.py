@@ -510,9 +510,10 @@ class Engine:
 
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
         """Calibrated probabilities per question: ``softmax(z / T(type, K))`` (set-mode choice
-        questions take the ``choice:set`` temperatures when the table has them)."""
-        mode = self.temperature_mode
-        return [softmax_order_free(q, z, self.temperatures.lookup(q.type, len(q.options), mode))
+        questions take the ``choice:set`` temperatures when the table has them), score questions through the
+        table's readout (:meth:`~kevlike.model.temperatures.TemperatureTable.readout`)."""
+        mode, table = self.temperature_mode, self.temperatures
+        return [table.readout(q.type, softmax_order_free(q, z, table.lookup(q.type, len(q.options), mode)))
                 for q, z in zip(request.questions, logits)]
 
     @torch.inference_mode()

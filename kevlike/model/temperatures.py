@@ -19,6 +19,8 @@ TYPES = ("noul", "choice", "score", "choice:set", "abstain")  # the keys a tempe
 T_LIMITS = (0.01, 100.0)        # a temperature outside these is refused (fits stay within T_MIN, T_MAX below)
 BIAS_LIMIT = 100.0              # |abstain_bias| above this is refused (the fit searches the bias within it)
 PROFILE_FORMAT = 1              # the "format" of a calibration file (absent: 1, the files written before it existed)
+SCORE_READOUTS = ("softmax", "normal")   # how a score question's probabilities are read (score_readout)
+VAR_FLOOR = 0.02                # the least variance, in levels², of the "normal" score readout (normal_readout)
 
 
 def bucket_of(k: int) -> str:
@@ -71,6 +73,24 @@ def check_bias(where: str, b) -> float:
     return float(b)
 
 
+def normal_readout(p: torch.Tensor) -> torch.Tensor:
+    """The ``"normal"`` score readout: a distribution ``p`` ``[K]`` over ordered levels (probabilities) mapped to
+    the discretised normal with its own mean and variance, ``q_k ∝ exp(−(k − μ)² / 2σ²)`` with ``μ = Σ k p_k``
+    and ``σ² = max(Σ (k − μ)² p_k, VAR_FLOOR)`` (levels as 0 … K−1). Returns probabilities ``[K]`` in ``p``'s
+    dtype; the argmax is the level nearest the mean.
+
+    Why: the pointer head scores each level like an option and does not know their order, and on pages its
+    score distributions put mass on both extremes while the answer lies between them; the mean keeps what the
+    distribution knows about the order and the variance keeps its confidence (docs/results/stage27/README.md).
+    Computed in float64 (a one-hot ``p`` gives σ² = VAR_FLOOR, not a division by zero).
+    """
+    k = torch.arange(p.shape[-1], dtype=torch.float64)
+    p64 = p.to(torch.float64)
+    mu = (k * p64).sum(-1, keepdim=True)
+    var = ((k - mu) ** 2 * p64).sum(-1, keepdim=True).clamp_min(VAR_FLOOR)
+    return torch.softmax(-(k - mu) ** 2 / (2 * var), -1).to(p.dtype)
+
+
 @dataclass(frozen=True)
 class TemperatureTable:
     """``by_bucket[(type, bucket)]``, else ``by_type[type]``, else 1. Set-mode choice questions look up
@@ -78,6 +98,9 @@ class TemperatureTable:
 
     ``x_abstain`` is Platt-scaled: ``sigmoid(a / by_type["abstain"] + abstain_bias)`` (Platt 1999, "Probabilistic
     outputs for support vector machines"; the option logits get a temperature only, which keeps their argmax).
+
+    ``score_readout``: ``"softmax"`` (score questions read like the others) or ``"normal"`` (``softmax(z / T)``
+    then :func:`normal_readout`: chosen by the fit when its NLL is lower, :func:`fit_table`).
 
     Every temperature is checked on construction (:func:`check_temperature`; types from :data:`TYPES`, buckets
     from :data:`BUCKET_LABELS`), so no table can serve a NaN, an infinity, a sign flip or a division by zero.
@@ -90,6 +113,7 @@ class TemperatureTable:
     by_type: dict = field(default_factory=dict)
     source: str = "default: T = 1 (not fitted)"
     abstain_bias: float = 0.0
+    score_readout: str = "softmax"
 
     def __post_init__(self):
         if not isinstance(self.by_type, dict) or not isinstance(self.by_bucket, dict):
@@ -110,27 +134,33 @@ class TemperatureTable:
         if not isinstance(self.source, str):
             raise ProfileError(f"source must be a string, got {self.source!r}")
         object.__setattr__(self, "abstain_bias", check_bias("abstain_bias", self.abstain_bias))
+        if self.score_readout not in SCORE_READOUTS:
+            raise ProfileError(f"score_readout: must be one of {', '.join(SCORE_READOUTS)}, got {self.score_readout!r}")
 
     def to_json(self) -> dict:
         """The calibration-file form (``calibration.json``, ``profiles/NAME.json``), without the fit report;
-        ``abstain_bias`` only when it is not 0 (so a file without abstention reads as before)."""
+        ``abstain_bias`` only when it is not 0 and ``score_readout`` only when it is not softmax (so a file without
+        them reads as before)."""
         out = {"format": PROFILE_FORMAT, "source": self.source, "by_type": dict(self.by_type),
                "by_bucket": [{"type": k[0], "bucket": k[1], "temperature": v} for k, v in self.by_bucket.items()]}
         if self.abstain_bias:
             out["abstain_bias"] = self.abstain_bias
+        if self.score_readout != "softmax":
+            out["score_readout"] = self.score_readout
         return out
 
     @classmethod
     def from_json(cls, obj, where: str = "calibration file") -> "TemperatureTable":
         """Parse and check a calibration file's JSON object: ``source`` (text), ``by_type`` ``{type: T}`` and
         ``by_bucket`` ``[{"type", "bucket", "temperature"}]`` (required); ``format`` (optional,
-        :data:`PROFILE_FORMAT`), ``abstain_bias`` (optional, 0 when absent; x_abstain's Platt bias) and ``fit``
+        :data:`PROFILE_FORMAT`), ``abstain_bias`` (optional, 0 when absent; x_abstain's Platt bias),
+        ``score_readout`` (optional, ``"softmax"`` when absent; one of :data:`SCORE_READOUTS`) and ``fit``
         (optional, the fit report; not read). Unknown fields are refused.
 
         Raises:
             ProfileError: one line, ``WHERE: FIELD: what is wrong``.
         """
-        known = ("format", "source", "by_type", "by_bucket", "abstain_bias", "fit")
+        known = ("format", "source", "by_type", "by_bucket", "abstain_bias", "score_readout", "fit")
         if not isinstance(obj, dict):
             raise ProfileError(f"{where}: must be a JSON object with by_type and by_bucket, got {type(obj).__name__}")
         for k in obj:
@@ -161,7 +191,7 @@ class TemperatureTable:
             by_bucket[(row["type"], row["bucket"])] = row["temperature"]
         try:
             return cls(by_bucket=by_bucket, by_type=dict(obj["by_type"]), source=obj["source"],
-                       abstain_bias=obj.get("abstain_bias", 0.0))
+                       abstain_bias=obj.get("abstain_bias", 0.0), score_readout=obj.get("score_readout", "softmax"))
         except ProfileError as e:
             raise ProfileError(f"{where}: {e}") from None
 
@@ -179,6 +209,16 @@ class TemperatureTable:
         t, bias = self.abstain_scaling
         z = torch.as_tensor(a, dtype=torch.float64) / t + bias
         return float(torch.sigmoid(z))
+
+    def readout(self, qtype: str, p: torch.Tensor) -> torch.Tensor:
+        """A ``qtype`` question's served probabilities ``[K]`` from its tempered softmax ``p`` ``[K]``:
+        :func:`normal_readout` for a score question when ``score_readout`` is ``"normal"``, else ``p``."""
+        return normal_readout(p) if qtype == "score" and self.score_readout == "normal" else p
+
+    def probabilities(self, qtype: str, z: torch.Tensor, option_mode: str = "list") -> torch.Tensor:
+        """Served probabilities ``[K]`` of uncalibrated logits ``z`` ``[K]``: ``softmax(z / T(type, K))``, then
+        :meth:`readout` (records re-scored without a forward pass use this)."""
+        return self.readout(qtype, torch.softmax(z / self.lookup(qtype, len(z), option_mode), -1))
 
     def lookup(self, qtype: str, k: int, option_mode: str = "list") -> float:
         """The temperature of a ``qtype`` question with ``k`` options read in ``option_mode``."""
@@ -217,12 +257,14 @@ def with_fallback(fitted: TemperatureTable, base: TemperatureTable, source: str 
     file): per (type, bucket) the fitted bucket, else the fitted type, else the base's bucket, else the base's
     type, else 1. A type fitted in ``fitted`` drops the base's buckets of that type (the profile's own type
     temperature is the better fallback for them). ``abstain_bias`` goes with the ``abstain`` temperature: the
-    fitted one's where ``fitted`` has that entry, else the base's."""
+    fitted one's where ``fitted`` has that entry, else the base's; ``score_readout`` likewise with ``score``'s."""
     by_type = {**base.by_type, **fitted.by_type}
     by_bucket = {k: v for k, v in base.by_bucket.items() if k[0] not in fitted.by_type}
     by_bucket.update(fitted.by_bucket)
     bias = fitted.abstain_bias if "abstain" in fitted.by_type else base.abstain_bias
-    return TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source or fitted.source, abstain_bias=bias)
+    readout = fitted.score_readout if "score" in fitted.by_type else base.score_readout
+    return TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source or fitted.source, abstain_bias=bias,
+                            score_readout=readout)
 
 
 # --- fitting (DESIGN.md §9) -------------------------------------------------------------------
@@ -254,12 +296,17 @@ def _bound_note(side: str, t: float) -> str:
     return f"fit hit the {side} search bound (T = {bound:g}, fitted {t:.4g}): not enough information"
 
 
-def nll_at(logits: list, golds: list[int], t: float) -> float:
-    """Mean NLL (nats) of ``softmax(z / t)`` at the gold index, over questions with any K."""
+def nll_at(logits: list, golds: list[int], t: float, readout: str = "softmax") -> float:
+    """Mean NLL (nats) of ``softmax(z / t)`` at the gold index, over questions with any K; ``readout="normal"``:
+    of :func:`normal_readout` of it (score questions)."""
 
     total = 0.0
     for z, g in zip(logits, golds):
-        total -= float(torch.log_softmax(torch.as_tensor(z, dtype=torch.float64) / t, -1)[g])
+        z = torch.as_tensor(z, dtype=torch.float64) / t
+        if readout == "normal":
+            total -= math.log(max(float(normal_readout(torch.softmax(z, -1))[g]), 1e-300))
+        else:
+            total -= float(torch.log_softmax(z, -1)[g])
     return total / max(len(logits), 1)
 
 
@@ -376,6 +423,8 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     def errors(rs):
         return sum(1 for r in rs if max(range(len(r["logits"])), key=lambda k: r["logits"][k]) != r["gold"])
 
+    readout = base.score_readout if base is not None else "softmax"
+
     by_type, by_bucket = {}, {}
     report = {"min_count": min_count, "bounds": [T_MIN, T_MAX], "bound_hits": [], "types": {}, "buckets": {}}
     for t, rs in sorted(types.items()):
@@ -394,11 +443,15 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
                 report["bound_hits"].append(t)
         if "temperature" not in entry:
             entry["fallback"] = f"the model's own temperatures ({why})" if base is not None else f"T = 1 ({why})"
+        if t == "score" and len(rs) >= min_count and entry["errors"]:
+            readout = _fit_score_readout(entry, z, g, by_type, report)
         report["types"][t] = entry
     for (t, b), rs in sorted(groups.items()):
         z, g = [r["logits"] for r in rs], [r["gold"] for r in rs]
         entry = {"n": len(rs), "errors": errors(rs)}
-        if len(rs) >= min_count and entry["errors"]:
+        if t == "score" and readout == "normal" and "score" in by_type:
+            entry["fallback"] = "type score's temperature (fitted under the normal readout)"
+        elif len(rs) >= min_count and entry["errors"]:
             fitted = fit_temperature(z, g)
             side = at_bound(fitted)
             if side is None:
@@ -441,8 +494,32 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
         if "temperature" not in entry:
             entry["fallback"] = ("the model's own scaling" if base is not None else "T = 1, bias 0") + f" ({why})"
         report["types"]["abstain"] = entry
-    table = TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source, abstain_bias=bias)
+    table = TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source, abstain_bias=bias,
+                             score_readout=readout if "score" in by_type or base is not None else "softmax")
     return (table if base is None else with_fallback(table, base)), report
+
+
+def _fit_score_readout(entry: dict, z: list, g: list[int], by_type: dict, report: dict) -> str:
+    """Fit the score temperature under :func:`normal_readout` too and keep whichever readout has the lower
+    NLL at its own fitted temperature; updates ``entry`` (the winner's ``temperature`` and ``nll_fitted``,
+    ``readout``, and the other's figures under ``softmax`` or ``normal``) and ``by_type["score"]``. Returns the
+    readout chosen (softmax when the normal fit lands on a search bound)."""
+    t_n = _golden_section_t(lambda t: nll_at(z, g, t, "normal"), T_MIN, T_MAX, 60)
+    nll_n = nll_at(z, g, t_n, "normal")
+    acc_n = sum(int(normal_readout(torch.softmax(torch.as_tensor(x, dtype=torch.float64) / t_n, -1)).argmax()) == y
+                for x, y in zip(z, g)) / len(z)
+    normal = {"temperature": t_n, "nll_fitted": nll_n, "accuracy": acc_n}
+    soft_nll = entry.get("nll_fitted", entry["nll_t1"])
+    if at_bound(t_n) is not None or nll_n >= soft_nll:
+        entry.update(readout="softmax", normal=normal)
+        return "softmax"
+    soft = {k: entry.pop(k) for k in ("temperature", "nll_fitted", "bound", "fitted_at_bound", "fallback")
+            if k in entry}
+    if "score" in report["bound_hits"]:
+        report["bound_hits"].remove("score")
+    entry.update(readout="normal", softmax=soft, temperature=t_n, nll_fitted=nll_n, accuracy_readout=acc_n)
+    by_type["score"] = t_n
+    return "normal"
 
 
 def fit_line(name: str, entry: dict) -> str:
@@ -455,6 +532,13 @@ def fit_line(name: str, entry: dict) -> str:
     fit = (f" -> {entry['nll_fitted']:.4f} at T={entry['temperature']:.3f}"
            + (f", bias {entry['bias']:+.3f}" if "bias" in entry else "")) if "temperature" in entry \
         else f" ({entry['fallback']})"
+    if entry.get("readout") == "normal":
+        soft = entry["softmax"]
+        fit += (f", normal readout (accuracy {entry['accuracy_readout']:.3f}; softmax: "
+                + (f"NLL {soft['nll_fitted']:.4f} at T={soft['temperature']:.3f})" if "temperature" in soft
+                   else f"{soft.get('fallback', 'T = 1')})"))
+    elif entry.get("readout") == "softmax":
+        fit += f", softmax readout (normal: NLL {entry['normal']['nll_fitted']:.4f})"
     return f"{name}: {counts}, NLL at T=1 {entry['nll_t1']:.4f}{fit}"
 
 
