@@ -69,6 +69,13 @@ def test_main_prints_the_difference(tmp_path, capsys):
     assert main(["compare", str(run), "--baseline", str(base), "--by-split"]) == 0
     assert "  heldout_source: 1.000, minus baseline +1.000 [+1.000, +1.000], paired SE 0.000, n 3" in \
         capsys.readouterr().out
+    import gzip                                                           # a results folder's .jsonl.gz reads the same
+    (tmp_path / "base.jsonl.gz").write_bytes(gzip.compress((base / "records.jsonl").read_bytes()))
+    assert main(["compare", str(run), "--baseline", str(tmp_path / "base.jsonl.gz"), "--half", "test"]) == 0
+    assert "minus baseline +1.000" in capsys.readouterr().out
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"a": 1}\n')[:-6])   # a cut-off download
+    assert main(["compare", str(run), "--baseline", str(tmp_path / "cut.jsonl.gz")]) == 2
+    assert "cut.jsonl.gz: cannot read" in capsys.readouterr().err
 
 
 def test_a_grown_suite_pairs_over_the_shared_questions(tmp_path, capsys):

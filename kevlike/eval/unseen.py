@@ -20,6 +20,7 @@ Tibshirani 1993, ch. 13).
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from pathlib import Path
@@ -33,7 +34,8 @@ RECORD_KEYS = ("split", "type", "probs", "gold")
 
 
 def load(arg: str) -> list[dict]:
-    """The records of a generalization-suite eval run (its directory or its ``records.jsonl``).
+    """The records of a generalization-suite eval run (its directory, its ``records.jsonl``, or that file
+    gzip-compressed, ``*.jsonl.gz``, as the results folders keep them).
 
     Raises:
         ValueError: one line naming the file and the line: not found, not JSON, not an object, or a record
@@ -41,8 +43,12 @@ def load(arg: str) -> list[dict]:
     path = Path(arg) if Path(arg).is_file() else Path(arg) / "records.jsonl"
     if not path.is_file():
         raise ValueError(f"{arg}: no records.jsonl (give an eval run directory or its records file)")
+    try:
+        text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read: {e}") from None
     out = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
