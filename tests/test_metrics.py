@@ -322,3 +322,30 @@ def test_score_readout_is_chosen_by_validation_nll_and_round_trips(tmp_path):
     noul = [{"source": "s", "type": "noul", "logits": [1.0, 0.0], "gold": i % 3 == 0} for i in range(250)]
     prof, _ = fit_table([{**r, "gold": int(r["gold"])} for r in noul], min_count=200, base=table)
     assert prof.score_readout == "normal" and prof.by_type["score"] == table.by_type["score"]
+
+
+def test_the_engine_serves_score_questions_through_the_tables_readout():
+    """An engine whose table says ``score_readout: normal`` answers score questions with the readout of its
+    tempered softmax (and reports the expected level of that), and every other question as before."""
+    from kevlike.model.temperatures import normal_readout
+    from tiny import make_engine
+
+    eng = make_engine()
+    req = {"state": "The outage lasted 40 minutes and hit two regions.",
+           "questions": {"sev": {"type": "score", "instructions": "How severe was it?",
+                                 "criteria": ["minor", "moderate", "major", "critical"]},
+                         "yes": {"type": "noul", "instructions": "Was it an outage?"}}}
+    before = eng.decide(req)["answers"]
+    old = eng.temperatures
+    try:
+        eng.temperatures = TemperatureTable(by_type={"score": 0.5}, score_readout="normal")
+        after = eng.decide(req)["answers"]
+        eng.temperatures = TemperatureTable(by_type={"score": 0.5})
+        tempered = eng.decide(req)["answers"]
+    finally:
+        eng.temperatures = old
+    p = torch.tensor(list(tempered["sev"]["probabilities"].values()), dtype=torch.float64)
+    q = normal_readout(p).tolist()
+    assert list(after["sev"]["probabilities"].values()) == pytest.approx(q, abs=1e-6)
+    assert after["sev"]["score"] == pytest.approx(sum(i * x for i, x in enumerate(q)), abs=1e-6)
+    assert after["yes"] == before["yes"]
