@@ -177,11 +177,27 @@ def test_calibrate_from_set_mode_records_fits_choice_set_alone(tmp_path):
     assert set(after.by_type) == {"choice", "noul", "abstain", "choice:set"}
     assert all(after.by_type[t] == before.by_type[t] for t in ("choice", "noul", "abstain"))
     assert after.abstain_bias == before.abstain_bias
-    assert after.source.startswith("fitted on validation splits (a: 50 questions, b: 300 questions); abstain, choice, "
-                                   "noul kept from the earlier fit: fitted on validation splits (a: 200 questions, "
-                                   "b: 600 questions)")
+    assert after.source == ("fitted on validation splits (a: 50 questions, b: 300 questions); abstain, choice, noul "
+                            "kept from earlier fits (each type's records: the fit report's types.TYPE.source)")
     fit = json.loads((art / "calibration.json").read_text())["fit"]
     assert set(fit["types"]) == {"choice", "noul", "abstain", "choice:set"}
+    assert {t: e["source"] for t, e in fit["types"].items()} == {
+        "choice": "validation records (a: 50, b: 300)", "noul": "validation records (a: 50, b: 300)",
+        "abstain": "validation records (a: 200)", "choice:set": "validation records (a: 50, b: 300)"}
+    calibrate_artifact(art, records_path=records, quiet=True, fit_mode="list")   # a third fit: no nesting
+    third = load_temperatures(art)
+    assert third.source == ("fitted on validation splits (a: 200 questions, b: 600 questions); choice:set kept "
+                            "from earlier fits (each type's records: the fit report's types.TYPE.source)")
+    # a file written before types named their records: its source is kept once, and its entries point at it
+    cal = json.loads((art / "calibration.json").read_text())
+    cal["source"] = "an old fit"
+    cal["fit"]["types"] = {t: {k: v for k, v in e.items() if k != "source"} for t, e in cal["fit"]["types"].items()}
+    (art / "calibration.json").write_text(json.dumps(cal))
+    for _ in range(2):
+        calibrate_artifact(art, records_path=records, quiet=True, fit_mode="set")
+        fit = json.loads((art / "calibration.json").read_text())["fit"]
+        assert fit["earlier_sources"] == ["an old fit"]
+        assert fit["types"]["noul"]["source"] == "earlier_sources[0]" and "n" in fit["types"]["noul"]
     assert after.by_type["choice:set"] == pytest.approx(before.by_type["choice"], rel=1e-6)   # the same logits
     assert after.by_type["choice:set"] == pytest.approx(2.0, abs=0.4)
 

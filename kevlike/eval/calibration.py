@@ -101,6 +101,14 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         table = TemperatureTable(source=f"T = 1 everywhere: no type could be fitted (too few validation questions "
                                         f"with errors, or a fit at a search bound) ({counts})")
     fitted = {r["type"] for r in records} | ({"abstain"} if "abstain" in report["types"] else set())
+    asked = {str(r["source"]).split("/")[0] for r in records if r.get("cannot_tell")}   # where x_abstain is fitted
+    for t, e in report["types"].items():     # each type names the records it was fitted on, so that a later
+        of_t = {}                             # fit that keeps it need not nest this fit's source in its own
+        for r in records:
+            if (r["type"] == t and not r.get("cannot_tell")) or (t == "abstain" and r.get("abstain_logit") is not None
+                                                                 and str(r["source"]).split("/")[0] in asked):
+                of_t[r["source"]] = of_t.get(r["source"], 0) + 1
+        e["source"] = "validation records (" + ", ".join(f"{k}: {v}" for k, v in sorted(of_t.items())) + ")"
     # (a type fitted in this call replaces the file's, a fallback included: the report says what is served)
     if model_dir.calibration_path.is_file():  # keep the temperatures of types not fitted in this call
 
@@ -111,12 +119,22 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         table = _replace(table, by_type={**old_types, **table.by_type}, by_bucket={**old_buckets, **table.by_bucket},
                          abstain_bias=table.abstain_bias if "abstain" in fitted else old.abstain_bias,
                          score_readout=table.score_readout if "score" in fitted else old.score_readout,
-                         source=table.source + (f"; {', '.join(kept)} kept from the earlier fit: {old.source}"
-                                                if kept else ""))
+                         source=table.source + (f"; {', '.join(kept)} kept from earlier fits (each type's "
+                                                f"records: the fit report's types.TYPE.source)" if kept else ""))
         old_fit = calibration_fit(artifact) or {}     # the report keeps the kept types' entries too
         for key in ("types", "buckets"):
             report[key] = {**{k: v for k, v in (old_fit.get(key) or {}).items()
                               if k.split("/")[0] not in fitted}, **report[key]}
+        earlier = list(old_fit.get("earlier_sources") or [])  # a kept entry from before types named their records
+        for t in kept:                                         # points at the earlier file's source, kept once
+            e = report["types"].get(t)
+            if e is None or "source" not in e:
+                if old.source not in earlier:
+                    earlier.append(old.source)
+                if e is not None:
+                    e["source"] = f"earlier_sources[{earlier.index(old.source)}]"
+        if earlier:
+            report["earlier_sources"] = earlier
     for t, e in report["types"].items():  # accuracy at T = 1 (the argmax does not depend on T)
         rs = [r for r in records if r["type"] == t and not r.get("cannot_tell")]
         if not rs:                        # the abstention temperature's entry (no options)
