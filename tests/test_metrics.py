@@ -198,6 +198,17 @@ def test_calibrate_from_set_mode_records_fits_choice_set_alone(tmp_path):
         fit = json.loads((art / "calibration.json").read_text())["fit"]
         assert fit["earlier_sources"] == ["an old fit"]
         assert fit["types"]["noul"]["source"] == "earlier_sources[0]" and "n" in fit["types"]["noul"]
+    # records with abstention logits but no "cannot tell" among them say nothing about abstention: the file's
+    # x_abstain scaling and its report entry stay (the fallback to T = 1 once replaced them)
+    kept = load_temperatures(art)
+    answerable = tmp_path / "answerable.jsonl"
+    answerable.write_text("".join(json.dumps({**r, "abstain_logit": -3.0}) + "\n" for r in rows
+                                  if r["source"] == "b"))
+    calibrate_artifact(art, records_path=answerable, quiet=True, fit_mode="list")
+    again = load_temperatures(art)
+    assert again.by_type["abstain"] == kept.by_type["abstain"] and again.abstain_bias == kept.abstain_bias
+    fit = json.loads((art / "calibration.json").read_text())["fit"]
+    assert fit["types"]["abstain"]["temperature"] == kept.by_type["abstain"]
     assert after.by_type["choice:set"] == pytest.approx(before.by_type["choice"], rel=1e-6)   # the same logits
     assert after.by_type["choice:set"] == pytest.approx(2.0, abs=0.4)
 

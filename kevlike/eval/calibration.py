@@ -100,8 +100,12 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if not table.by_type and not table.by_bucket:
         table = TemperatureTable(source=f"T = 1 everywhere: no type could be fitted (too few validation questions "
                                         f"with errors, or a fit at a search bound) ({counts})")
-    fitted = {r["type"] for r in records} | ({"abstain"} if "abstain" in report["types"] else set())
     asked = {str(r["source"]).split("/")[0] for r in records if r.get("cannot_tell")}   # where x_abstain is fitted
+    # x_abstain's scaling counts as fitted only where "cannot tell" was asked: records without a single one say
+    # nothing about abstention, so the file's scaling (if any) stays and their fallback entry is not reported
+    fitted = {r["type"] for r in records} | ({"abstain"} if "abstain" in report["types"] and asked else set())
+    if "abstain" not in fitted and model_dir.calibration_path.is_file():
+        report["types"].pop("abstain", None)
     for t, e in report["types"].items():     # each type names the records it was fitted on, so that a later
         of_t = {}                             # fit that keeps it need not nest this fit's source in its own
         for r in records:
