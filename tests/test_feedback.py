@@ -222,3 +222,37 @@ def test_recalibrate_on_a_locked_store_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == (f"kevlike: error: sqlite:///{db}: the outcome store is busy or unreachable: database is locked; "
                    f"try again\n")
+
+
+def test_score_answers_served_through_the_normal_readout_are_marked_and_left_out_of_the_refit(tmp_path, capsys):
+    """A score answer served through the normal readout is recorded with ``score_readout`` (its probabilities are
+    no softmax of the model's logits); ``records`` gives it back marked, the report still counts it, and the
+    profile fit from outcomes leaves it out, keeping the model's own score temperature and readout (a review found
+    that refitting on ``T · log q`` moved a perfectly calibrated score fit from NLL 1.03 to 1.69)."""
+    from kevlike.eval.owndata import fit_profile
+    from kevlike.model.modeldir import load_temperatures, save_calibration
+    from kevlike.model.temperatures import TemperatureTable
+    from tiny import make_engine, save_tiny_model
+
+    store = FeedbackStore(f"sqlite:///{tmp_path / 's.db'}")
+    for i in range(8):
+        store.record(f"r{i}", "M", [
+            {"question_id": "s", "type": "score", "probabilities": [0.2, 0.5, 0.3], "temperature": 0.9,
+             "option_keys": ["0", "1", "2"], "score_readout": "normal"},
+            {"question_id": "n", "type": "noul", "probabilities": [0.7, 0.3], "temperature": 1.0,
+             "option_keys": ["yes", "no"]}])
+        store.add_outcomes(f"r{i}", {"s": [0.0, 1.0, 0.0], "n": [1.0, 0.0] if i % 3 else [0.0, 1.0]})
+    recs = store.records("M")
+    assert sorted((r["question"], r.get("score_readout")) for r in recs)[::8] == [("n", None), ("s", "normal")]
+    assert next(r for r in recs if r["question"] == "s")["probs"] == [0.2, 0.5, 0.3]
+    assert report(store, "M")["per_type"]["score"]["outcomes"] == 8
+    art = save_tiny_model(tmp_path / "tiny")
+    save_calibration(art, TemperatureTable(by_type={"score": 0.9}, score_readout="normal"))
+    eng = make_engine()
+    eng.artifact_dir, eng.name = art, "M"
+    path, fit = fit_profile("M", "8 outcomes", "fb", min_count=4, quiet=True, records=recs, engine=eng)
+    assert "8 score answer(s) served through the normal readout left out of the fit" in capsys.readouterr().err
+    prof = load_temperatures(path)
+    assert "score" not in fit["types"] and prof.by_type["score"] == 0.9 and prof.score_readout == "normal"
+    with pytest.raises(ValueError, match="no labelled question to fit on besides score answers"):
+        fit_profile("M", "8 outcomes", "fb2", records=[r for r in recs if r["question"] == "s"], engine=eng)

@@ -300,6 +300,8 @@ def test_normal_readout_hand_computed():
     assert float(q[0]) == pytest.approx(math.exp(-1 / (2 * VAR_FLOOR)) / (1 + 2 * math.exp(-1 / (2 * VAR_FLOOR))),
                                         rel=1e-4)
     assert int(normal_readout(torch.tensor([0.1, 0.2, 0.3, 0.4])).argmax()) == 2  # μ = 2.0: the mode (3) is not it
+    two = torch.tensor([0.9, 0.1])                                                # two levels: unchanged
+    assert torch.equal(normal_readout(two), two)
 
 
 def test_score_readout_is_chosen_by_validation_nll_and_round_trips(tmp_path):
@@ -376,3 +378,26 @@ def test_the_engine_serves_score_questions_through_the_tables_readout():
     assert list(after["sev"]["probabilities"].values()) == pytest.approx(q, abs=1e-6)
     assert after["sev"]["score"] == pytest.approx(sum(i * x for i, x in enumerate(q)), abs=1e-6)
     assert after["yes"] == before["yes"]
+
+
+def test_a_profile_without_a_usable_score_fit_keeps_the_models_readout_and_no_softmax_buckets():
+    """A profile fitted over a model served with the normal readout, on score records that no temperature fits
+    (logits unrelated to the gold: both fits run to the upper bound), keeps the model's score temperature and
+    readout, and gets no per-bucket score temperature fitted under softmax (found in review: it once served a
+    softmax-fitted bucket through the normal readout)."""
+    import random
+
+    from kevlike.model.temperatures import fit_line
+
+    base = TemperatureTable(by_type={"score": 0.8}, score_readout="normal")
+    rng = random.Random(0)
+    recs = [{"source": "s", "type": "score", "logits": [rng.gauss(0, 3) for _ in range(5)], "gold": rng.choice([0, 4])}
+            for _ in range(400)]
+    for _ in range(60):
+        g = rng.randrange(2)
+        m = 6.0 if rng.random() < 0.8 else -6.0
+        recs.append({"source": "s", "type": "score", "logits": [0.0, m] if g else [m, 0.0], "gold": g})
+    prof, rep = fit_table(recs, min_count=50, base=base)
+    assert prof.score_readout == "normal" and prof.by_type == {"score": 0.8} and prof.by_bucket == {}
+    assert rep["buckets"]["score/2"]["fallback"] == "the model's own score temperature and normal readout"
+    assert "normal readout kept" in fit_line("score", rep["types"]["score"])

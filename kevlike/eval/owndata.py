@@ -250,6 +250,15 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
         records = answer_records(engine, items, batch_size, progress=not quiet, calibrated=False, data_path=data)
     if not records:
         raise ValueError(f"{data}: no labelled question to fit on")
+    read_out = [r for r in records if r.get("score_readout") == "normal"]
+    if read_out:      # served outcomes: the store keeps what was served, which under this readout is no softmax
+        records = [r for r in records if r.get("score_readout") != "normal"]
+        print(f"{len(read_out)} score answer(s) served through the normal readout left out of the fit (the store "
+              f"keeps their served probabilities, not logits): the model's own score temperature and readout stay",
+              file=sys.stderr)
+        if not records:
+            raise ValueError(f"{data}: no labelled question to fit on besides score answers served through the "
+                             f"normal readout")
     counts, cannot = defaultdict(int), 0
     for r in records:         # answerable questions per type, as the fit counts them; "cannot tell" apart
         if r.get("cannot_tell"):

@@ -82,9 +82,13 @@ def normal_readout(p: torch.Tensor) -> torch.Tensor:
     Why: the pointer head scores each level like an option and does not know their order, and on pages its
     score distributions put mass on both extremes while the answer lies between them; the mean keeps what the
     distribution knows about the order and the variance keeps its confidence (docs/results/stage27/README.md).
-    Computed in float64 (a one-hot ``p`` gives σ² = VAR_FLOOR, not a division by zero).
+    Computed in float64 (a one-hot ``p`` gives σ² = VAR_FLOOR, not a division by zero). Two levels are returned
+    unchanged: their mode is already the level nearest the mean, and a two-point normal would only stretch the
+    confidence (0.9 would be served as 0.988).
     """
-    k = torch.arange(p.shape[-1], dtype=torch.float64)
+    if p.shape[-1] < 3:
+        return p
+    k = torch.arange(p.shape[-1], dtype=torch.float64, device=p.device)
     p64 = p.to(torch.float64)
     mu = (k * p64).sum(-1, keepdim=True)
     var = ((k - mu) ** 2 * p64).sum(-1, keepdim=True).clamp_min(VAR_FLOOR)
@@ -444,13 +448,14 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
         if "temperature" not in entry:
             entry["fallback"] = f"the model's own temperatures ({why})" if base is not None else f"T = 1 ({why})"
         if t == "score" and len(rs) >= min_count and entry["errors"]:
-            readout = _fit_score_readout(entry, z, g, by_type, report)
+            readout = _fit_score_readout(entry, z, g, by_type, report, base)
         report["types"][t] = entry
     for (t, b), rs in sorted(groups.items()):
         z, g = [r["logits"] for r in rs], [r["gold"] for r in rs]
         entry = {"n": len(rs), "errors": errors(rs)}
-        if t == "score" and readout == "normal" and "score" in by_type:
-            entry["fallback"] = "type score's temperature (fitted under the normal readout)"
+        if t == "score" and readout == "normal":   # no per-bucket softmax temperature under the normal readout
+            entry["fallback"] = ("type score's temperature (fitted under the normal readout)" if "score" in by_type
+                                 else "the model's own score temperature and normal readout")
         elif len(rs) >= min_count and entry["errors"]:
             fitted = fit_temperature(z, g)
             side = at_bound(fitted)
@@ -460,7 +465,7 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
             else:
                 entry.update(bound=side, fitted_at_bound=fitted)
                 report["bound_hits"].append(f"{t}/{b}")
-        if "temperature" not in entry:
+        if "temperature" not in entry and "fallback" not in entry:
             entry["fallback"] = (f"type {t}'s temperature" if t in by_type else
                                  f"the model's own temperature (T = {base.lookup(t, _bucket_k(b)):.3g})"
                                  if base is not None else "T = 1")
@@ -499,20 +504,35 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     return (table if base is None else with_fallback(table, base)), report
 
 
-def _fit_score_readout(entry: dict, z: list, g: list[int], by_type: dict, report: dict) -> str:
+def _fit_score_readout(entry: dict, z: list, g: list[int], by_type: dict, report: dict,
+                       base: TemperatureTable | None = None) -> str:
     """Fit the score temperature under :func:`normal_readout` too and keep whichever readout has the lower
-    NLL at its own fitted temperature; updates ``entry`` (the winner's ``temperature`` and ``nll_fitted``,
-    ``readout``, and the other's figures under ``softmax`` or ``normal``) and ``by_type["score"]``. Returns the
-    readout chosen (softmax when the normal fit lands on a search bound)."""
+    NLL; updates ``entry`` (the winner's ``temperature`` and ``nll_fitted``, ``readout``, and the other's figures
+    under ``softmax`` or ``normal``) and ``by_type["score"]``. Returns the readout to serve.
+
+    Softmax is judged at its fitted temperature; where its fit fell back, at what would be served instead (``base``'s
+    temperatures and readout, or T = 1). A normal fit on a search bound is not usable. Where neither readout has a
+    usable fit, the readout served so far (``base``'s, or softmax) stays, with its temperature."""
     t_n = _golden_section_t(lambda t: nll_at(z, g, t, "normal"), T_MIN, T_MAX, 60)
     nll_n = nll_at(z, g, t_n, "normal")
     acc_n = sum(int(normal_readout(torch.softmax(torch.as_tensor(x, dtype=torch.float64) / t_n, -1)).argmax()) == y
                 for x, y in zip(z, g)) / len(z)
     normal = {"temperature": t_n, "nll_fitted": nll_n, "accuracy": acc_n}
-    soft_nll = entry.get("nll_fitted", entry["nll_t1"])
-    if at_bound(t_n) is not None or nll_n >= soft_nll:
-        entry.update(readout="softmax", normal=normal)
-        return "softmax"
+    if "temperature" in entry:
+        soft_nll = entry["nll_fitted"]
+    elif base is not None:
+        soft_nll = sum(-math.log(max(float(base.probabilities("score", torch.as_tensor(x, dtype=torch.float64))[y]),
+                                     1e-300)) for x, y in zip(z, g)) / len(z)
+    else:
+        soft_nll = entry["nll_t1"]
+    inherited = base.score_readout if base is not None else "softmax"
+    if at_bound(t_n) is not None:
+        normal["bound"] = at_bound(t_n)
+        entry.update(readout="softmax" if "temperature" in entry else inherited, normal=normal)
+        return entry["readout"]
+    if nll_n >= soft_nll:
+        entry.update(readout="softmax" if "temperature" in entry else inherited, normal=normal)
+        return entry["readout"]
     soft = {k: entry.pop(k) for k in ("temperature", "nll_fitted", "bound", "fitted_at_bound", "fallback")
             if k in entry}
     if "score" in report["bound_hits"]:
@@ -532,13 +552,16 @@ def fit_line(name: str, entry: dict) -> str:
     fit = (f" -> {entry['nll_fitted']:.4f} at T={entry['temperature']:.3f}"
            + (f", bias {entry['bias']:+.3f}" if "bias" in entry else "")) if "temperature" in entry \
         else f" ({entry['fallback']})"
-    if entry.get("readout") == "normal":
+    if "softmax" in entry:                        # the normal readout won the fit
         soft = entry["softmax"]
         fit += (f", normal readout (accuracy {entry['accuracy_readout']:.3f}; softmax: "
                 + (f"NLL {soft['nll_fitted']:.4f} at T={soft['temperature']:.3f})" if "temperature" in soft
                    else f"{soft.get('fallback', 'T = 1')})"))
-    elif entry.get("readout") == "softmax":
-        fit += f", softmax readout (normal: NLL {entry['normal']['nll_fitted']:.4f})"
+    elif "normal" in entry:                       # it lost, or its fit is not usable: the readout served says so
+        n = entry["normal"]
+        fit += (f", {entry['readout']} readout{'' if 'temperature' in entry else ' kept'} (normal: NLL "
+                f"{n['nll_fitted']:.4f}"
+                + (f", at the {n['bound']} search bound" if "bound" in n else "") + ")")
     return f"{name}: {counts}, NLL at T=1 {entry['nll_t1']:.4f}{fit}"
 
 

@@ -300,10 +300,17 @@ class FeedbackStore:
                     # with x_abstain the column holds {"probabilities": [...], "x_abstain": x, "abstain_scaling":
                     # [T, bias]} (no schema change: a store written before, or by a model without it, keeps the
                     # plain list)
-                    "probabilities": json.dumps(a["probabilities"] if a.get("x_abstain") is None else
-                                                {"probabilities": a["probabilities"], "x_abstain": a["x_abstain"],
+                    # (and a score answer served through the normal readout says so: its probabilities are not
+                    # a softmax of logits, so `recalibrate` leaves it out of the fit)
+                    "probabilities": json.dumps(a["probabilities"] if a.get("x_abstain") is None
+                                                and a.get("score_readout") is None else
+                                                {"probabilities": a["probabilities"],
+                                                 **({"x_abstain": a["x_abstain"]} if a.get("x_abstain") is not None
+                                                    else {}),
                                                  **({"abstain_scaling": list(a["abstain_scaling"])}
-                                                    if a.get("abstain_scaling") else {})},
+                                                    if a.get("abstain_scaling") else {}),
+                                                 **({"score_readout": a["score_readout"]}
+                                                    if a.get("score_readout") else {})},
                                                 allow_nan=False),
                     "temperature": float(a["temperature"]),
                     "option_keys": json.dumps(a["option_keys"])} for a in answers])
@@ -349,7 +356,9 @@ class FeedbackStore:
 
     def records(self, model: str | None = None) -> list[dict]:
         """Every answered question with an outcome, as metric records (:mod:`kevlike.metrics`:
-        ``type``, ``probs``, ``gold``, ``target``; plus ``logits = T · log p``, ``question``, ``model``; for an answer
+        ``type``, ``probs``, ``gold``, ``target``; plus ``logits = T · log p``, ``question``, ``model``; for a score
+        answer served through the normal readout ``score_readout: "normal"`` (its ``logits`` are then not the model's:
+        :func:`kevlike.eval.owndata.fit_profile` leaves it out of the fit); for an answer
         with ``x_abstain``, that and, where its scaling was recorded, ``abstain_logit = T · (logit(x) − bias)``,
         the logit :func:`~kevlike.model.temperatures.fit_table` refits it from).
         ``model``: only requests answered by exactly this model name or one of its profiles (``model@NAME``;
@@ -389,9 +398,10 @@ def _record_of(r) -> dict | None:
     Raises:
         ValueError, TypeError, KeyError, IndexError, AttributeError: a malformed row (not JSON, wrong shape)."""
     p = json.loads(r.probabilities)
-    x_abstain = scaling = None
-    if isinstance(p, dict):                 # recorded with x_abstain (FeedbackStore.record)
-        p, x_abstain, scaling = p["probabilities"], p.get("x_abstain"), p.get("abstain_scaling")
+    x_abstain = scaling = readout = None
+    if isinstance(p, dict):                 # recorded with x_abstain or a score readout (FeedbackStore.record)
+        p, x_abstain, scaling, readout = p["probabilities"], p.get("x_abstain"), p.get("abstain_scaling"), \
+            p.get("score_readout")
     t = json.loads(r.target)
     cannot_tell = t == CANNOT_TELL_OUTCOME  # the outcome: the state did not determine the answer
     if not (isinstance(p, list) and len(p) >= 2 and (cannot_tell or (isinstance(t, list) and len(t) == len(p)))):
@@ -404,6 +414,8 @@ def _record_of(r) -> dict | None:
     rec = {"source": r.question_id, "question": r.question_id, "model": r.model, "type": r.type}
     if cannot_tell:
         rec["cannot_tell"] = True
+    if readout is not None:
+        rec["score_readout"] = readout
     rec.update(probs=p, target=t, gold=max(range(len(t)), key=t.__getitem__),
                logits=[r.temperature * math.log(max(x, 1e-30)) for x in p])
     if x_abstain is not None:
