@@ -399,5 +399,6 @@ def test_a_profile_without_a_usable_score_fit_keeps_the_models_readout_and_no_so
         recs.append({"source": "s", "type": "score", "logits": [0.0, m] if g else [m, 0.0], "gold": g})
     prof, rep = fit_table(recs, min_count=50, base=base)
     assert prof.score_readout == "normal" and prof.by_type == {"score": 0.8} and prof.by_bucket == {}
-    assert rep["buckets"]["score/2"]["fallback"] == "the model's own score temperature and normal readout"
+    assert rep["buckets"]["score/2"]["fallback"] == "the model's own score temperature (two levels: read by softmax)"
+    assert rep["buckets"]["score/3-5"]["fallback"] == "the model's own score temperature and normal readout"
     assert "normal readout kept" in fit_line("score", rep["types"]["score"])

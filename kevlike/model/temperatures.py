@@ -454,8 +454,10 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
         z, g = [r["logits"] for r in rs], [r["gold"] for r in rs]
         entry = {"n": len(rs), "errors": errors(rs)}
         if t == "score" and readout == "normal":   # no per-bucket softmax temperature under the normal readout
-            entry["fallback"] = ("type score's temperature (fitted under the normal readout)" if "score" in by_type
-                                 else "the model's own score temperature and normal readout")
+            entry["fallback"] = ("type score's temperature" if "score" in by_type else
+                                 "the model's own score temperature") + (
+                " (two levels: read by softmax)" if b == "2" else
+                " (fitted under the normal readout)" if "score" in by_type else " and normal readout")
         elif len(rs) >= min_count and entry["errors"]:
             fitted = fit_temperature(z, g)
             side = at_bound(fitted)
