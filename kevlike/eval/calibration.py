@@ -19,7 +19,8 @@ from kevlike.data.tasks import TASKS, eval_examples
 from kevlike.metrics import choice_records, records_from_logits
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import ModelDir, calibration_fit, load_temperatures, save_calibration
-from kevlike.model.temperatures import MIN_BUCKET, TemperatureTable, bound_hits_text, fit_line, fit_table
+from kevlike.model.temperatures import (MIN_BUCKET, TemperatureTable, abstain_records, bound_hits_text, fit_line,
+                                        fit_table)
 
 
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,
@@ -100,18 +101,17 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if not table.by_type and not table.by_bucket:
         table = TemperatureTable(source=f"T = 1 everywhere: no type could be fitted (too few validation questions "
                                         f"with errors, or a fit at a search bound) ({counts})")
-    asked = {str(r["source"]).split("/")[0] for r in records if r.get("cannot_tell")}   # where x_abstain is fitted
+    abst = abstain_records(records)            # what x_abstain's scaling was fitted on (fit_table)
     # x_abstain's scaling counts as fitted only where "cannot tell" was asked: records without a single one say
     # nothing about abstention, so the file's scaling (if any) stays and their fallback entry is not reported
+    asked = any(r.get("cannot_tell") for r in abst)
     fitted = {r["type"] for r in records} | ({"abstain"} if "abstain" in report["types"] and asked else set())
     if "abstain" not in fitted and model_dir.calibration_path.is_file():
         report["types"].pop("abstain", None)
     for t, e in report["types"].items():     # each type names the records it was fitted on, so that a later
         of_t = {}                             # fit that keeps it need not nest this fit's source in its own
-        for r in records:
-            if (r["type"] == t and not r.get("cannot_tell")) or (t == "abstain" and r.get("abstain_logit") is not None
-                                                                 and str(r["source"]).split("/")[0] in asked):
-                of_t[r["source"]] = of_t.get(r["source"], 0) + 1
+        for r in (abst if t == "abstain" else [r for r in records if r["type"] == t and not r.get("cannot_tell")]):
+            of_t[r["source"]] = of_t.get(r["source"], 0) + 1
         e["source"] = "validation records (" + ", ".join(f"{k}: {v}" for k, v in sorted(of_t.items())) + ")"
     # (a type fitted in this call replaces the file's, a fallback included: the report says what is served)
     if model_dir.calibration_path.is_file():  # keep the temperatures of types not fitted in this call

@@ -21,6 +21,7 @@ BIAS_LIMIT = 100.0              # |abstain_bias| above this is refused (the fit 
 PROFILE_FORMAT = 1              # the "format" of a calibration file (absent: 1, the files written before it existed)
 SCORE_READOUTS = ("softmax", "normal")   # how a score question's probabilities are read (score_readout)
 VAR_FLOOR = 0.02                # the least variance, in levels², of the "normal" score readout (normal_readout)
+NORMAL_MIN_LEVELS = 3           # fewer levels are read by softmax under the "normal" score readout too
 
 
 def bucket_of(k: int) -> str:
@@ -86,7 +87,7 @@ def normal_readout(p: torch.Tensor) -> torch.Tensor:
     unchanged: their mode is already the level nearest the mean, and a two-point normal would only stretch the
     confidence (0.9 would be served as 0.988).
     """
-    if p.shape[-1] < 3:
+    if p.shape[-1] < NORMAL_MIN_LEVELS:
         return p
     k = torch.arange(p.shape[-1], dtype=torch.float64, device=p.device)
     p64 = p.to(torch.float64)
@@ -214,10 +215,15 @@ class TemperatureTable:
         z = torch.as_tensor(a, dtype=torch.float64) / t + bias
         return float(torch.sigmoid(z))
 
+    def reads_normal(self, qtype: str, k: int) -> bool:
+        """Whether a ``qtype`` question with ``k`` options is served through :func:`normal_readout` (a score
+        question of at least :data:`NORMAL_MIN_LEVELS` levels, under ``score_readout: "normal"``)."""
+        return qtype == "score" and self.score_readout == "normal" and k >= NORMAL_MIN_LEVELS
+
     def readout(self, qtype: str, p: torch.Tensor) -> torch.Tensor:
         """A ``qtype`` question's served probabilities ``[K]`` from its tempered softmax ``p`` ``[K]``:
-        :func:`normal_readout` for a score question when ``score_readout`` is ``"normal"``, else ``p``."""
-        return normal_readout(p) if qtype == "score" and self.score_readout == "normal" else p
+        :func:`normal_readout` where :meth:`reads_normal`, else ``p``."""
+        return normal_readout(p) if self.reads_normal(qtype, p.shape[-1]) else p
 
     def probabilities(self, qtype: str, z: torch.Tensor, option_mode: str = "list") -> torch.Tensor:
         """Served probabilities ``[K]`` of uncalibrated logits ``z`` ``[K]``: ``softmax(z / T(type, K))``, then
@@ -387,6 +393,20 @@ def fit_abstain(logits: list[float], cannot_tell: list[bool], lo: float = T_MIN,
     return t, _best_bias(a_ / t, y)
 
 
+def _family(r: dict) -> str:
+    """A record's source family: the part of its ``source`` before the first "/"."""
+    return str(r.get("source", "")).split("/")[0]
+
+
+def abstain_records(records: list[dict]) -> list[dict]:
+    """The records x_abstain's scaling is fitted on where it is asked (:func:`fit_table`): those with an
+    ``abstain_logit`` from the source families that hold "cannot tell" records (the rest, answerable only, would
+    pull x_abstain towards their own base rate of 0); every record with a logit when no family holds one."""
+    abst = [r for r in records if r.get("abstain_logit") is not None]
+    asked = {_family(r) for r in abst if r.get("cannot_tell")}
+    return [r for r in abst if _family(r) in asked] if asked else abst
+
+
 def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "fitted",
               base: TemperatureTable | None = None, abstain_where_asked: bool = True) -> tuple[TemperatureTable, dict]:
     """Temperatures per (type, K-bucket) from held-out records (``{"type", "logits", "gold"}``), and the
@@ -409,15 +429,8 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
     ``fitted_at_bound`` (the value the search stopped at, not served).
     """
 
-    abst = [r for r in records if r.get("abstain_logit") is not None]
-    # fitted where "can the text answer this?" is posed: the sources (by family, the part of ``source`` before
-    # its first "/") that hold "cannot tell" records; the rest, answerable only, would pull x_abstain towards
-    # their own base rate of 0
-    def family(r: dict) -> str:
-        return str(r.get("source", "")).split("/")[0]
-
-    asked = {family(r) for r in abst if r.get("cannot_tell")}
-    abst = [r for r in abst if family(r) in asked] if asked and abstain_where_asked else abst
+    abst = abstain_records(records) if abstain_where_asked else \
+        [r for r in records if r.get("abstain_logit") is not None]
     records = [r for r in records if not r.get("cannot_tell")]
     groups, types = defaultdict(list), defaultdict(list)
     for r in records:
@@ -502,7 +515,7 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
             entry["fallback"] = ("the model's own scaling" if base is not None else "T = 1, bias 0") + f" ({why})"
         report["types"]["abstain"] = entry
     table = TemperatureTable(by_bucket=by_bucket, by_type=by_type, source=source, abstain_bias=bias,
-                             score_readout=readout if "score" in by_type or base is not None else "softmax")
+                             score_readout=readout)
     return (table if base is None else with_fallback(table, base)), report
 
 
@@ -516,9 +529,9 @@ def _fit_score_readout(entry: dict, z: list, g: list[int], by_type: dict, report
     temperatures and readout, or T = 1). A normal fit on a search bound is not usable. Where neither readout has a
     usable fit, the readout served so far (``base``'s, or softmax) stays, with its temperature."""
     t_n = _golden_section_t(lambda t: nll_at(z, g, t, "normal"), T_MIN, T_MAX, 60)
-    nll_n = nll_at(z, g, t_n, "normal")
-    acc_n = sum(int(normal_readout(torch.softmax(torch.as_tensor(x, dtype=torch.float64) / t_n, -1)).argmax()) == y
-                for x, y in zip(z, g)) / len(z)
+    qs = [normal_readout(torch.softmax(torch.as_tensor(x, dtype=torch.float64) / t_n, -1)) for x in z]
+    nll_n = sum(-math.log(max(float(q[y]), 1e-300)) for q, y in zip(qs, g)) / len(z)     # nll_at(z, g, t_n, "normal")
+    acc_n = sum(int(q.argmax()) == y for q, y in zip(qs, g)) / len(z)
     normal = {"temperature": t_n, "nll_fitted": nll_n, "accuracy": acc_n}
     if "temperature" in entry:
         soft_nll = entry["nll_fitted"]
@@ -528,11 +541,9 @@ def _fit_score_readout(entry: dict, z: list, g: list[int], by_type: dict, report
     else:
         soft_nll = entry["nll_t1"]
     inherited = base.score_readout if base is not None else "softmax"
-    if at_bound(t_n) is not None:
-        normal["bound"] = at_bound(t_n)
-        entry.update(readout="softmax" if "temperature" in entry else inherited, normal=normal)
-        return entry["readout"]
-    if nll_n >= soft_nll:
+    if (side := at_bound(t_n)) is not None:
+        normal["bound"] = side
+    if side is not None or nll_n >= soft_nll:
         entry.update(readout="softmax" if "temperature" in entry else inherited, normal=normal)
         return entry["readout"]
     soft = {k: entry.pop(k) for k in ("temperature", "nll_fitted", "bound", "fitted_at_bound", "fallback")

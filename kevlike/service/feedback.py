@@ -297,21 +297,7 @@ class FeedbackStore:
             if answers:
                 conn.execute(answers_table.insert(), [{
                     "request_id": request_id, "question_id": a["question_id"], "type": a["type"],
-                    # with x_abstain the column holds {"probabilities": [...], "x_abstain": x, "abstain_scaling":
-                    # [T, bias]} (no schema change: a store written before, or by a model without it, keeps the
-                    # plain list)
-                    # (and a score answer served through the normal readout says so: its probabilities are not
-                    # a softmax of logits, so `recalibrate` leaves it out of the fit)
-                    "probabilities": json.dumps(a["probabilities"] if a.get("x_abstain") is None
-                                                and a.get("score_readout") is None else
-                                                {"probabilities": a["probabilities"],
-                                                 **({"x_abstain": a["x_abstain"]} if a.get("x_abstain") is not None
-                                                    else {}),
-                                                 **({"abstain_scaling": list(a["abstain_scaling"])}
-                                                    if a.get("abstain_scaling") else {}),
-                                                 **({"score_readout": a["score_readout"]}
-                                                    if a.get("score_readout") else {})},
-                                                allow_nan=False),
+                    "probabilities": json.dumps(_stored_probabilities(a), allow_nan=False),
                     "temperature": float(a["temperature"]),
                     "option_keys": json.dumps(a["option_keys"])} for a in answers])
             return True
@@ -389,6 +375,22 @@ class FeedbackStore:
             log.warning("%s: %d recorded answer(s) with an outcome could not be read (malformed probabilities or "
                         "target) and were left out", self.url, unreadable)
         return out
+
+
+def _stored_probabilities(a: dict) -> list | dict:
+    """The probabilities column: the plain list, or with x_abstain (and its ``[T, bias]``) and/or a
+    score readout ``{"probabilities": [...], "x_abstain": x, "abstain_scaling": [T, bias],
+    "score_readout": "normal"}`` (no schema change: a store written before, or by a model without
+    them, keeps the plain list; a score answer served through the normal readout says so: its
+    probabilities are no softmax of logits, so `recalibrate` leaves it out of the fit)."""
+    extra = {}
+    if a.get("x_abstain") is not None:
+        extra["x_abstain"] = a["x_abstain"]
+        if a.get("abstain_scaling"):
+            extra["abstain_scaling"] = list(a["abstain_scaling"])
+    if a.get("score_readout"):
+        extra["score_readout"] = a["score_readout"]
+    return {"probabilities": a["probabilities"], **extra} if extra else a["probabilities"]
 
 
 def _record_of(r) -> dict | None:
