@@ -18,7 +18,8 @@ from kevlike.config.train import TrainConfig
 from kevlike.request.encode import Encoder
 from kevlike.training.config import ConfigError, load_config
 from kevlike.data.sources import Example
-from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
+from kevlike.model.temperatures import normal_readout
+from kevlike.training.losses import normal_readout_nll, ranked_probability_score, soft_cross_entropy, symmetric_kl
 from kevlike.training.train import build_model, checkpointed_layers, loss_terms, make_batch, write_artifact
 
 from tiny import make_tokenizer, save_tiny_model
@@ -50,6 +51,30 @@ def test_rps_hand_computed_and_zero_for_one_hot():
     near = ranked_probability_score(torch.tensor([[-200.0, 200.0, -200.0]]), torch.tensor([[1.0, 0.0, 0.0]]))
     far = ranked_probability_score(torch.tensor([[-200.0, -200.0, 200.0]]), torch.tensor([[1.0, 0.0, 0.0]]))
     assert near.item() == pytest.approx(0.5) and far.item() == pytest.approx(1.0)
+
+
+def test_normal_readout_nll_hand_computed_matches_the_served_readout_and_has_gradients():
+    # p = (0.2, 0.3, 0.5): μ = 1.3, σ² = 0.2·1.69 + 0.3·0.09 + 0.5·0.49 = 0.61
+    z = torch.log(torch.tensor([[0.2, 0.3, 0.5]]))
+    q = [math.exp(-(k - 1.3) ** 2 / (2 * 0.61)) for k in range(3)]
+    expected = -math.log(q[1] / sum(q))
+    y = torch.tensor([[0.0, 1.0, 0.0]])
+    assert normal_readout_nll(z, y).item() == pytest.approx(expected, abs=1e-5)
+    served = normal_readout(torch.softmax(z[0], -1))
+    assert normal_readout_nll(z, y).item() == pytest.approx(-math.log(served[1].item()), abs=1e-5)
+    # padding at the end changes nothing; two real levels fall back to the plain log loss
+    padded = torch.cat([z, torch.tensor([[-INF]])], 1)
+    assert normal_readout_nll(padded, torch.cat([y, torch.zeros(1, 1)], 1)).item() == pytest.approx(expected, abs=1e-5)
+    two = torch.tensor([[0.0, math.log(3.0), -INF]])
+    assert normal_readout_nll(two, torch.tensor([[1.0, 0.0, 0.0]])).item() == pytest.approx(math.log(4.0), abs=1e-6)
+    # the loss moves the mean: a gold in the middle pulls mass off both ends, and a one-hot row stays finite
+    ends = torch.tensor([[2.0, 0.0, 2.0]], requires_grad=True)
+    normal_readout_nll(ends, y).backward()
+    assert ends.grad[0, 1] < 0 < ends.grad[0, 0] and torch.isfinite(ends.grad).all()
+    one_hot = torch.tensor([[-200.0, 200.0, -200.0]], requires_grad=True)
+    loss = normal_readout_nll(one_hot, y)
+    loss.backward()
+    assert loss.item() < 1e-6 and torch.isfinite(one_hot.grad).all()
 
 
 def test_symmetric_kl_hand_computed():

@@ -89,6 +89,8 @@ class LossConfig(Section):
 
     perm: float = setting(0.5, number(0), "λ_perm: symmetric KL between twin questions")
     ord: float = setting(1.0, number(0), "λ_ord: ranked probability score of score questions")
+    readout: float = setting(0.0, number(0), 'λ_readout: log loss of score questions under the "normal" readout, '
+                             "which serves the level nearest the mean (kevlike.training.losses.normal_readout_nll)")
     abstain: float = setting(0.0, number(0), 'λ_abstain: BCE of x_abstain (1: "cannot tell" questions, 0: the '
                              'rest); > 0 needs head.abstain; the option CE then skips "cannot tell" ones')
 

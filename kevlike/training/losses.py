@@ -7,11 +7,16 @@ entries are ``-inf``; targets are probabilities over the same K (0 on padding).
 * :func:`ranked_probability_score` — ``1/(K−1) Σ_{k<K} (F_p(k) − F_y(k))²`` with F the cumulative
   distributions over the ordered levels (Epstein 1969, "A scoring system for probability forecasts
   of ranked categories"; Murphy 1971's normalisation by K−1, so the RPS lies in [0, 1]).
+* :func:`normal_readout_nll` — log loss of the target under the ``"normal"`` score readout
+  (:func:`kevlike.model.temperatures.normal_readout`), so that training moves the distribution's mean and
+  spread, which is what that readout serves, rather than only the gold level's own mass.
 """
 
 from __future__ import annotations
 
 import torch
+
+from kevlike.model.temperatures import NORMAL_MIN_LEVELS, VAR_FLOOR
 
 
 def _log_probs(logits: torch.Tensor) -> torch.Tensor:
@@ -43,3 +48,19 @@ def ranked_probability_score(logits: torch.Tensor, targets: torch.Tensor) -> tor
     diff = torch.cumsum(p, -1) - torch.cumsum(targets.float(), -1)            # (N, K)
     # the last real level's cumulative difference is 0 by construction; padded ones too
     return (diff.pow(2) * valid).sum(-1) / (n_levels - 1)
+
+
+def normal_readout_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-question log loss ``[N]`` (nats) of targets ``[N, K]`` under the discretised normal with the mean and
+    variance of ``softmax(logits)`` over each row's real levels (``-inf`` padding at the end): the training twin of
+    :func:`kevlike.model.temperatures.normal_readout` at T = 1, differentiable through μ and σ². Rows with fewer
+    than ``NORMAL_MIN_LEVELS`` real levels, which that readout leaves as they are, get their plain
+    :func:`soft_cross_entropy`."""
+    valid = ~torch.isinf(logits)
+    p = torch.softmax(logits.float(), dim=-1)
+    k = torch.arange(logits.shape[-1], dtype=p.dtype, device=p.device)
+    mu = (k * p).sum(-1, keepdim=True)
+    var = ((k - mu) ** 2 * p).sum(-1, keepdim=True).clamp_min(VAR_FLOOR)
+    z_normal = (-(k - mu) ** 2 / (2 * var)).masked_fill(~valid, float("-inf"))
+    normal = soft_cross_entropy(z_normal, targets)
+    return torch.where(valid.sum(-1) >= NORMAL_MIN_LEVELS, normal, soft_cross_entropy(logits, targets))

@@ -55,7 +55,7 @@ from kevlike.request.schema import validate_request
 from kevlike.runs import git_commit, set_seed
 from kevlike.training.config import (ConfigError, TrainConfig, load_config, resolve_attention, resolve_precision,
                                      resume_config, save_run_config, stream_settings)
-from kevlike.training.losses import ranked_probability_score, soft_cross_entropy, symmetric_kl
+from kevlike.training.losses import normal_readout_nll, ranked_probability_score, soft_cross_entropy, symmetric_kl
 
 # text whose mean token embedding initialises each delimiter row (a frozen backbone then reads the
 # delimiters as the plain-text cues it already knows)
@@ -259,8 +259,9 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
 
 
 def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: TrainConfig) -> dict:
-    """``{"loss", "ce", "perm", "ord", "abstain"}``: mean CE over questions + λ_perm · mean symmetric KL over twin
-    pairs + λ_ord · mean RPS over score questions (0 where a batch has none) + λ_abstain · mean binary
+    """``{"loss", "ce", "perm", "ord", "readout", "abstain"}``: mean CE over questions + λ_perm · mean symmetric KL
+    over twin pairs + λ_ord · mean RPS over score questions (0 where a batch has none) + λ_readout · mean
+    :func:`~kevlike.training.losses.normal_readout_nll` over them (reported only when λ_readout > 0) + λ_abstain · mean binary
     cross-entropy of the abstention logit (:func:`kevlike.model.heads.abstain_logit`) against ``cannot_tell``
     over all questions. ``logits``: ``[B, NB, K]``, or the pair ``(logits, none logits [B, NB])`` of a head
     with the none key; with ``loss.abstain`` > 0 the CE and RPS skip the "cannot tell" questions (their
@@ -280,12 +281,16 @@ def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: TrainConfig) -> dict:
         za = torch.stack([logits[b, j] for b, j in aux["a"]])
         zb = torch.stack([logits[b, j] for b, j in aux["b"]]).gather(1, aux["perm"])
         perm = symmetric_kl(za, zb).mean()
-    ordq = zero
+    ordq = readout = zero
     s = aux["is_score"] & answerable
     if s.any():
         ordq = ranked_probability_score(logits[s], aux["targets"][s]).mean()
-    loss = ce + cfg.loss.perm * perm + cfg.loss.ord * ordq
+        if cfg.loss.readout > 0:
+            readout = normal_readout_nll(logits[s], aux["targets"][s]).mean()
+    loss = ce + cfg.loss.perm * perm + cfg.loss.ord * ordq + cfg.loss.readout * readout
     out = {"ce": ce.detach(), "perm": perm.detach(), "ord": ordq.detach()}
+    if cfg.loss.readout > 0:
+        out["readout"] = readout.detach()
     if lam_abstain > 0:
         if z_none is None:
             raise ValueError("loss.abstain > 0 needs a head with the none key (head.abstain: true)")
