@@ -471,5 +471,12 @@ def test_feedback_loop_end_to_end_over_http(tmp_path):
         assert [m["name"] for m in json.loads(raw)["models"]] == [art, f"{art}@fb"]
         status, _, out, _ = s.post({**body, "model": f"{art}@fb"})
         assert status == 200 and out["model"] == f"{art}@fb"
+        # a Jev alias resolves before @PROFILE too; an unknown profile of an alias is a 404 naming what is served
+        _, _, aliased, _ = s.post({**body, "model": "jev-latest@fb"})
+        assert aliased["model"] == f"{art}@fb" and aliased["answers"] == out["answers"]
+        status, _, out, _ = s.post({**body, "model": "jev-latest@nope"})
+        assert status == 404 and f"{art}@fb" in out["detail"]["message"]
+        st, _, raw = s.request("GET", "/v1/feedback/report?model=jev-latest@fb")
+        assert st == 200 and json.loads(raw)["overall"]["outcomes"] == 0
     finally:
         s.stop()

@@ -271,6 +271,13 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     if default not in engines:
         raise ValueError(f"default model {default!r} is not served ({', '.join(engines)})")
     aliases = {a: default for a in JEV_ALIASES if a not in engines}
+
+    def resolve(name: str) -> str:
+        """``name`` with a Jev alias replaced by the model it stands for, also before ``@PROFILE``
+        (``jev-latest@support`` → ``kevlike-default@support``)."""
+        base, at, profile = name.partition("@")
+        return aliases.get(base, base) + at + profile
+
     batchers: dict[str, Batcher] = {}
     # reports run on their own thread (made at start, shut at stop): a slow report never holds the default
     # executor that tokenizes decisions
@@ -388,8 +395,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             req = parse_request(b"".join(chunks), config.engine.limits)
         except RequestError as e:
             return _request_error(e)
-        name = req.model or default
-        name = aliases.get(name, name)
+        name = resolve(req.model or default)
         if name not in engines:
             return _error(404, "unknown", f"unknown model {req.model!r}; served: "
                                           f"{', '.join([*engines, *aliases])}")
@@ -531,7 +537,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
         if model is not None:
-            model = aliases.get(model, model)         # jev-latest is recorded as the model it resolves to
+            model = resolve(model)         # jev-latest is recorded as the model it resolves to
         out = await asyncio.get_running_loop().run_in_executor(reports, report, store, model)
         if model is not None and model not in engines and not out["overall"]["outcomes"]:
             # a model served before a restart still has its report; a mistyped one gets an answer, not zeros
