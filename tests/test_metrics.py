@@ -209,6 +209,16 @@ def test_calibrate_from_set_mode_records_fits_choice_set_alone(tmp_path):
     assert again.by_type["abstain"] == kept.by_type["abstain"] and again.abstain_bias == kept.abstain_bias
     fit = json.loads((art / "calibration.json").read_text())["fit"]
     assert fit["types"]["abstain"]["temperature"] == kept.by_type["abstain"]
+    # a type asked only as "cannot tell" has no option temperature fitted: the file's stays (it was replaced by a
+    # T = 1 fallback)
+    unanswerable = tmp_path / "unanswerable.jsonl"
+    unanswerable.write_text("".join(json.dumps({**r, "type": "score", "logits": [0.0, 0.0, 0.0]}
+                                               if r.get("cannot_tell") else r) + "\n" for r in rows))
+    cal = json.loads((art / "calibration.json").read_text())
+    cal["by_type"]["score"] = 1.7
+    (art / "calibration.json").write_text(json.dumps(cal))
+    calibrate_artifact(art, records_path=unanswerable, quiet=True, fit_mode="list")
+    assert load_temperatures(art).by_type["score"] == 1.7
     assert after.by_type["choice:set"] == pytest.approx(before.by_type["choice"], rel=1e-6)   # the same logits
     assert after.by_type["choice:set"] == pytest.approx(2.0, abs=0.4)
 

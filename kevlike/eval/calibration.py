@@ -105,7 +105,10 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     # x_abstain's scaling counts as fitted only where "cannot tell" was asked: records without a single one say
     # nothing about abstention, so the file's scaling (if any) stays and their fallback entry is not reported
     asked = any(r.get("cannot_tell") for r in abst)
-    fitted = {r["type"] for r in records} | ({"abstain"} if "abstain" in report["types"] and asked else set())
+    # an option type counts as fitted where it has answerable records (fit_table leaves "cannot tell" ones out of
+    # the option temperatures): a type asked only as "cannot tell" keeps the file's temperature
+    fitted = ({r["type"] for r in records if not r.get("cannot_tell")}
+              | ({"abstain"} if "abstain" in report["types"] and asked else set()))
     if "abstain" not in fitted and model_dir.calibration_path.is_file():
         report["types"].pop("abstain", None)
     for t, e in report["types"].items():     # each type names the records it was fitted on, so that a later
