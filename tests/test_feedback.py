@@ -225,8 +225,9 @@ def test_recalibrate_on_a_locked_store_is_one_line(tmp_path, capsys):
 
 
 def test_score_answers_served_through_the_normal_readout_are_marked_and_left_out_of_the_refit(tmp_path, capsys):
-    """A score answer served through the normal readout is recorded with ``score_readout`` (its probabilities are
-    no softmax of the model's logits); ``records`` gives it back marked, the report still counts it, and the
+    """A score answer served through the normal readout and recorded without the softmax it was read out from (a
+    server before stage 28) is recorded with ``score_readout`` (its probabilities are no softmax of the model's
+    logits); ``records`` gives it back marked, the report still counts it, and the
     profile fit from outcomes leaves it out, keeping the model's own score temperature and readout (a review found
     that refitting on ``T · log q`` moved a perfectly calibrated score fit from NLL 1.03 to 1.69)."""
     from kevlike.eval.owndata import fit_profile
@@ -242,6 +243,11 @@ def test_score_answers_served_through_the_normal_readout_are_marked_and_left_out
             {"question_id": "n", "type": "noul", "probabilities": [0.7, 0.3], "temperature": 1.0,
              "option_keys": ["yes", "no"]}])
         store.add_outcomes(f"r{i}", {"s": [0.0, 1.0, 0.0], "n": [1.0, 0.0] if i % 3 else [0.0, 1.0]})
+    bad = {"question_id": "s", "type": "score", "probabilities": [0.2, 0.5, 0.3], "temperature": 0.9,
+           "option_keys": ["0", "1", "2"], "score_readout": "normal"}
+    for soft in ([0.5, float("nan"), 0.5], [0.5, 0.5], "0.5"):      # the pre-readout softmax is checked too
+        with pytest.raises(ValueError, match=r"question 's': softmax must be 3 finite probabilities"):
+            store.record("bad", "M", [{**bad, "softmax": soft}])
     recs = store.records("M")
     assert sorted((r["question"], r.get("score_readout")) for r in recs)[::8] == [("n", None), ("s", "normal")]
     assert next(r for r in recs if r["question"] == "s")["probs"] == [0.2, 0.5, 0.3]

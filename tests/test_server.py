@@ -407,13 +407,21 @@ def test_max_options_extension_over_http(model_dir):
         s.stop()
 
 
-def test_feedback_loop_end_to_end_over_http(tmp_path):
+def test_feedback_loop_end_to_end_over_http(tmp_path, capsys):
     """Answered requests recorded in SQLite, outcomes posted (and hostile ones refused without a 5xx),
-    the report, recalibrate, restart: the profile served as MODEL@NAME."""
+    the report, recalibrate, restart: the profile served as MODEL@NAME. The model serves score questions through
+    the normal readout: each such answer is recorded with the softmax it was read out from (the model's own,
+    recomputed here), so the profile refits it from the model's logits like any other answer."""
     import sqlite3
 
+    import torch
+
     from kevlike import cli
-    from kevlike.model.modeldir import save_decision_model
+    from kevlike.model.engine import Engine
+    from kevlike.model.modeldir import load_temperatures, save_calibration, save_decision_model
+    from kevlike.model.temperatures import TemperatureTable, fit_table, normal_readout
+    from kevlike.request.schema import validate_request
+    from kevlike.service.feedback import FeedbackStore
 
     from tiny import make_engine
 
@@ -423,21 +431,34 @@ def test_feedback_loop_end_to_end_over_http(tmp_path):
     tiny.encoder.tokenizer.save_pretrained(backbone)
     art = str(save_decision_model(tmp_path / "m", backbone=str(backbone), model=tiny.model,
                                   tokenizer=tiny.encoder.tokenizer, head=tiny.head))
+    save_calibration(art, TemperatureTable(by_type={"score": 0.9}, score_readout="normal"))
     db = tmp_path / "fb.db"
     url = f"sqlite:///{db}"
     body = {k: v for k, v in REQUEST.items() if k != "model"}
-    s = Server(art, "--record", url)
+    s = Server(art, "--record", url, "--dtype", "float32", "--threads", "1")
     try:
         for i in range(8):
             status, headers, out, _ = s.post(body, {"x-request-id": f"r{i}"})
             assert status == 200 and headers["x-request-id"] == f"r{i}"
+        local = Engine.from_pretrained(art, dtype="float32", threads=1)
+        z = local.question_logits([local.encode(validate_request(body))])[0][2]          # "anger": 3 levels
+        soft = torch.softmax(z.double() / 0.9, -1)
+        served = list(out["answers"]["anger"]["probabilities"].values())                # levels in order
+        assert torch.allclose(torch.tensor(served, dtype=torch.float64), normal_readout(soft), atol=1e-5)
+        FeedbackStore(url).records()                      # the store is there once the recorder has written r7
+        recorded = json.loads(sqlite3.connect(db).execute(
+            "select probabilities from kevlike_answers where request_id = 'r7' and question_id = 'anger'").fetchone()[0])
+        assert recorded["score_readout"] == "normal" and recorded["probabilities"] == pytest.approx(served, abs=1e-6)
+        assert recorded["softmax"] == pytest.approx(soft.tolist(), abs=1e-5)
 
         def fb(obj):
             st, _, raw = s.request("POST", "/v1/feedback", obj)
             return st, json.loads(raw)
 
+        anger = [1, 1, 0, 1, 2, 1, 0, 1]                     # observed levels: some answers wrong, so a fit
         for i in range(8):
-            assert fb({"request_id": f"r{i}", "outcomes": {"urgent": i % 2 == 0, "team": "billing", "anger": 1}}) \
+            assert fb({"request_id": f"r{i}", "outcomes": {"urgent": i % 2 == 0, "team": "billing",
+                                                           "anger": anger[i]}}) \
                 == (200, {"request_id": f"r{i}", "stored": 3})
         assert fb({"request_id": "r0", "outcomes": {"urgent": True}})[0] == 200          # a repeat: idempotent
         st, out = fb({"request_id": "nope", "outcomes": {"urgent": True}})
@@ -460,11 +481,22 @@ def test_feedback_loop_end_to_end_over_http(tmp_path):
         rep = json.loads(raw)
         assert st == 200 and rep["overall"]["outcomes"] == 24
         assert {t: v["outcomes"] for t, v in rep["per_type"].items()} == {"noul": 8, "choice": 8, "score": 8}
+        scores = [r for r in FeedbackStore(url).records(art) if r["type"] == "score"]
+        assert len(scores) == 8 and not any("score_readout" in r for r in scores)    # none left out of the fit
+        logits = torch.tensor(scores[0]["logits"], dtype=torch.float64)
+        assert torch.allclose(logits - logits[0], 0.9 * (soft.log() - soft.log()[0]), atol=1e-4)   # z up to a constant
         stored = sqlite3.connect(db).execute("select state from kevlike_requests").fetchall()
         assert stored and all(x == (None,) for x in stored)                  # no state text without --record-state
     finally:
         s.stop()
     assert cli.main(["recalibrate", "--db", url, "--model", art, "--profile", "fb", "--min-count", "4", "--quiet"]) == 0
+    assert "left out of the fit" not in capsys.readouterr().err
+    # the profile's score fit == the fit of the model's own logits (what calibrate --profile would compute)
+    prof = load_temperatures(os.path.join(art, "profiles", "fb.json"))
+    own, fit = fit_table([{"type": "score", "logits": z.tolist(), "gold": g} for g in anger], 4,
+                         base=TemperatureTable(by_type={"score": 0.9}, score_readout="normal"))
+    assert "temperature" in fit["types"]["score"] and prof.score_readout == own.score_readout
+    assert prof.by_type["score"] == pytest.approx(own.by_type["score"], rel=1e-3) != 0.9
     s = Server(art, "--record", url)
     try:
         _, _, raw = s.request("GET", "/v1/models")

@@ -253,8 +253,9 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     read_out = [r for r in records if r.get("score_readout") == "normal"]
     if read_out:      # served outcomes: the store keeps what was served, which under this readout is no softmax
         records = [r for r in records if r.get("score_readout") != "normal"]
-        print(f"{len(read_out)} score answer(s) served through the normal readout left out of the fit (the store "
-              f"keeps their served probabilities, not logits): the model's own score temperature and readout stay",
+        print(f"{len(read_out)} score answer(s) served through the normal readout left out of the fit (recorded "
+              f"without the softmax they were read out from, by a server before stage 28: the store keeps only their "
+              f"served probabilities, not logits): the model's own score temperature and readout stay for them",
               file=sys.stderr)
         if not records:
             raise ValueError(f"{data}: no labelled question to fit on besides score answers served through the "

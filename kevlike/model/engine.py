@@ -66,6 +66,18 @@ class Prepared:
         return self.encoded.n_tokens
 
 
+class Decision(dict):
+    """A response: the Jev wire-format dict (every serializer sees a plain dict) that also carries, off the
+    wire, ``pre_readout``: ``{question id: [K] probabilities}``, the tempered softmax of each question served
+    through the normal score readout (:meth:`~kevlike.model.temperatures.TemperatureTable.reads_normal`) before
+    that readout. The served probabilities of such a question are no softmax of logits, so the outcome store
+    keeps these to refit its temperature (:mod:`kevlike.service.feedback`). Empty for every other question."""
+
+    def __init__(self, response: dict | None = None, pre_readout: dict[str, list[float]] | None = None):
+        super().__init__(response or {})
+        self.pre_readout = pre_readout or {}
+
+
 @dataclass
 class ShortlistPlan:
     """Shortlist-then-decide for a request with a choice question of more than :data:`JEV_MAX_OPTIONS`
@@ -571,4 +583,9 @@ class Engine:
                "x_input": report.as_dict(self.script_trained(report.script))}
         if cached is not None:  # with a state cache: the input tokens whose keys/values came from it
             out["x_cached_tokens"] = cached
-        return out
+        pre = {}
+        if logits is not None:
+            table, mode = self.temperatures, self.temperature_mode
+            pre = {q.id: softmax_order_free(q, z, table.lookup(q.type, len(q.options), mode)).tolist()
+                   for q, z in zip(request.questions, logits) if table.reads_normal(q.type, len(q.options))}
+        return Decision(out, pre)

@@ -254,7 +254,9 @@ class FeedbackStore:
     def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> bool:
         """Store one answered request; ``answers``: ``{"question_id", "type", "probabilities", "temperature",
         "option_keys"}`` each, and for a model with the capability ``x_abstain`` and ``abstain_scaling`` (``[T, bias]``
-        it was served with, so that :meth:`records` recovers its logit). A request id seen before is replaced while it
+        it was served with, so that :meth:`records` recovers its logit); a score answer served through the normal
+        readout has ``score_readout: "normal"`` and, where the engine gave it (:class:`kevlike.model.engine.Decision`),
+        ``softmax``: its tempered softmax before the readout, from which :meth:`records` recovers its logits. A request id seen before is replaced while it
         has no outcome (a client's retry: the latest answers win); once an outcome is stored for it, the record is
         kept and this request is not recorded (observed outcomes are never dropped; a warning names the id).
 
@@ -270,6 +272,11 @@ class FeedbackStore:
             if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in [*a["probabilities"], a["temperature"]]):
                 raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: probabilities and temperature "
                                  f"must be finite numbers, got {a['probabilities']!r} at T = {a['temperature']!r}")
+            soft = a.get("softmax")
+            if soft is not None and not (isinstance(soft, (list, tuple)) and len(soft) == len(a["probabilities"]) and all(
+                    isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in soft)):
+                raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: softmax must be "
+                                 f"{len(a['probabilities'])} finite probabilities, got {soft!r}")
             x, scaling = a.get("x_abstain"), a.get("abstain_scaling")
             if x is not None and not (isinstance(x, (int, float)) and 0 <= x <= 1):
                 raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: x_abstain must be a "
@@ -343,8 +350,9 @@ class FeedbackStore:
     def records(self, model: str | None = None) -> list[dict]:
         """Every answered question with an outcome, as metric records (:mod:`kevlike.metrics`:
         ``type``, ``probs``, ``gold``, ``target``; plus ``logits = T · log p``, ``question``, ``model``; for a score
-        answer served through the normal readout ``score_readout: "normal"`` (its ``logits`` are then not the model's:
-        :func:`kevlike.eval.owndata.fit_profile` leaves it out of the fit); for an answer
+        answer served through the normal readout, ``logits = T · log s`` with ``s`` the softmax it was read out from
+        (recorded since stage 28), or, recorded without it, ``score_readout: "normal"`` (its ``logits`` are then not
+        the model's: :func:`kevlike.eval.owndata.fit_profile` leaves it out of the fit); for an answer
         with ``x_abstain``, that and, where its scaling was recorded, ``abstain_logit = T · (logit(x) − bias)``,
         the logit :func:`~kevlike.model.temperatures.fit_table` refits it from).
         ``model``: only requests answered by exactly this model name or one of its profiles (``model@NAME``;
@@ -380,9 +388,10 @@ class FeedbackStore:
 def _stored_probabilities(a: dict) -> list | dict:
     """The probabilities column: the plain list, or with x_abstain (and its ``[T, bias]``) and/or a
     score readout ``{"probabilities": [...], "x_abstain": x, "abstain_scaling": [T, bias],
-    "score_readout": "normal"}`` (no schema change: a store written before, or by a model without
+    "score_readout": "normal", "softmax": [...]}`` (no schema change: a store written before, or by a model without
     them, keeps the plain list; a score answer served through the normal readout says so: its
-    probabilities are no softmax of logits, so `recalibrate` leaves it out of the fit)."""
+    probabilities are no softmax of logits, so its logits are recovered from ``softmax``, the tempered softmax
+    before the readout; one recorded without it is left out of `recalibrate`'s fit)."""
     extra = {}
     if a.get("x_abstain") is not None:
         extra["x_abstain"] = a["x_abstain"]
@@ -390,6 +399,8 @@ def _stored_probabilities(a: dict) -> list | dict:
             extra["abstain_scaling"] = list(a["abstain_scaling"])
     if a.get("score_readout"):
         extra["score_readout"] = a["score_readout"]
+        if a.get("softmax") is not None:
+            extra["softmax"] = [float(v) for v in a["softmax"]]
     return {"probabilities": a["probabilities"], **extra} if extra else a["probabilities"]
 
 
@@ -400,10 +411,10 @@ def _record_of(r) -> dict | None:
     Raises:
         ValueError, TypeError, KeyError, IndexError, AttributeError: a malformed row (not JSON, wrong shape)."""
     p = json.loads(r.probabilities)
-    x_abstain = scaling = readout = None
+    x_abstain = scaling = readout = soft = None
     if isinstance(p, dict):                 # recorded with x_abstain or a score readout (FeedbackStore.record)
-        p, x_abstain, scaling, readout = p["probabilities"], p.get("x_abstain"), p.get("abstain_scaling"), \
-            p.get("score_readout")
+        p, x_abstain, scaling, readout, soft = p["probabilities"], p.get("x_abstain"), p.get("abstain_scaling"), \
+            p.get("score_readout"), p.get("softmax")
     t = json.loads(r.target)
     cannot_tell = t == CANNOT_TELL_OUTCOME  # the outcome: the state did not determine the answer
     if not (isinstance(p, list) and len(p) >= 2 and (cannot_tell or (isinstance(t, list) and len(t) == len(p)))):
@@ -416,10 +427,14 @@ def _record_of(r) -> dict | None:
     rec = {"source": r.question_id, "question": r.question_id, "model": r.model, "type": r.type}
     if cannot_tell:
         rec["cannot_tell"] = True
-    if readout is not None:
+    if soft is not None:                    # the softmax the readout was computed from: the logits are its
+        soft = [float(x) for x in soft]     # (up to a constant), and the record fits like any other
+        if len(soft) != len(p) or not all(math.isfinite(x) for x in soft):
+            raise ValueError("softmax must be as many finite numbers as probabilities")
+    elif readout is not None:               # served probabilities only: no logits to refit from
         rec["score_readout"] = readout
     rec.update(probs=p, target=t, gold=max(range(len(t)), key=t.__getitem__),
-               logits=[r.temperature * math.log(max(x, 1e-30)) for x in p])
+               logits=[r.temperature * math.log(max(x, 1e-30)) for x in (soft or p)])
     if x_abstain is not None:
         rec["x_abstain"] = float(x_abstain)
         if scaling is not None:             # the logit it was served from: x = sigmoid(a / T + bias)

@@ -442,6 +442,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     def _answers(engine, req, response: dict) -> list[dict]:
         """The rows :meth:`FeedbackStore.record` keeps for one answered request."""
         mode = engine.temperature_mode
+        pre_readout = getattr(response, "pre_readout", {})   # kevlike.model.engine.Decision
         answers = []
         for q in req.questions:
             a = response["answers"][q.id]
@@ -449,7 +450,8 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             answers.append({"question_id": q.id, "type": calibration_type(q.type, mode), "probabilities": probs,
                             "temperature": engine.temperatures.lookup(q.type, len(q.options), mode),
                             "option_keys": [o.key for o in q.options], "x_abstain": a.get("x_abstain"),
-                            **({"score_readout": "normal"}
+                            **({"score_readout": "normal", **({"softmax": pre_readout[q.id]}
+                                                               if q.id in pre_readout else {})}
                                if engine.temperatures.reads_normal(q.type, len(q.options)) else {}),
                             **({"abstain_scaling": list(engine.temperatures.abstain_scaling)}
                                if "x_abstain" in a else {})})
