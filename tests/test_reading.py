@@ -1,6 +1,7 @@
 """Issue 31's reading sources (kevlike/data/reading.py, kevlike/data/snli.py): golds read back from the generated
 text, opposite pairs tied as twins, held-out properties never trained, SNLI labels mapped as documented."""
 
+import hashlib
 import io
 import json
 import random
@@ -116,6 +117,18 @@ def test_absurd_no_answers_are_absent_and_test_uses_only_heldout_properties():
                 m = re.search(r'word "(\w+)"|mention "(\w+)"', q["instructions"])
                 if m:
                     assert gold[qid] == "true" and (m.group(1) or m.group(2)) in req["state"]
+
+
+def test_absurd_trains_on_empty_states_with_every_answer_no_and_leaves_the_suite_rows_as_they_were():
+    rows = reading.rows("absurd", "train")
+    empty = [(req, gold) for req, gold, _ in rows if not req["state"].strip()]
+    assert 0.04 < len(empty) / len(rows) < 0.08 and {req["state"] for req, _ in empty} == set(reading.EMPTY_STATES)
+    assert all(v == "false" for _, gold in empty for v in gold.values())
+    english = [q["instructions"] for req, _ in empty for q in req["questions"].values() if "English" in q["instructions"]]
+    assert english                                             # "Is this text in English?" on no text: no
+    for split, digest in (("validation", "7bcd4e3ef835e634"), ("test", "67425e9eb1f799d2")):   # as before
+        assert hashlib.sha256(json.dumps(reading.rows("absurd", split)).encode()).hexdigest()[:16] == digest
+        assert all(req["state"].strip() for req, _, _ in reading.rows("absurd", split))
 
 
 def test_reading_sources_are_family_sources_with_twins_and_outside_the_seen_splits():

@@ -22,7 +22,8 @@
 
 ``absurd``
     Questions about a property a state plainly lacks — another language, another form (a poem, a recipe), a topic
-    far from it, a thing it never mentions — on states from one word to a page, gold *no*; beside them, on the
+    far from it, a thing it never mentions — on states from one word to a page (and, in training, empty ones:
+    :data:`EMPTY_STATES`), gold *no*; beside them, on the
     same states, the same kinds of question with answer *yes* (its real language, a word it does contain, its own
     kind of text), so a yes/no question is not answered by its wording. Properties are split: every fourth of each
     pool (:func:`pool`) is held out of training and used only by the suite's ``absurd`` split.
@@ -681,8 +682,18 @@ STOPWORDS = frozenset("the a an and or but to of in on at for with by from is ar
                       "how all any some more most very also about into out up down over again only".split())
 
 
+EMPTY_STATES = ("", " ", "\n", "  \n\t")
+"""States with no text at all (the wire accepts them: a question may carry its own context). Training rows only:
+the suite's absurd split and every validation / test row are drawn as before they were added."""
+EMPTY_SHARE = 0.06
+
+
 def _state_text(rng: random.Random, split: str) -> tuple[str, str | None]:
-    """A state and, for a generated document, its kind of text (else None)."""
+    """A state and, for a generated document, its kind of text (else None); a training row's state is one of
+    :data:`EMPTY_STATES` with probability :data:`EMPTY_SHARE` (an empty text is in no language, of no form, about
+    nothing and mentions nothing: every question on it has gold *no*)."""
+    if split == "train" and rng.random() < EMPTY_SHARE:
+        return rng.choice(EMPTY_STATES), None
     r = rng.random()
     if r < 0.35:
         return rng.choice(SHORT_STATES), None
@@ -709,7 +720,7 @@ def absurd(rng: random.Random, split: str, wordings: str = "train") -> tuple[dic
             x = rng.choice(pool(LANGUAGES, wordings))
             q.noul(rng.choice(LANG_Q).format(x=x), False)
         elif kind < 0.4:
-            q.noul(rng.choice(LANG_Q).format(x="English"), True)
+            q.noul(rng.choice(LANG_Q).format(x="English"), bool(state.strip()))    # an empty text is in none
         elif kind < 0.55:
             q.noul(rng.choice(FORM_Q).format(x=rng.choice(pool(FORMS, wordings))), False)
         elif kind < 0.7:
