@@ -31,7 +31,7 @@ DEFAULTS = {
     "tasks": {"banking77": {"weight": 1.0, "negatives": 23, "full_set": 0.0, "perm_twin": 0.25, "irrelevant": 0.1,
                             "noul_twins": 1},
               "spam": {"weight": 0.2}, "sentiment": {"weight": 0.3}},
-    "loss": {"perm": 0.5, "ord": 1.0, "abstain": 0.0},
+    "loss": {"perm": 0.5, "ord": 1.0, "readout": 0.0, "abstain": 0.0},
     "data": [], "stream": None, "set_share": 0.0,
     "optim": {"lr": 3e-4, "head_lr": 1e-3, "weight_decay": 0.01, "warmup": 0.1, "grad_clip": 1.0},
     "batch_size": 4, "grad_accum": 1, "max_steps": 1000, "max_minutes": None, "stop_after": None, "eval_every": 200,
