@@ -156,3 +156,17 @@ def test_generalization_splits_answer_only_the_named_splits(tmp_path):
         heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, splits=["realist"])
     with pytest.raises(ValueError, match="splits go with a generalization suite"):
         heldout.run_suite(None, "heldout", tmp_path, engine=model, splits=["realistic"])
+
+
+def test_a_split_whose_data_is_absent_is_named_not_dropped_silently(tmp_path, monkeypatch, capsys):
+    """Without BIG-bench's archive the ``bigbench`` split cannot be built: the run says so on stderr (with --quiet
+    too), in metrics.json's ``absent_splits`` and in report.md, and answers the splits it has."""
+    monkeypatch.setenv("KEVLIKE_HOME", str(tmp_path / "home"))               # no bigbench-1.0.0.tar.gz there
+    model = make_engine("llama", "pointer")
+    run = heldout.run_suite(None, "generalization-quick", tmp_path / "out", engine=model, lm_baseline=False,
+                            quiet=True, half="validation", splits=["bigbench", "realistic"])
+    meta = json.loads((run / "metrics.json").read_text())["meta"]
+    assert list(meta["absent_splits"]) == ["bigbench"] and list(meta["sizes"]) == ["realistic"]
+    assert "bigbench-1.0.0.tar.gz" in meta["absent_splits"]["bigbench"]
+    assert "kevlike eval: split bigbench left out: BIG-bench's source archive" in capsys.readouterr().err
+    assert "split bigbench left out (" in (run / "report.md").read_text()

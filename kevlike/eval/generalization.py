@@ -309,6 +309,21 @@ def generalization_sets(quick: bool = False, n: int | None = None, bigbench: str
     return {s: exs for s, exs in sets.items() if exs is not None}
 
 
+ABSENT_WHY = {
+    "bigbench": f"BIG-bench's source archive is not in $KEVLIKE_HOME ({BIGBENCH_ARCHIVE}: pip download --no-deps "
+                f"bigbench==1.0.0 -d $KEVLIKE_HOME, where the package index has it)",
+    "snli_test": "SNLI is not fetched (kevlike fetch snli)",
+}
+"""Why a split whose data is absent is left out of a run (:func:`absent_splits`)."""
+
+
+def absent_splits(sets: dict, splits: tuple[str, ...] | None = None) -> dict[str, str]:
+    """``{split: why}`` for each split of ``splits`` (default: all of :data:`SPLITS`) that
+    :func:`generalization_sets` left out because its data is absent: a run without them is not comparable
+    with one that has them, so the evaluation says so instead of dropping them silently."""
+    return {s: ABSENT_WHY.get(s, "its data is not installed") for s in (splits or SPLITS) if s not in sets}
+
+
 def _build_split(split: str, quick: bool, n: int | None, bigbench) -> list[Example] | None:
     """One split's examples (:func:`generalization_sets`); None where its data is absent (BIG-bench's archive,
     SNLI not fetched)."""

@@ -22,8 +22,8 @@ from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
 from kevlike.data.tasks import eval_examples
 from kevlike.eval.baselines import baseline_section, compare
 from kevlike.eval.generalization import (
-    CONTRAST_SPLITS, HALVES, check_splits, contrast_pairs, counted, generalization_sets, generalization_summary, half_key, half_of,
-    report_tables, with_halves
+    CONTRAST_SPLITS, HALVES, absent_splits, check_splits, contrast_pairs, counted, generalization_sets,
+    generalization_summary, half_key, half_of, report_tables, with_halves
 )
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.probes import STRUCTURAL, run_probes
@@ -314,6 +314,9 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     run_dir = out / f"eval-{suite}{'-' + half if half else ''}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
     sets = generalization_sets(quick=suite.endswith("quick"), n=n, bigbench=bigbench, splits=splits)
+    absent = absent_splits(sets, splits)
+    for split, why in absent.items():       # with --quiet too: the run is not comparable with one that has them
+        print(f"kevlike eval: split {split} left out: {why}", file=sys.stderr)
     if half is not None:
         sets = {split: [e for e in exs if half_of(half_key(split, e)) == half] for split, exs in sets.items()}
     lm = lm or _LMBaseline(engine, url, False, None, "auto", "none")
@@ -340,7 +343,7 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
             "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None),
             "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None), "readout": _readout_name(engine),
-            "lm_baseline": lm.note}
+            "lm_baseline": lm.note, "absent_splits": absent}
     (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
     with open(run_dir / "records.jsonl", "w") as f:
         for r in records:
@@ -352,7 +355,9 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     if summary.get("generalization_uncalibrated"):
         md += ("\n\nThe same logits at T = 1 (uncalibrated; both halves):\n\n"
                + report_tables(summary["generalization_uncalibrated"]).split("\n\n| split:source")[0])
-    intro = (f"Requests per split {meta['sizes']}; readout: {meta['readout']}; temperatures {meta['temperatures']}; "
+    intro = (f"Requests per split {meta['sizes']}; "
+             + "".join(f"split {k} left out ({v}); " for k, v in absent.items())
+             + f"readout: {meta['readout']}; temperatures {meta['temperatures']}; "
              f"commit {meta['git_commit']}; "
              f"{meta['cpu']}; seconds per split {timing}.")
     (run_dir / "report.md").write_text(f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n{intro}\n\n{md}\n\n"
