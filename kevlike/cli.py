@@ -615,6 +615,10 @@ def _cmd_recalibrate(args) -> int:
     model = args.model or "kevlike-default"
     if args.min_count < 1:          # every input before the store is read
         return _fail(f"--min-count must be an integer >= 1, got {args.min_count}")
+    if "@" in model:                # a profile's answers are read with its model's
+        base = model.split("@")[0]
+        return _fail(f"--model {model}: a profile is refitted from its model: --model {base} (the recorded answers "
+                     f"of {base} and of every {base}@NAME are read)")
     for flag, check in (("--profile", lambda: check_profile_name(args.profile)),
                         ("--db", lambda: check_store_url(args.db, must_exist=True))):
         try:
@@ -622,7 +626,7 @@ def _cmd_recalibrate(args) -> int:
         except ValueError as e:
             return _fail(f"{flag}: {e}")
     try:
-        records = FeedbackStore(args.db).records(model)
+        records = FeedbackStore(args.db, create=False).records(model)
     except StoreBusy as e:  # another process holds the store's lock: transient, try again
         return _fail(f"{args.db}: {e}; try again", EXIT_SETUP)
     except ValueError as e:   # a file that is not a database

@@ -262,3 +262,35 @@ def test_score_answers_served_through_the_normal_readout_are_marked_and_left_out
     assert "score" not in fit["types"] and prof.by_type["score"] == 0.9 and prof.score_readout == "normal"
     with pytest.raises(ValueError, match="no labelled question to fit on besides score answers"):
         fit_profile("M", "8 outcomes", "fb2", records=[r for r in recs if r["question"] == "s"], engine=eng)
+    # nothing fittable (8 yes/no answers, --min-count 50): refused, no profile written (it would be the model's own)
+    with pytest.raises(ValueError, match=r"no temperature could be fitted, so profile 'fb3' was not written \(it would "
+                                         r"serve the model's own temperatures\): .* here noul: 8$"):
+        fit_profile("M", "8 outcomes", "fb3", min_count=50, quiet=True, engine=eng,
+                    records=[r for r in recs if r["question"] == "n"])
+    assert not (path.parent / "fb3.json").exists() and (path.parent / "fb.json").exists()
+
+
+def test_recalibrate_reads_a_store_without_writing_to_it_and_refuses_a_database_that_is_none(tmp_path, capsys):
+    """``kevlike recalibrate`` only reads: an empty file (or any database without the store's tables) is refused
+    naming the missing tables and stays byte for byte as it was (no tables, no WAL switch); a store a server
+    wrote is read without changing its size."""
+    from kevlike import cli
+
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    assert cli.main(["recalibrate", "--db", f"sqlite:///{empty}", "--profile", "x"]) == 2
+    assert "not an outcome store (no table kevlike_requests, kevlike_answers, kevlike_outcomes)" in \
+        capsys.readouterr().err
+    assert empty.read_bytes() == b""
+    db = tmp_path / "s.db"
+    store = FeedbackStore(f"sqlite:///{db}")
+    store.record("r", "M", [{"question_id": "n", "type": "noul", "probabilities": [0.7, 0.3], "temperature": 1.0,
+                             "option_keys": ["yes", "no"]}])
+    store.engine.dispose()
+    before = db.read_bytes()
+    assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "M", "--profile", "x"]) == 2
+    assert "no recorded answer of model 'M' has an outcome yet" in capsys.readouterr().err
+    assert db.read_bytes() == before
+    assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "M@p", "--profile", "x"]) == 2
+    assert "--model M@p: a profile is refitted from its model: --model M (the recorded answers of M and of every " \
+           "M@NAME are read)" in capsys.readouterr().err

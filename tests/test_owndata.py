@@ -33,6 +33,7 @@ def test_answers_of_every_type_and_soft_labels():
     assert answer_target(q["team"], {"billing": 0.7, "sales": 0.3}) == pytest.approx([0.7, 0.0, 0.3])
     for qid, bad, msg in [("urgent", 1, "true or false"), ("team", "legal", "not an option key"),
                           ("anger", 3, "outside 0-2"), ("anger", True, "level index"),
+                          ("anger", "01", "written without leading zeros, got \"01\""),
                           ("team", {"billing": 0.5}, "sum to 0.5"), ("team", {"billing": -0.1, "tech": 1.1}, ">= 0"),
                           ("urgent", {"yes": 1.0}, "not an answer")]:
         with pytest.raises(ValueError, match=msg):

@@ -120,6 +120,9 @@ def answer_target(question: Question, answer) -> list[float]:
             if not answer.lstrip("-").isdigit():
                 raise ValueError(f"a score answer is a level index 0-{K - 1} (an integer, or its digits as a "
                                  f"string), got {shown}")
+            if answer.lstrip("-") != str(int(answer.lstrip("-"))):     # "03": a key is the index's own digits
+                raise ValueError(f"a score answer is a level index 0-{K - 1} written without leading zeros, got "
+                                 f"{shown}")
             raise ValueError(f"level {answer} is outside 0-{K - 1}")
     elif not isinstance(answer, str) or answer not in keys:
         raise ValueError(f"{_json(answer)} is not an option key of this choice question")

@@ -237,7 +237,9 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     :meth:`kevlike.model.engine.Engine.from_pretrained`: fit in the precision and option mode you serve in).
 
     Raises:
-        ValueError: a bad profile name, a model that is not a decision model, or no labelled question.
+        ValueError: a bad profile name, a model that is not a decision model, no labelled question, or no
+            temperature fitted at all (every type under ``min_count``, without a wrong answer, or at a search
+            bound: the profile would be the model's own temperatures; nothing is written).
     """
 
     check_profile_name(profile)
@@ -273,6 +275,14 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
                                                f"{f'; cannot tell: {cannot}' if cannot else ''}); "
                                                f"elsewhere the model's own temperatures", base=own,
                    abstain_where_asked=False)   # the file's own share of "cannot tell", over all its questions
+    if not any("temperature" in e for part in ("types", "buckets") for e in fit[part].values()):
+        for t, e in fit["types"].items():
+            print(fit_line(t, e), file=sys.stderr)
+        raise ValueError(f"{data}: no temperature could be fitted, so profile {profile!r} was not written (it would "
+                         f"serve the model's own temperatures): a type needs --min-count {min_count} answered "
+                         f"questions, at least one of them answered wrong, and a fit inside the search bounds; "
+                         f"here {', '.join(f'{k}: {v}' for k, v in sorted(counts.items())) or 'none'}"
+                         f"{f', cannot tell: {cannot}' if cannot else ''}")
     if getattr(engine, "dtype", None) is not None:       # the precision the logits were computed in
         fit["dtype"] = f"{engine.dtype} ({engine.dtype_reason})"
     path = save_profile(engine.artifact_dir, engine.name.split("@")[0], profile, table, fit)

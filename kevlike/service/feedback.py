@@ -52,7 +52,7 @@ import queue
 import threading
 import time
 
-from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, event, func,
+from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, event, func, inspect,
                         select, text)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, OperationalError
@@ -163,15 +163,17 @@ class FeedbackStore:
             SQLite database: :func:`check_store_url`).
         busy_timeout_s: SQLite only: how long a statement waits for a lock another connection holds
             before :class:`StoreBusy` (seconds, finite, >= 0).
+        create: create the tables where they are missing (a server recording); False (a reader such as
+            ``kevlike recalibrate``) changes nothing and refuses a database without them.
 
     Raises:
         ValueError: a busy timeout that is not a finite number >= 0, a URL :func:`check_store_url` refuses, a
-            file that is not a database of this kind, or the URL's database driver is not installed (one line
-            naming it).
+            file that is not a database of this kind, with ``create=False`` a database without the store's tables,
+            or the URL's database driver is not installed (one line naming it).
         StoreBusy: the tables could not be created because the store is locked or unreachable.
     """
 
-    def __init__(self, url: str, busy_timeout_s: float = 5.0):
+    def __init__(self, url: str, busy_timeout_s: float = 5.0, *, create: bool = True):
         if not (isinstance(busy_timeout_s, (int, float)) and 0 <= busy_timeout_s < math.inf):
             raise ValueError(f"busy_timeout_s must be a finite number of seconds >= 0, got {busy_timeout_s!r}")
         check_store_url(url)
@@ -181,7 +183,7 @@ class FeedbackStore:
         try:
             if self.sqlite:
                 self.engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s})
-                self._sqlite_pragmas()
+                self._sqlite_pragmas(wal=create)
             else:
                 self.engine = create_engine(url, pool_pre_ping=True)
         except ModuleNotFoundError as e:   # e.g. postgresql:// on SQLAlchemy 2.0 without psycopg2
@@ -190,10 +192,18 @@ class FeedbackStore:
         self._lock = threading.Lock()
         self._file, self._identity = None, None     # the SQLite file opened (set once it exists)
         try:
-            with self._write() as conn:   # one process at a time checks for and creates the tables
-                if self.engine.dialect.name == "postgresql":
-                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})")
-                metadata.create_all(conn)
+            if not create:                # a reader: nothing is written, not even the tables
+                with self._busy(), self.engine.connect() as conn:
+                    have = set(inspect(conn).get_table_names())
+                missing = [t.name for t in metadata.sorted_tables if t.name not in have]
+                if missing:
+                    raise ValueError(f"{url}: not an outcome store (no table {', '.join(missing)}); `kevlike serve "
+                                     f"--record URL` creates one")
+            else:
+                with self._write() as conn:   # one process at a time checks for and creates the tables
+                    if self.engine.dialect.name == "postgresql":
+                        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})")
+                    metadata.create_all(conn)
         except DatabaseError as e:        # not a lock or a lost connection (those are StoreBusy): a wrong file
             raise ValueError(f"{url}: {getattr(e, 'orig', None) or e}") from None
         self._file = self.engine.url.database if self.sqlite else None
@@ -207,8 +217,9 @@ class FeedbackStore:
                             f"nothing more can be recorded in it; restart the server (it creates a new file) or "
                             f"restore the file")
 
-    def _sqlite_pragmas(self) -> None:
-        """WAL, the busy timeout, and SQLAlchemy's recipe for explicit transactions in pysqlite (the driver's own
+    def _sqlite_pragmas(self, wal: bool = True) -> None:
+        """WAL (``wal``; a reader leaves the file's journal mode as it is: switching it writes the file), the busy
+        timeout, and SQLAlchemy's recipe for explicit transactions in pysqlite (the driver's own
         implicit BEGIN is turned off; each transaction begins with ``BEGIN``, or ``BEGIN IMMEDIATE`` for a
         connection marked ``sqlite_write``)."""
         ms = int(self.busy_timeout_s * 1000)
@@ -218,7 +229,8 @@ class FeedbackStore:
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
             cur.execute(f"PRAGMA busy_timeout={ms}")         # first: switching to WAL takes a lock too
-            cur.execute("PRAGMA journal_mode=WAL")           # 'memory' for sqlite:// (nothing to share there)
+            if wal:
+                cur.execute("PRAGMA journal_mode=WAL")       # 'memory' for sqlite:// (nothing to share there)
             cur.close()
 
         @event.listens_for(self.engine, "begin")
