@@ -373,7 +373,8 @@ def _cmd_soup(args) -> int:
         rel = soup(models, weights, out)
     parts = " + ".join(f"{w:g} * {m}" for w, m in zip(weights, args.models))
     dist = ", ".join(f"{r:.4f}" for r in rel[1:])
-    print(f"{args.out}: {parts}; |model - first| / |first| over the LoRA tensors: {dist}; "
+    print(f"{args.out}: {parts}; |ingredient - first| / |first| over the LoRA tensors, for each ingredient after "
+          f"the first: {dist}; "
           f"calibrate it: kevlike calibrate {args.out} --n 30")
     return EXIT_OK
 
