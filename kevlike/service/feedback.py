@@ -268,9 +268,10 @@ class FeedbackStore:
         "option_keys"}`` each, and for a model with the capability ``x_abstain`` and ``abstain_scaling`` (``[T, bias]``
         it was served with, so that :meth:`records` recovers its logit); a score answer served through the normal
         readout has ``score_readout: "normal"`` and, where the engine gave it (:class:`kevlike.model.engine.Decision`),
-        ``softmax``: its tempered softmax before the readout, from which :meth:`records` recovers its logits. A request id seen before is replaced while it
-        has no outcome (a client's retry: the latest answers win); once an outcome is stored for it, the record is
-        kept and this request is not recorded (observed outcomes are never dropped; a warning names the id).
+        ``softmax``: its tempered softmax before the readout, from which :meth:`records` recovers its logits. A
+        request id seen before is replaced while it has no outcome (a client's retry: the latest answers win); once an
+        outcome is stored for it, the record is kept and this request is not recorded (observed outcomes are never
+        dropped; a warning names the id).
 
         Returns:
             True when stored, False when the id already has outcomes (nothing written).
@@ -285,8 +286,9 @@ class FeedbackStore:
                 raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: probabilities and temperature "
                                  f"must be finite numbers, got {a['probabilities']!r} at T = {a['temperature']!r}")
             soft = a.get("softmax")
-            if soft is not None and not (isinstance(soft, (list, tuple)) and len(soft) == len(a["probabilities"]) and all(
-                    isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in soft)):
+            if soft is not None and not (isinstance(soft, (list, tuple)) and len(soft) == len(a["probabilities"])
+                                         and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+                                                 for v in soft)):
                 raise ValueError(f"request {request_id!r}, question {a['question_id']!r}: softmax must be "
                                  f"{len(a['probabilities'])} finite probabilities, got {soft!r}")
             x, scaling = a.get("x_abstain"), a.get("abstain_scaling")
