@@ -270,24 +270,21 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
             counts[r["type"]] += 1
     # a type or bucket too small to fit keeps the model's own (fitted) temperature, not T = 1
     own = load_temperatures(engine.artifact_dir)
+    per_type = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     table, fit = fit_table(records, min_count, f"profile {profile!r}: fitted on {data} "
-                                               f"({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}"
-                                               f"{f'; cannot tell: {cannot}' if cannot else ''}); "
+                                               f"({per_type}{f'; cannot tell: {cannot}' if cannot else ''}); "
                                                f"elsewhere the model's own temperatures", base=own,
                    abstain_where_asked=False)   # the file's own share of "cannot tell", over all its questions
+    for t, e in fit["types"].items():          # the result: printed with --quiet too (it hides progress only)
+        print(fit_line(t, e), file=sys.stderr)
     if not any("temperature" in e for part in ("types", "buckets") for e in fit[part].values()):
-        for t, e in fit["types"].items():
-            print(fit_line(t, e), file=sys.stderr)
         raise ValueError(f"{data}: no temperature could be fitted, so profile {profile!r} was not written (it would "
                          f"serve the model's own temperatures): a type needs --min-count {min_count} answered "
                          f"questions, at least one of them answered wrong, and a fit inside the search bounds; "
-                         f"here {', '.join(f'{k}: {v}' for k, v in sorted(counts.items())) or 'none'}"
-                         f"{f', cannot tell: {cannot}' if cannot else ''}")
+                         f"here {per_type or 'none'}{f', cannot tell: {cannot}' if cannot else ''}")
     if getattr(engine, "dtype", None) is not None:       # the precision the logits were computed in
         fit["dtype"] = f"{engine.dtype} ({engine.dtype_reason})"
     path = save_profile(engine.artifact_dir, engine.name.split("@")[0], profile, table, fit)
-    for t, e in fit["types"].items():          # the result: printed with --quiet too (it hides progress only)
-        print(fit_line(t, e), file=sys.stderr)
     if (note := bound_hits_text(fit)) is not None:
         print(f"warning: {note}", file=sys.stderr)
     print(f"profile {profile!r}: {path}", file=sys.stderr)

@@ -524,8 +524,13 @@ class Engine:
         """Calibrated probabilities per question: ``softmax(z / T(type, K))`` (set-mode choice
         questions take the ``choice:set`` temperatures when the table has them), score questions through the
         table's readout (:meth:`~kevlike.model.temperatures.TemperatureTable.readout`)."""
+        tempered = self._tempered(request, logits)
+        return [self.temperatures.readout(q.type, p) for q, p in zip(request.questions, tempered)]
+
+    def _tempered(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per question ``softmax(z / T(type, K))`` ``[K]``, before any score readout (:meth:`probabilities`)."""
         mode, table = self.temperature_mode, self.temperatures
-        return [table.readout(q.type, softmax_order_free(q, z, table.lookup(q.type, len(q.options), mode)))
+        return [softmax_order_free(q, z, table.lookup(q.type, len(q.options), mode))
                 for q, z in zip(request.questions, logits)]
 
     @torch.inference_mode()
@@ -571,8 +576,12 @@ class Engine:
     def _respond(self, prepared: Prepared, logits: list[torch.Tensor] | None, n_tokens: int, cached: int | None = None,
                  probs: list[torch.Tensor] | None = None, abstain: list[torch.Tensor] | None = None) -> dict:
         request, report = prepared.request, prepared.script
-        if probs is None:
-            probs = self.probabilities(request, logits)
+        pre = {}
+        if probs is None:      # one softmax per question: served through the readout, and kept before it (Decision)
+            table, tempered = self.temperatures, self._tempered(request, logits)
+            probs = [table.readout(q.type, p) for q, p in zip(request.questions, tempered)]
+            pre = {q.id: p.tolist() for q, p in zip(request.questions, tempered)
+                   if table.reads_normal(q.type, len(q.options))}
         if abstain is None:
             answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
         else:
@@ -583,9 +592,4 @@ class Engine:
                "x_input": report.as_dict(self.script_trained(report.script))}
         if cached is not None:  # with a state cache: the input tokens whose keys/values came from it
             out["x_cached_tokens"] = cached
-        pre = {}
-        if logits is not None:
-            table, mode = self.temperatures, self.temperature_mode
-            pre = {q.id: softmax_order_free(q, z, table.lookup(q.type, len(q.options), mode)).tolist()
-                   for q, z in zip(request.questions, logits) if table.reads_normal(q.type, len(q.options))}
         return Decision(out, pre)

@@ -74,6 +74,18 @@ def check_bias(where: str, b) -> float:
     return float(b)
 
 
+def normal_logits(p: torch.Tensor) -> torch.Tensor:
+    """Logits ``[..., K]`` of the discretised normal with the mean and variance of ``p`` ``[..., K]``
+    (probabilities over ordered levels 0 … K−1): ``−(k − μ)² / 2σ²`` with ``μ = Σ k p_k``,
+    ``σ² = max(Σ (k − μ)² p_k, VAR_FLOOR)``, in ``p``'s dtype and differentiable through μ and σ². Trailing levels of probability 0 (padding) move neither
+    μ nor σ²; their logits are finite, for the caller to mask. Shared by :func:`normal_readout` (serving) and
+    :func:`kevlike.training.losses.normal_readout_nll` (training)."""
+    k = torch.arange(p.shape[-1], dtype=p.dtype, device=p.device)
+    mu = (k * p).sum(-1, keepdim=True)
+    var = ((k - mu) ** 2 * p).sum(-1, keepdim=True).clamp_min(VAR_FLOOR)
+    return -(k - mu) ** 2 / (2 * var)
+
+
 def normal_readout(p: torch.Tensor) -> torch.Tensor:
     """The ``"normal"`` score readout: a distribution ``p`` ``[K]`` over ordered levels (probabilities) mapped to
     the discretised normal with its own mean and variance, ``q_k ∝ exp(−(k − μ)² / 2σ²)`` with ``μ = Σ k p_k``
@@ -89,11 +101,7 @@ def normal_readout(p: torch.Tensor) -> torch.Tensor:
     """
     if p.shape[-1] < NORMAL_MIN_LEVELS:
         return p
-    k = torch.arange(p.shape[-1], dtype=torch.float64, device=p.device)
-    p64 = p.to(torch.float64)
-    mu = (k * p64).sum(-1, keepdim=True)
-    var = ((k - mu) ** 2 * p64).sum(-1, keepdim=True).clamp_min(VAR_FLOOR)
-    return torch.softmax(-(k - mu) ** 2 / (2 * var), -1).to(p.dtype)
+    return torch.softmax(normal_logits(p.to(torch.float64)), -1).to(p.dtype)
 
 
 @dataclass(frozen=True)

@@ -450,9 +450,9 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             answers.append({"question_id": q.id, "type": calibration_type(q.type, mode), "probabilities": probs,
                             "temperature": engine.temperatures.lookup(q.type, len(q.options), mode),
                             "option_keys": [o.key for o in q.options], "x_abstain": a.get("x_abstain"),
-                            **({"score_readout": "normal", **({"softmax": pre_readout[q.id]}
-                                                               if q.id in pre_readout else {})}
+                            **({"score_readout": "normal"}
                                if engine.temperatures.reads_normal(q.type, len(q.options)) else {}),
+                            **({"softmax": pre_readout[q.id]} if q.id in pre_readout else {}),
                             **({"abstain_scaling": list(engine.temperatures.abstain_scaling)}
                                if "x_abstain" in a else {})})
         return answers

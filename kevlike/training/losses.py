@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from kevlike.model.temperatures import NORMAL_MIN_LEVELS, VAR_FLOOR
+from kevlike.model.temperatures import NORMAL_MIN_LEVELS, normal_logits
 
 
 def _log_probs(logits: torch.Tensor) -> torch.Tensor:
@@ -57,10 +57,6 @@ def normal_readout_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Ten
     than ``NORMAL_MIN_LEVELS`` real levels, which that readout leaves as they are, get their plain
     :func:`soft_cross_entropy`."""
     valid = ~torch.isinf(logits)
-    p = torch.softmax(logits.float(), dim=-1)
-    k = torch.arange(logits.shape[-1], dtype=p.dtype, device=p.device)
-    mu = (k * p).sum(-1, keepdim=True)
-    var = ((k - mu) ** 2 * p).sum(-1, keepdim=True).clamp_min(VAR_FLOOR)
-    z_normal = (-(k - mu) ** 2 / (2 * var)).masked_fill(~valid, float("-inf"))
+    z_normal = normal_logits(torch.softmax(logits.float(), dim=-1)).masked_fill(~valid, float("-inf"))
     normal = soft_cross_entropy(z_normal, targets)
     return torch.where(valid.sum(-1) >= NORMAL_MIN_LEVELS, normal, soft_cross_entropy(logits, targets))
