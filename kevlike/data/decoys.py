@@ -4,11 +4,11 @@ The realistic split's choice questions are where kevlike-default is weakest (0.4
 28, four options): its wrong answers are mostly an option the page *names* — the cause everyone suspected first,
 the venue that was fully booked, the date the meeting was moved from — or a near-flat distribution over options
 the page all mentions. ``documents`` teaches this on seven kinds of document; this source does it on twelve more
-scenarios (a cause found after false leads — a flat sourdough loaf, a car's grinding brakes —, a venue booked after others were ruled out, a project lead after
-someone declined, a purchase after near-misses, a hotel's main complaint beside the ones it did not have, a
-meeting moved from one date to another, a reviewer's favourite feature beside the disappointing ones, a holiday
-destination beside last year's, a shop's settlement beside what it refused, a ticket's owning team after it was
-passed on, a doctor's diagnosis after what was ruled out).
+scenarios (a cause found after false leads — a flat sourdough loaf, a car's grinding brakes —, a venue booked after
+others were ruled out, a project lead after someone declined, a purchase after near-misses, a hotel's main complaint
+beside the ones it did not have, a meeting moved from one date to another, a reviewer's favourite feature beside the
+disappointing ones, a holiday destination beside last year's, a shop's settlement beside what it refused, a ticket's
+owning team after it was passed on, a doctor's diagnosis after what was ruled out).
 
 Each row: a short text whose sentences, in random order, assert the gold candidate with one of its scenario's
 *settling* frames ("It turned out to be {x}.") and mention 0–3 other candidates with *setting-aside* frames
