@@ -201,6 +201,9 @@ def test_locked_store_over_http_503_with_retry_after_and_no_record_lost(tmp_path
         assert call(port, "GET", f"/v1/feedback/report?model={eng.name}")[2]["overall"]["outcomes"] == 3
         st, _, out = call(port, "GET", "/v1/feedback/report?model=TINY-LLAMA")   # case-exact: not this model
         assert st == 404 and "is not served here and has no recorded outcomes" in out["detail"]["message"]
+        for empty in ("", "%20"):                                           # named, but empty: the field, not a 404
+            st, _, out = call(port, "GET", f"/v1/feedback/report?model={empty}")
+            assert st == 422 and out["detail"][0]["loc"] == ["query", "model"], out
         assert (app.state.recorder.written, app.state.recorder.failed) == (3, 0)
 
 

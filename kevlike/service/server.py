@@ -534,10 +534,14 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     async def feedback_report(model: str | None = None):
         """Per type: outcomes counted, accuracy, ECE and confident errors of the recorded answers (of
         exactly ``model`` and its profiles ``model@NAME``, case-exact, after alias resolution; default all
-        models). 404 for a model that is neither served nor has recorded outcomes; 503 with ``Retry-After``
-        while the store is locked."""
+        models). 422 for an empty ``model``; 404 for a model that is neither served nor has recorded outcomes; 503
+        with ``Retry-After`` while the store is locked."""
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
+        if model is not None and not model.strip():
+            return JSONResponse({"detail": [{"loc": ["query", "model"], "type": "value_error",
+                                             "msg": "model is empty: name a model (GET /v1/models) or leave the "
+                                                    "parameter out for all models"}]}, status_code=422)
         if model is not None:
             model = resolve(model)         # jev-latest is recorded as the model it resolves to
         out = await asyncio.get_running_loop().run_in_executor(reports, report, store, model)
