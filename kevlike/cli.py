@@ -611,11 +611,15 @@ def _cmd_calibrate(args) -> int:
 
 def _cmd_recalibrate(args) -> int:
     from kevlike.config.engine import check_profile_name
-    from kevlike.service.feedback import FeedbackStore, StoreBusy, check_store_url
+    from kevlike.config.server import JEV_ALIASES
+    from kevlike.service.feedback import FeedbackStore, StoreBusy, check_store_url, shown_url
 
     model = args.model or "kevlike-default"
     if args.min_count < 1:          # every input before the store is read
         return _fail(f"--min-count must be an integer >= 1, got {args.min_count}")
+    if model.split("@")[0] in JEV_ALIASES:   # the store holds the name an alias resolved to on that server
+        return _fail(f"--model {model}: an alias of a server's default model, which answers are recorded under; "
+                     f"give that model's name (GET /v1/models on the server lists it)")
     if "@" in model:                # a profile's answers are read with its model's
         base = model.split("@")[0]
         return _fail(f"--model {model}: a profile is refitted from its model: --model {base} (the recorded answers "
@@ -626,17 +630,18 @@ def _cmd_recalibrate(args) -> int:
             check()
         except ValueError as e:
             return _fail(f"{flag}: {e}")
+    db = shown_url(args.db)         # never a password in a message or in the profile's "source"
     try:
         records = FeedbackStore(args.db, create=False).records(model)
     except StoreBusy as e:  # another process holds the store's lock: transient, try again
-        return _fail(f"{args.db}: {e}; try again", EXIT_SETUP)
+        return _fail(f"{db}: {e}; try again", EXIT_SETUP)
     except ValueError as e:   # a file that is not a database
         return _fail(f"--db: {e}")
     if not records:
-        return _fail(f"{args.db}: no recorded answer of model {model!r} has an outcome yet")
+        return _fail(f"{db}: no recorded answer of model {model!r} has an outcome yet")
     from kevlike.eval.owndata import fit_profile   # torch: only once the inputs are valid
 
-    fit_profile(model, f"{len(records)} outcomes in {args.db}", args.profile, min_count=args.min_count,
+    fit_profile(model, f"{len(records)} outcomes in {db}", args.profile, min_count=args.min_count,
                 quiet=args.quiet, records=records)
     return 0
 

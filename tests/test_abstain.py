@@ -388,6 +388,18 @@ def test_degenerate_abstention_fits_fall_back_instead_of_serving_a_step_or_a_ran
     assert fit_table(separable, min_count=50)[1]["bound_hits"] == ["abstain"]
 
 
+def test_an_abstention_fit_just_inside_the_bias_bound_is_a_bound_hit(monkeypatch):
+    """A new user's recalibrate on outcomes that all fell on one question fitted T 0.067, bias +99.998 (every
+    answer then abstained) and wrote it: within 1 % of the bound is on it."""
+    from kevlike.model import temperatures
+    recs = [{"source": "s", "type": "noul", "logits": [1.0, 0.0], "gold": 0, "abstain_logit": -9 + i / 20,
+             **({"cannot_tell": True} if i % 5 == 0 else {})} for i in range(60)]
+    for b, hit in ((99.998, True), (-99.2, True), (98.9, False)):
+        monkeypatch.setattr(temperatures, "fit_abstain", lambda a, y, b=b: (0.067, b))
+        table, report = temperatures.fit_table(recs, min_count=50)
+        assert (report["bound_hits"] == ["abstain"]) == hit and (table.abstain_bias == (0.0 if hit else b))
+
+
 def test_calibrate_serves_what_it_reports_when_the_abstention_fit_falls_back(tmp_path):
     """A refit whose abstention fit falls back replaces the file's old scaling (as any type fitted in the call
     does), so the report's "T = 1, bias 0" is what is served."""

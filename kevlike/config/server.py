@@ -11,6 +11,8 @@ from kevlike.config.fields import from_env
 from kevlike.config.rules import Section, integer, number, one_of, setting, settings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+JEV_ALIASES = ("jev-latest", "jev-preview")
+"""Jev's model names, which a server answers with its default model (and records under that model's name)."""
 
 SERVER_ENGINE = EngineOptions(state_cache_mb=256.0)
 """The options a server loads each model with by default: a 256 MiB state cache per model."""

@@ -42,7 +42,7 @@ from kevlike.eval.probes import threshold_economics
 from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import records_from_logits, summarize
 from kevlike.model.engine import Engine
-from kevlike.model.modeldir import check_profile_name, load_temperatures, save_profile
+from kevlike.model.modeldir import check_profile_name, check_profile_target, load_temperatures, save_profile
 from kevlike.model.temperatures import bound_hits_text, calibration_type, fit_line, fit_table
 from kevlike.request.schema import RequestError
 from kevlike.runs import git_commit
@@ -237,7 +237,8 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     :meth:`kevlike.model.engine.Engine.from_pretrained`: fit in the precision and option mode you serve in).
 
     Raises:
-        ValueError: a bad profile name, a model that is not a decision model, no labelled question, or no
+        ValueError: a bad profile name, a profile path that cannot be written (checked before the fit), a model
+            that is not a decision model, no labelled question, or no
             temperature fitted at all (every type under ``min_count``, without a wrong answer, or at a search
             bound: the profile would be the model's own temperatures; nothing is written).
     """
@@ -248,6 +249,7 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
         engine = Engine.from_pretrained(model, options)
     if engine.artifact_dir is None:
         raise ValueError(f"model {engine.name!r} is not a decision-model directory; profiles calibrate decision models")
+    check_profile_target(engine.artifact_dir, engine.name.split("@")[0], profile)    # before the fit
     if records is None:
         records = answer_records(engine, items, batch_size, progress=not quiet, calibrated=False, data_path=data)
     if not records:

@@ -278,9 +278,30 @@ def existing_profile_path(artifact_dir: str | Path, model_name: str, name: str) 
 
 
 def list_profiles(artifact_dir: str | Path, model_name: str) -> list[str]:
-    """The profile names stored for a model, sorted."""
+    """The profile names stored for a model, sorted: its ``NAME.json`` files, and links named so even where they
+    lead nowhere (reading one then refuses it, naming the file, rather than leaving it out unsaid); a directory
+    named so is no profile."""
     d = profiles_dir(artifact_dir, model_name)
-    return sorted(p.stem for p in d.glob("*.json") if p.is_file() and PROFILE_NAME.match(p.stem)) if d.is_dir() else []
+    return sorted(p.stem for p in d.glob("*.json") if (p.is_file() or p.is_symlink()) and PROFILE_NAME.match(p.stem)) \
+        if d.is_dir() else []
+
+
+def check_profile_target(artifact_dir: str | Path, model_name: str, name: str) -> Path:
+    """:func:`profile_path` if a profile can be written there (checked before a fit, so that a fit is not computed
+    for nothing).
+
+    Raises:
+        ValueError: one line: the profiles folder is a file, or the profile's path is a directory.
+    """
+    path = profile_path(artifact_dir, model_name, name)
+    for p in (path.parent, *path.parent.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                raise ValueError(f"cannot write profile {name!r}: {p} is not a directory")
+            break
+    if path.is_dir():
+        raise ValueError(f"cannot write profile {name!r}: {path} is a directory")
+    return path
 
 
 def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: TemperatureTable,
@@ -290,8 +311,12 @@ def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: Te
     path.parent.mkdir(parents=True, exist_ok=True)
     text = calibration_json(table, report)   # before the file is opened: a failure leaves no half file
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

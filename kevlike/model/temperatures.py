@@ -254,8 +254,9 @@ def read_temperatures(path: str | Path) -> TemperatureTable:
     ``NaN``/``Infinity`` are refused like any other non-finite temperature.
 
     Raises:
-        ProfileError: one line naming the file and the field (unreadable file, invalid JSON, a missing or
-            unknown field, an unknown format, a temperature that is not a finite number within :data:`T_LIMITS`).
+        ProfileError: one line naming the file and the field (unreadable file, invalid JSON, a key written twice
+            in one object, a missing or unknown field, an unknown format, a temperature that is not a finite
+            number within :data:`T_LIMITS`).
     """
     path = Path(path)
     try:
@@ -263,8 +264,15 @@ def read_temperatures(path: str | Path) -> TemperatureTable:
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
 
+    def unique(pairs: list) -> dict:   # a key written twice: which one was meant is not ours to guess
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) < len(keys):
+            twice = sorted({k for k in keys if keys.count(k) > 1})
+            raise ProfileError(f"{path}: key {twice[0]!r} appears more than once in one object")
+        return dict(pairs)
+
     try:     # NaN / Infinity read as floats: the field check below refuses them naming the field
-        obj = json.loads(text, parse_constant=float)
+        obj = json.loads(text, parse_constant=float, object_pairs_hook=unique)
     except json.JSONDecodeError as e:
         raise ProfileError(f"{path}: not valid JSON: {e}") from None
     return TemperatureTable.from_json(obj, str(path))
@@ -292,6 +300,10 @@ T_MIN, T_MAX = 0.05, 20.0
 MIN_BUCKET = 200
 BOUND_TOLERANCE = 1e-3
 """A fit with ``|log T − log bound| <`` this (about 0.1 % of T) has landed on a search bound (:func:`at_bound`)."""
+BIAS_BOUND = 0.99
+"""An abstention fit whose ``|bias|`` reaches this share of :data:`BIAS_LIMIT` has landed on the bias bound: the
+"cannot tell" and answerable records are separated so far from logit 0 (or perfectly) that the log loss keeps
+falling towards the bound (a profile recalibrated on outcomes that all fell on one question gave bias +99.998)."""
 
 
 def at_bound(t: float, lo: float = T_MIN, hi: float = T_MAX) -> str | None:
@@ -507,7 +519,7 @@ def fit_table(records: list[dict], min_count: int = MIN_BUCKET, source: str = "f
         elif len(abst) >= min_count and 0 < sum(y) < len(y):
             t, b = fit_abstain(a, y)
             side = at_bound(t)
-            if side is None and abs(b) >= BIAS_LIMIT - BOUND_TOLERANCE:
+            if side is None and abs(b) >= BIAS_BOUND * BIAS_LIMIT:
                 why = (f"fit hit the bias bound ({b:+g}, fitted T = {t:.4g}): not enough information (the two "
                        f"kinds are separated far from logit 0)")
                 entry.update(bound="bias", fitted_at_bound=t, bias_at_bound=b)

@@ -49,6 +49,7 @@ import logging
 import math
 import os
 import queue
+import re
 import threading
 import time
 
@@ -119,6 +120,15 @@ def _file_identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def shown_url(url: str) -> str:
+    """``url`` as messages, logs and profile files show it: the password masked (``postgresql://bob:***@host/db``),
+    so that an error line or a profile's ``source`` never carries a database password."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number     # not a URL: mask anything between "://user:" and "@" all the same
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
 def check_store_url(url: str, *, must_exist: bool = False) -> None:
     """Refuse, before any connection, a store URL that cannot keep outcomes: one that does not parse, an in-memory
     SQLite database (each connection of the pool would see its own, and all of it is lost at exit), a SQLite
@@ -128,23 +138,30 @@ def check_store_url(url: str, *, must_exist: bool = False) -> None:
     Raises:
         ValueError: one line naming the URL and what is wrong.
     """
+    shown = shown_url(url)
     try:
         u = make_url(url)
-    except ArgumentError:
-        raise ValueError(f"{url!r} is not a database URL (e.g. sqlite:///feedback.db for a file here, or "
+    except (ArgumentError, ValueError):
+        raise ValueError(f"{shown!r} is not a database URL (e.g. sqlite:///feedback.db for a file here, or "
                          f"postgresql+psycopg://USER:PASSWORD@HOST/DB)") from None
     if u.get_backend_name() != "sqlite":
         return
     db = u.database or ""
-    if db in ("", ":memory:") or db.startswith("file::memory:") or "mode=memory" in db:
-        raise ValueError(f"{url!r} is an in-memory SQLite database: each connection would see its own and every "
+    if db in ("", ":memory:") or db.startswith("file::memory:") or "mode=memory" in db or \
+            u.query.get("mode") == "memory":
+        raise ValueError(f"{shown!r} is an in-memory SQLite database: each connection would see its own and every "
                          f"outcome is lost at exit; give a file, e.g. sqlite:///feedback.db")
+    if u.query:               # ?mode=ro and the like would be ignored silently: the store opens files its own way
+        raise ValueError(f"{shown!r}: SQLite URL options ({', '.join(sorted(u.query))}) are not used by the outcome "
+                         f"store; give the file alone, e.g. sqlite:///feedback.db")
     path = db[len("file:"):].split("?", 1)[0] if db.startswith("file:") else db
+    if os.path.isdir(path):
+        raise ValueError(f"{shown!r}: {path!r} is a directory, not a database file")
     if must_exist and not os.path.isfile(path):
-        raise ValueError(f"{url!r}: no database file {path!r}")
+        raise ValueError(f"{shown!r}: no database file {path!r}")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise ValueError(f"{url!r}: the directory {parent!r} does not exist")
+        raise ValueError(f"{shown!r}: the directory {parent!r} does not exist")
 
 
 def model_filter(column, model: str):
@@ -197,7 +214,7 @@ class FeedbackStore:
                     have = set(inspect(conn).get_table_names())
                 missing = [t.name for t in metadata.sorted_tables if t.name not in have]
                 if missing:
-                    raise ValueError(f"{url}: not an outcome store (no table {', '.join(missing)}); `kevlike serve "
+                    raise ValueError(f"{shown_url(url)}: not an outcome store (no table {', '.join(missing)}); `kevlike serve "
                                      f"--record URL` creates one")
             else:
                 with self._write() as conn:   # one process at a time checks for and creates the tables
@@ -205,7 +222,7 @@ class FeedbackStore:
                         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})")
                     metadata.create_all(conn)
         except DatabaseError as e:        # not a lock or a lost connection (those are StoreBusy): a wrong file
-            raise ValueError(f"{url}: {getattr(e, 'orig', None) or e}") from None
+            raise ValueError(f"{shown_url(url)}: {getattr(e, 'orig', None) or e}") from None
         self._file = self.engine.url.database if self.sqlite else None
         self._identity = _file_identity(self._file) if self._file else None
 
@@ -214,8 +231,8 @@ class FeedbackStore:
         replaced by another file). One ``stat`` call; a no-op for other backends."""
         if self._identity is not None and _file_identity(self._file) != self._identity:
             raise StoreLost(f"the outcome store's file {self._file!r} was removed or replaced while the server ran: "
-                            f"nothing more can be recorded in it; restart the server (it creates a new file) or "
-                            f"restore the file")
+                            f"nothing more can be recorded in it; restart the server (it creates a new file), or move "
+                            f"the original file back (a copy is another file)")
 
     def _sqlite_pragmas(self, wal: bool = True) -> None:
         """WAL (``wal``; a reader leaves the file's journal mode as it is: switching it writes the file), the busy
@@ -395,7 +412,7 @@ class FeedbackStore:
                 out.append(rec)
         if unreadable:
             log.warning("%s: %d recorded answer(s) with an outcome could not be read (malformed probabilities or "
-                        "target) and were left out", self.url, unreadable)
+                        "target) and were left out", shown_url(self.url), unreadable)
         return out
 
 
@@ -647,7 +664,9 @@ def report(store: FeedbackStore, model: str | None = None) -> dict:
 
     Raises:
         StoreBusy: the store is locked past the busy timeout, or unreachable.
+        StoreLost: its SQLite file was removed or replaced while it was open.
     """
+    store.check_file()                   # a removed file's figures are stale, not the store's
     recs = store.records(model)
     by_type: dict[str, list] = {}
     for r in recs:

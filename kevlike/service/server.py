@@ -47,7 +47,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from kevlike.config.server import ServerConfig
+from kevlike.config.server import JEV_ALIASES, ServerConfig
 from kevlike.data.labelled import answer_target
 from kevlike.model.backbones import MODELS, SetupError
 from kevlike.model.engine import Engine
@@ -57,16 +57,23 @@ from kevlike.request.render import render_text
 from kevlike.request.schema import RequestError, parse_json, parse_request, request_json_schema
 from kevlike.service.batcher import Batcher, QueueFullError
 from kevlike.service.listen import listen_socket
-from kevlike.service.feedback import (CANNOT_TELL_OUTCOME, FeedbackStore, Recorder, RecorderFull, StoreBusy, UnknownRequest,
-                                      check_store_url, report)
+from kevlike.service.feedback import (CANNOT_TELL_OUTCOME, FeedbackStore, Recorder, RecorderFull, StoreBusy, StoreLost,
+                                      UnknownRequest, check_store_url, report, shown_url)
 
 log = logging.getLogger("kevlike.service.server")
 
-JEV_ALIASES = ("jev-latest", "jev-preview")
-
-
 MAX_REQUEST_ID = 128
-"""The longest ``x-request-id`` a client may send (printable ASCII); a longer or non-ASCII one is a 422."""
+"""The longest ``x-request-id`` a client may send (printable ASCII); a longer, empty or non-ASCII one, or one sent
+twice, is a 400."""
+REPLICA_GRACE_S = 2.0
+"""How long ``POST /v1/feedback`` looks for an unknown request id in the store before its 404: replicas share a
+store, and a request answered by another one a moment ago is recorded by that one's write queue (milliseconds when
+the store is free)."""
+
+
+def _clip(text: str, n: int = 80) -> str:
+    """``text`` as an error message quotes a client's value: at most ``n`` characters (``…`` marks a cut)."""
+    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 def _error(status: int, error_type: str, message: str, headers: dict | None = None) -> JSONResponse:
@@ -314,16 +321,24 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     @app.exception_handler(StoreBusy)
     async def store_busy(request: Request, exc: StoreBusy):  # a lock another process holds: transient
         log.warning("request id=%s: %s", getattr(request.state, "request_id", "-"), exc)
+        if isinstance(exc, StoreLost):   # not transient: a retry cannot help until the server restarts
+            return _error(503, "unknown", str(exc))
         return busy(str(exc))
 
     @app.middleware("http")
     async def request_id_auth_and_log(request: Request, call_next):
-        rid = request.headers.get("x-request-id", "")
-        if rid and not (len(rid) <= MAX_REQUEST_ID and rid.isascii() and rid.isprintable()):
+        sent = request.headers.getlist("x-request-id")
+        rid = sent[0] if sent else ""
+        if len(sent) > 1 or (sent and not (0 < len(rid) <= MAX_REQUEST_ID and rid.isascii() and rid.isprintable())):
             # never replaced silently: a client that keys its feedback on its own id would lose it
-            shown = rid if len(rid) <= 40 else rid[:37] + "..."
-            response = _error(400, "invalid_request_id", f"header x-request-id must be 1-{MAX_REQUEST_ID} printable "
-                                                         f"ASCII characters, got {len(rid)} characters: {shown!r}")
+            if len(sent) > 1:
+                why = f"was sent {len(sent)} times"
+            else:   # headers arrive as latin-1: show a client's UTF-8 as it wrote it
+                shown = rid.encode("latin-1", "replace").decode("utf-8", "replace")
+                shown = shown if len(shown) <= 40 else shown[:37] + "..."
+                why = f"is {len(rid)} bytes: {shown!r}"
+            response = _error(400, "invalid_request_id", f"header x-request-id must be sent once, 1-{MAX_REQUEST_ID} "
+                                                         f"printable ASCII characters; it {why}")
             response.headers["x-request-id"] = uuid.uuid4().hex   # every response carries one
             log.info("request id=%s %s %s status=400 (invalid x-request-id)", response.headers["x-request-id"],
                      request.method, request.url.path)
@@ -377,10 +392,9 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         return doc
     app.openapi = openapi
 
-    @app.post("/v1/systemone", openapi_extra={"requestBody": {"required": True, "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/RequestBody"}}}}})
-    async def systemone(request: Request):
-        """Answer typed questions about a state (Jev's System One endpoint)."""
+    async def read_body(request: Request) -> bytes | JSONResponse:
+        """The request body, read chunk by chunk up to ``max_body_bytes`` (a declared or streamed larger one is a
+        413 as soon as it is known, never read into memory whole)."""
         limit = config.engine.limits.max_body_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
@@ -391,8 +405,17 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             if size > limit:
                 return _error(413, "tokens_exceeded", f"body exceeds the limit of {limit} bytes")
             chunks.append(chunk)
+        return b"".join(chunks)
+
+    @app.post("/v1/systemone", openapi_extra={"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/RequestBody"}}}}})
+    async def systemone(request: Request):
+        """Answer typed questions about a state (Jev's System One endpoint)."""
+        body = await read_body(request)
+        if isinstance(body, JSONResponse):
+            return body
         try:
-            req = parse_request(b"".join(chunks), config.engine.limits)
+            req = parse_request(body, config.engine.limits)
         except RequestError as e:
             return _request_error(e)
         name = resolve(req.model or default)
@@ -467,10 +490,9 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
-        limit = config.engine.limits.max_body_bytes
-        body = await request.body()
-        if len(body) > limit:
-            return _error(413, "tokens_exceeded", f"body is {len(body)} bytes; the limit is {limit}")
+        body = await read_body(request)
+        if isinstance(body, JSONResponse):
+            return body
         try:   # the request's structural rules: duplicate keys, depth, lone surrogates, huge numbers
             obj = parse_json(body, config.engine.limits)
         except RequestError as e:
@@ -499,21 +521,28 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             return JSONResponse({"detail": errors}, status_code=422)
         loop = asyncio.get_running_loop()
         recorder = app.state.recorder
+        await loop.run_in_executor(None, store.check_file)   # a removed file: StoreLost (503), not "busy"
         if recorder is not None and recorder.pending(rid):   # answered a moment ago: its record is on its way
             deadline = time.monotonic() + store.busy_timeout_s
             while recorder.pending(rid) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
             if recorder.pending(rid):
                 return busy(f"request {rid!r} is answered but not yet recorded (the outcome store is busy)")
-        try:
-            questions = await loop.run_in_executor(None, store.questions, rid)
-        except UnknownRequest:
-            return _error(404, "not_found", f"no recorded request with id {rid!r}")
+        deadline = time.monotonic() + REPLICA_GRACE_S
+        while True:   # another replica on this store may have answered it a moment ago, its record on its way
+            try:
+                questions = await loop.run_in_executor(None, store.questions, rid)
+                break
+            except UnknownRequest:
+                if time.monotonic() >= deadline:
+                    return _error(404, "not_found", f"no recorded request with id {rid!r} (waited "
+                                                    f"{REPLICA_GRACE_S:g} s for a record on its way)")
+                await asyncio.sleep(0.1)
         targets = {}
         for qid, ans in outcomes.items():
             if qid not in questions:
-                errors.append({"loc": ["body", "outcomes", qid], "type": "unknown_question",
-                               "msg": f"request {rid!r} has no question {qid!r}"[:300]})
+                errors.append({"loc": ["body", "outcomes", _clip(qid)], "type": "unknown_question",
+                               "msg": f"request {rid!r} has no question {_clip(qid)!r}"})
                 continue
             if ans == CANNOT_TELL_OUTCOME and isinstance(ans.get("cannot_tell"), bool):
                 targets[qid] = CANNOT_TELL_OUTCOME           # the state did not determine it (x_abstain's gold)
@@ -521,7 +550,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             try:
                 targets[qid] = answer_target(questions[qid], ans)
             except ValueError as e:
-                errors.append({"loc": ["body", "outcomes", qid], "type": "invalid_answer", "msg": str(e)[:300]})
+                errors.append({"loc": ["body", "outcomes", _clip(qid)], "type": "invalid_answer", "msg": str(e)[:300]})
         if errors:
             return JSONResponse({"detail": errors[:50]}, status_code=422)
         try:
@@ -531,24 +560,25 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
         return {"request_id": rid, "stored": n}
 
     @app.get("/v1/feedback/report")
-    async def feedback_report(model: str | None = None):
+    async def feedback_report(request: Request, model: str | None = None):
         """Per type: outcomes counted, accuracy, ECE and confident errors of the recorded answers (of
         exactly ``model`` and its profiles ``model@NAME``, case-exact, after alias resolution; default all
-        models). 422 for an empty ``model``; 404 for a model that is neither served nor has recorded outcomes; 503
-        with ``Retry-After`` while the store is locked."""
+        models). 422 for an empty or repeated ``model``; 404 for a model that is neither served nor has recorded
+        outcomes; 503 with ``Retry-After`` while the store is locked, without it once its file is gone."""
         if store is None:
             return _error(404, "not_found", "feedback recording is off (start the server with --record DB_URL)")
-        if model is not None and not model.strip():
+        n_sent = len(request.query_params.getlist("model"))
+        if n_sent > 1 or (model is not None and not model.strip()):
+            why = f"was given {n_sent} times: give it once" if n_sent > 1 else "is empty: name a model (GET /v1/models)"
             return JSONResponse({"detail": [{"loc": ["query", "model"], "type": "value_error",
-                                             "msg": "model is empty: name a model (GET /v1/models) or leave the "
-                                                    "parameter out for all models"}]}, status_code=422)
+                                             "msg": f"model {why}, or leave it out for all models"}]}, status_code=422)
         if model is not None:
             model = resolve(model)         # jev-latest is recorded as the model it resolves to
         out = await asyncio.get_running_loop().run_in_executor(reports, report, store, model)
         if model is not None and model not in engines and not out["overall"]["outcomes"]:
             # a model served before a restart still has its report; a mistyped one gets an answer, not zeros
-            return _error(404, "not_found", f"model {model!r} is not served here and has no recorded outcomes "
-                                            f"(served: {', '.join(engines)})"[:300])
+            return _error(404, "not_found", f"model {_clip(model)!r} is not served here and has no recorded "
+                                            f"outcomes (served: {', '.join(engines)})"[:300])
         return out
 
     async def answer_unless_gone(request: Request, fut: asyncio.Future) -> dict:
@@ -680,7 +710,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
             try:
                 store = FeedbackStore(config.record)
             except StoreBusy as e:
-                raise SetupError(f"--record {config.record}: {e}") from None
+                raise SetupError(f"--record {shown_url(config.record)}: {e}") from None
             except ValueError as e:   # not a database of this kind, a driver missing
                 raise ValueError(f"--record: {e}") from None
         app = create_app(engines, next(iter(engines)), config, info, store=store, record_state=config.record_state)
