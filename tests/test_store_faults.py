@@ -216,6 +216,7 @@ def test_store_urls_never_show_a_password_and_odd_sqlite_urls_are_named(tmp_path
     from kevlike.service.feedback import shown_url
 
     assert shown_url("postgresql+psycopg://bob:hunter2@127.0.0.1:1/x") == "postgresql+psycopg://bob:***@127.0.0.1:1/x"
+    assert "hunter2" not in shown_url("postgresql://bob@127.0.0.1:1/x?sslmode=disable&password=hunter2")
     assert shown_url("bob:hunter2@host") == "bob:hunter2@host"                 # not a URL: nothing to mask
     assert "hunter2" not in shown_url("weird://bob:hunter2@h:notaport/x")
     with pytest.raises(ValueError, match="is not a database URL") as e:

@@ -121,10 +121,12 @@ def _file_identity(path: str) -> tuple[int, int] | None:
 
 
 def shown_url(url: str) -> str:
-    """``url`` as messages, logs and profile files show it: the password masked (``postgresql://bob:***@host/db``),
-    so that an error line or a profile's ``source`` never carries a database password."""
+    """``url`` as messages, logs and profile files show it: the password masked (``postgresql://bob:***@host/db``, and
+    a ``?password=`` parameter), so that an error line or a profile's ``source`` never carries a database password."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        u = make_url(url)
+        secret = {k: "***" for k in u.query if k.lower() in ("password", "passwd", "pass")}   # libpq's ?password=
+        return (u.update_query_dict(secret) if secret else u).render_as_string(hide_password=True)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number     # not a URL: mask anything between "://user:" and "@" all the same
         return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
