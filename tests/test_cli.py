@@ -397,6 +397,15 @@ def test_an_unknown_model_is_reported_before_torch_loads(argv):
     assert p.stderr == f"kevlike: error: {message}\n"
 
 
+def test_a_server_style_model_at_profile_on_the_command_line_points_to_profile():
+    from kevlike.model.registry import model_name_error, unknown_model_message
+
+    assert model_name_error("kevlike-default@ops") == (
+        "unknown model 'kevlike-default@ops': MODEL@PROFILE names a calibration profile in a request to the server; "
+        "on the command line give --model kevlike-default --profile ops (kevlike decide, kevlike eval --data)")
+    assert "not a registered name" in unknown_model_message("no-such@ops")      # not a model before the @: as before
+
+
 def test_model_name_check_agrees_with_resolve_model(tmp_path):
     """model_name_error accepts exactly the names resolve_model resolves (without fetching): registered names,
     embedded backbones, decision-model and HF directories, hub ids that are no local path."""
