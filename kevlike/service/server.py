@@ -334,9 +334,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             if len(sent) > 1:
                 why = f"was sent {len(sent)} times"
             else:   # headers arrive as latin-1: show a client's UTF-8 as it wrote it
-                shown = rid.encode("latin-1", "replace").decode("utf-8", "replace")
-                shown = shown if len(shown) <= 40 else shown[:37] + "..."
-                why = f"is {len(rid)} bytes: {shown!r}"
+                why = f"is {len(rid)} bytes: {_clip(rid.encode('latin-1', 'replace').decode('utf-8', 'replace'), 40)!r}"
             response = _error(400, "invalid_request_id", f"header x-request-id must be sent once, 1-{MAX_REQUEST_ID} "
                                                          f"printable ASCII characters; it {why}")
             response.headers["x-request-id"] = uuid.uuid4().hex   # every response carries one
@@ -484,7 +482,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
     async def feedback(request: Request):
         """Observed outcomes of a recorded request: ``{"request_id": ID, "outcomes": {question id: answer}}``
         (answers as in labelled files: true/false, an option key, a level index, or a distribution).
-        200 ``{"request_id", "stored"}``; 404 unknown request id (or recording off); 422 unknown question
+        200 ``{"request_id", "stored"}``; 404 unknown request id (after :data:`REPLICA_GRACE_S`; or recording off); 422 unknown question
         id or wrong answer type (with ``loc``); 503 with ``Retry-After`` while the store is locked (or the
         request's own record is still waiting to be written). Posting the same outcome again replaces it."""
 
