@@ -127,8 +127,8 @@ def shown_url(url: str) -> str:
         u = make_url(url)
         secret = {k: "***" for k in u.query if k.lower() in ("password", "passwd", "pass")}   # libpq's ?password=
         return (u.update_query_dict(secret) if secret else u).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):  # ValueError: a port that is not a number     # not a URL: mask anything between "://user:" and "@" all the same
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    except (ArgumentError, ValueError):  # not a URL (ValueError: a port that is not a number): mask anything
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)     # between "://user:" and "@" all the same
 
 
 def check_store_url(url: str, *, must_exist: bool = False) -> None:
@@ -216,8 +216,8 @@ class FeedbackStore:
                     have = set(inspect(conn).get_table_names())
                 missing = [t.name for t in metadata.sorted_tables if t.name not in have]
                 if missing:
-                    raise ValueError(f"{shown_url(url)}: not an outcome store (no table {', '.join(missing)}); `kevlike serve "
-                                     f"--record URL` creates one")
+                    raise ValueError(f"{shown_url(url)}: not an outcome store (no table {', '.join(missing)}); "
+                                     f"`kevlike serve --record URL` creates one")
             else:
                 with self._write() as conn:   # one process at a time checks for and creates the tables
                     if self.engine.dialect.name == "postgresql":
