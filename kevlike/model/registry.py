@@ -133,7 +133,7 @@ def unknown_model_message(name: str) -> str:
     """The one-line error for a model name that is neither registered nor a model directory."""
     known = ", ".join(dict.fromkeys([*MODELS, *EMBEDDED]))
     base, at, profile = name.partition("@")
-    if at and base in known.split(", "):     # the server's MODEL@PROFILE: the command line has --profile
+    if at and base in (*MODELS, *EMBEDDED):   # the server's MODEL@PROFILE: the command line has --profile
         return (f"unknown model {name!r}: MODEL@PROFILE names a calibration profile in a request to the server; "
                 f"on the command line give --model {base} --profile {profile} (kevlike decide, kevlike eval --data)")
     return (f"unknown model {name!r}: not a registered name ({known}) and not a directory "
