@@ -615,13 +615,13 @@ def _cmd_recalibrate(args) -> int:
     from kevlike.service.feedback import FeedbackStore, StoreBusy, check_store_url, shown_url
 
     model = args.model or "kevlike-default"
+    base = model.split("@")[0]
     if args.min_count < 1:          # every input before the store is read
         return _fail(f"--min-count must be an integer >= 1, got {args.min_count}")
-    if model.split("@")[0] in JEV_ALIASES:   # the store holds the name an alias resolved to on that server
+    if base in JEV_ALIASES:         # the store holds the name an alias resolved to on that server
         return _fail(f"--model {model}: an alias of a server's default model, which answers are recorded under; "
                      f"give that model's name (GET /v1/models on the server lists it)")
-    if "@" in model:                # a profile's answers are read with its model's
-        base = model.split("@")[0]
+    if base != model:               # a profile's answers are read with its model's
         return _fail(f"--model {model}: a profile is refitted from its model: --model {base} (the recorded answers "
                      f"of {base} and of every {base}@NAME are read)")
     for flag, check in (("--profile", lambda: check_profile_name(args.profile)),

@@ -77,8 +77,8 @@ def check_bias(where: str, b) -> float:
 def normal_logits(p: torch.Tensor) -> torch.Tensor:
     """Logits ``[..., K]`` of the discretised normal with the mean and variance of ``p`` ``[..., K]``
     (probabilities over ordered levels 0 … K−1): ``−(k − μ)² / 2σ²`` with ``μ = Σ k p_k``,
-    ``σ² = max(Σ (k − μ)² p_k, VAR_FLOOR)``, in ``p``'s dtype and differentiable through μ and σ². Trailing levels of probability 0 (padding) move neither
-    μ nor σ²; their logits are finite, for the caller to mask. Shared by :func:`normal_readout` (serving) and
+    ``σ² = max(Σ (k − μ)² p_k, VAR_FLOOR)``, in ``p``'s dtype and differentiable through μ and σ². Trailing levels
+    of probability 0 (padding) move neither μ nor σ²; their logits are finite, for the caller to mask. Shared by :func:`normal_readout` (serving) and
     :func:`kevlike.training.losses.normal_readout_nll` (training)."""
     k = torch.arange(p.shape[-1], dtype=p.dtype, device=p.device)
     mu = (k * p).sum(-1, keepdim=True)
@@ -265,11 +265,12 @@ def read_temperatures(path: str | Path) -> TemperatureTable:
         raise ProfileError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
 
     def unique(pairs: list) -> dict:   # a key written twice: which one was meant is not ours to guess
-        keys = [k for k, _ in pairs]
-        if len(set(keys)) < len(keys):
-            twice = sorted({k for k in keys if keys.count(k) > 1})
-            raise ProfileError(f"{path}: key {twice[0]!r} appears more than once in one object")
-        return dict(pairs)
+        out = {}
+        for k, v in pairs:
+            if k in out:
+                raise ProfileError(f"{path}: key {k!r} appears more than once in one object")
+            out[k] = v
+        return out
 
     try:     # NaN / Infinity read as floats: the field check below refuses them naming the field
         obj = json.loads(text, parse_constant=float, object_pairs_hook=unique)
