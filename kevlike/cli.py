@@ -543,8 +543,11 @@ def _cmd_eval(args) -> int:
         return _fail("--costs and --profile go with --data FILE.jsonl")
     if args.reuse is not None and (args.splits is not None or args.half is not None):
         return _fail("--reuse re-scores every record of the earlier run: --splits and --half go with a new run")
-    if args.reuse is not None and not (Path(args.reuse) / "records.jsonl").is_file():
-        return _fail(f"--reuse {args.reuse}: not an eval run directory (no records.jsonl; use a runs/eval-… directory)")
+    if args.reuse is not None:
+        missing = [f for f in ("records.jsonl", "metrics.json") if not (Path(args.reuse) / f).is_file()]
+        if missing:
+            return _fail(f"--reuse {args.reuse}: not an eval run directory (no {' or '.join(missing)}; use a "
+                         f"runs/eval-… directory, which holds both)")
     if args.half is not None and not args.suite.startswith("generalization"):
         return _fail(f"--half goes with --suite generalization or generalization-quick, not {args.suite!r}")
     if args.splits is not None and not args.suite.startswith("generalization"):

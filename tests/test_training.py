@@ -647,7 +647,10 @@ def test_train_cli_errors_are_one_line(tmp_path):
     p = kevlike("train", "--resume", str(tmp_path))
     assert p.returncode == 2 and "not a run directory" in p.stderr.decode()
     p = kevlike("eval", "--reuse", str(tmp_path))
-    assert p.returncode == 2 and "not an eval run directory" in p.stderr.decode()
+    assert p.returncode == 2 and "not an eval run directory (no records.jsonl or metrics.json" in p.stderr.decode()
+    (tmp_path / "records.jsonl").write_text("")      # records without the run's metrics.json: named, not an OSError
+    p = kevlike("eval", "--reuse", str(tmp_path))
+    assert p.returncode == 2 and "(no metrics.json;" in p.stderr.decode() and "Errno" not in p.stderr.decode()
     p = kevlike("eval", "--n", "0")
     assert p.returncode == 2 and "--n must be a positive integer" in p.stderr.decode()
     p = kevlike("eval", "--url", "ftp://example")
