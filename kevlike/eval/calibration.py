@@ -52,6 +52,10 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if not ModelDir.holds_one(artifact):
         raise ValueError(f"{artifact} is not a decision-model directory (no {ModelDir.MANIFEST})")
     manifest = model_dir.manifest()
+    if "ensemble" in manifest and records_path is None:
+        raise ValueError(f"{artifact} is an ensemble: calibrate it on the records of an eval run of it (kevlike eval "
+                         f"--model {artifact} --suite generalization --half validation, then kevlike calibrate "
+                         f"{artifact} --records RUN/records.jsonl)")
     trained = manifest.get("option_modes", ["list"])
     modes = trained if fit_mode in (None, "both") else [fit_mode]
     if any(m not in trained for m in modes):

@@ -369,7 +369,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
 
 def _readout_name(engine) -> str:
     name = getattr(getattr(engine, "readout", None), "name", None)
-    return {"pointer": "pointer head", "lm": "LM readout (training-free)"}.get(name, "as served (--url)")
+    return {"pointer": "pointer head", "lm": "LM readout (training-free)",
+            "ensemble": "a linear pool of its members' answers"}.get(name, "as served (--url)")
 
 
 class _LMBaseline:
@@ -388,6 +389,8 @@ class _LMBaseline:
             self.note = "not run: --url evaluates a served model (no local backbone)"
         elif not wanted:
             self.note = "not run (--no-lm-baseline)"
+        elif lm_engine is None and getattr(engine, "members", None):
+            self.note = "not run: an ensemble has no single backbone (run it per member)"
         elif lm_engine is None and self.artifact is None:
             self.note = "not run: the model was not loaded from a decision-model directory (its backbone is unknown)"
         else:

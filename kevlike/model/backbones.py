@@ -88,7 +88,7 @@ def _safetensors_size(path: Path, head: bytes, size: int) -> int | None:
 @dataclass(frozen=True)
 class ResolvedModel:
     name: str                  # the name the response reports
-    backbone_dir: Path
+    backbone_dir: Path | None  # None: an ensemble (kevlike.model.ensemble), whose members have backbones
     artifact_dir: Path | None  # None: LM readout
 
 
@@ -221,6 +221,16 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
     """
     name = str(name_or_path) if name_or_path is not None else DEFAULT_MODEL
     kind = model_kind(name)
+    if kind == "registered" and name in MODELS and MODELS[name].members:     # an ensemble: members load themselves
+        for b in MODELS[name].backbones:
+            if not is_fetched(b):
+                if not auto_fetch:
+                    raise ModelNotFoundError(f"backbone {b!r} is not set up; run `kevlike fetch {b}`")
+                fetch_backbone(b)
+        artifact = Path(MODELS[name].artifact)
+        if not ModelDir.holds_one(artifact):
+            raise SetupError(f"model {name!r}: its ensemble directory {artifact} is missing from this install")
+        return ResolvedModel(name, None, artifact)
     if kind == "registered":
         entry = MODELS.get(name)
         backbone = entry.backbone if entry else name
@@ -238,6 +248,8 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
     if kind == "decision":
         check_model_files(path, "run `git lfs install && git lfs pull` in the clone, or copy the model directory again")
         manifest = ModelDir(path).manifest()
+        if "ensemble" in manifest:        # kevlike.model.ensemble: no backbone of its own
+            return ResolvedModel(name, None, path)
         inner = resolve_model(manifest["backbone"], auto_fetch)
         return ResolvedModel(name, inner.backbone_dir, path)
     if kind == "hf":

@@ -248,6 +248,9 @@ class Engine:
         the model's own; the engine is then named ``MODEL@NAME``. ``state_cache_mb``: a model that cannot keep a
         state cache (:func:`state_cache_refusal`) is loaded without one.
 
+        An ensemble (a name or directory of :mod:`kevlike.model.ensemble`) loads as an
+        :class:`~kevlike.model.ensemble.EnsembleEngine`, which answers like an engine.
+
         Raises:
             kevlike.model.backbones.ModelNotFoundError: unknown name or path.
             ValueError: a refused setting (before any weights load), an unknown backend, int8 off the CPU, an
@@ -265,6 +268,10 @@ class Engine:
         quantize, quantize_reason = resolve_quantize(options.quantize, device, dtype)
         policy = ThreadPolicy.from_env(options.threads)
         resolved = resolve_model(name_or_path)
+        if resolved.backbone_dir is None:     # an ensemble: its members load with these options
+            from kevlike.model.ensemble import EnsembleEngine
+            return EnsembleEngine.from_dir(resolved.artifact_dir, options, name=resolved.name, device=device,
+                                           backend=backend)
         if options.profile is not None:
             if resolved.artifact_dir is None:
                 raise ValueError(f"model {resolved.name!r} has no pointer head; calibration profiles are for decision models")

@@ -84,6 +84,14 @@ class ModelEntry:
     description: str
     release_date: str
     artifact: str | None = None  # directory of a trained decision model (pointer head); None = LM readout
+    members: tuple[str, ...] = ()  # an ensemble (kevlike.model.ensemble): its member models; backbone is then ""
+
+    @property
+    def backbones(self) -> tuple[str, ...]:
+        """The backbones this name needs set up: its own, or each member's for an ensemble."""
+        if self.members:
+            return tuple(dict.fromkeys(b for m in self.members for b in MODELS[m].backbones))
+        return (self.backbone,)
 
 
 DEFAULT_MODEL = "kevlike-default"
@@ -93,6 +101,10 @@ DEFAULT_ARTIFACT = Path(__file__).resolve().parents[1] / "models" / "default"
 QWEN_MODEL = "kevlike-qwen"
 
 QWEN_ARTIFACT = Path(__file__).resolve().parents[1] / "models" / "qwen"
+
+ENSEMBLE_MODEL = "kevlike-ensemble"
+
+ENSEMBLE_ARTIFACT = Path(__file__).resolve().parents[1] / "models" / "ensemble"
 
 MODELS = {
     DEFAULT_MODEL: ModelEntry(
@@ -113,6 +125,16 @@ MODELS = {
                     "download on first use (model card: kevlike/models/qwen/MODEL_CARD.md)",
         release_date="2026-12-03",
         artifact=str(QWEN_ARTIFACT),
+    ),
+    ENSEMBLE_MODEL: ModelEntry(
+        name=ENSEMBLE_MODEL,
+        backbone="",
+        description="kevlike-default and kevlike-qwen answering together, their calibrated distributions mixed "
+                    "(a linear pool, weights chosen on the validation half): the most accurate answers kevlike "
+                    "gives, at the cost of both models' passes (model card: kevlike/models/ensemble/MODEL_CARD.md)",
+        release_date="2026-12-05",
+        artifact=str(ENSEMBLE_ARTIFACT),
+        members=(DEFAULT_MODEL, QWEN_MODEL),
     ),
     "smollm2-135m-instruct": ModelEntry(
         name="smollm2-135m-instruct",

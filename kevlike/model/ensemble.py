@@ -1,0 +1,401 @@
+"""Ensembles: several decision models answer the same request and their calibrated distributions are mixed.
+
+A linear opinion pool (Stone 1961, "The opinion pool"; Genest & Zidek 1986, "Combining probability
+distributions: a critique and an annotated bibliography"): for each question
+
+    p(option) = Σ_m w_m · p_m(option)              w_m ≥ 0, Σ_m w_m = 1
+
+where ``p_m`` is member ``m``'s served distribution (its own temperatures and score readout applied), and the
+same mixture of the members' ``x_abstain``. The members may run different backbones and tokenizers: each
+encodes the request itself, so an ensemble costs the sum of its members' passes. The mixture can be calibrated
+once more as a whole (``kevlike calibrate ENSEMBLE --records RUN/records.jsonl``): its "logits" are the
+mixture's log-probabilities, so a temperature ``T`` serves ``softmax(log p / T)`` (a power of the mixture) and
+``x_abstain`` gets its own Platt scaling; with no ``calibration.json`` the mixture is served as it is.
+
+An ensemble is a directory holding ``kevlike.json`` with an ``ensemble`` entry (and, after calibration,
+``calibration.json``)::
+
+    {"format": 1, "ensemble": {"members": [{"model": "kevlike-default", "weight": 0.6},
+                                           {"model": "kevlike-qwen", "weight": 0.4}]}}
+
+A member is a registered model name or a decision-model directory (a relative path is read from the ensemble's
+directory); an ensemble cannot be a member. ``kevlike ensemble A B OUT --weights 0.6 0.4`` writes one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
+from kevlike.model.modeldir import ModelDir
+from kevlike.model.registry import MANIFEST
+from kevlike.model.temperatures import TemperatureTable, read_temperatures
+from kevlike.request.answers import answer
+from kevlike.request.schema import Request, RequestError
+
+WEIGHT_TOLERANCE = 1e-6
+"""How far the member weights may sum from 1 (they are written with a few decimals)."""
+
+MIN_PROB = 1e-30
+"""The floor under a mixed probability before its log is taken (a mixture of float32 softmaxes can hold 0)."""
+
+
+class EnsembleError(ValueError):
+    """An ensemble manifest that cannot be served; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member of an ensemble: ``model`` as written in the manifest, ``resolved`` the name or path loaded."""
+
+    model: str
+    weight: float
+    resolved: str
+
+
+def is_ensemble(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a directory whose ``kevlike.json`` has an ``ensemble`` entry (unreadable manifests are
+    not ensembles here: the load reports them)."""
+    f = Path(path) / MANIFEST
+    if not f.is_file():
+        return False
+    try:
+        return "ensemble" in json.loads(f.read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def read_members(path: str | os.PathLike) -> list[Member]:
+    """The members of the ensemble at ``path``, checked.
+
+    Raises:
+        EnsembleError: the manifest's ``ensemble.members`` is not a list of at least one ``{"model": str,
+            "weight": number}``; a weight is negative or not finite; the weights do not sum to 1 (within
+            :data:`WEIGHT_TOLERANCE`); a member is named twice; a member is itself an ensemble, or names no
+            registered model and no decision-model directory.
+    """
+    from kevlike.model.registry import MODELS, model_kind
+
+    path = Path(path)
+    where = f"{path / MANIFEST}"
+    try:
+        spec = json.loads((path / MANIFEST).read_text())["ensemble"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise EnsembleError(f"{where}: cannot read its 'ensemble' entry ({e})") from None
+    members = spec.get("members") if isinstance(spec, dict) else None
+    if not isinstance(members, list) or not members:
+        raise EnsembleError(f"{where}: ensemble.members must be a non-empty list of {{\"model\", \"weight\"}}")
+    out = []
+    for i, m in enumerate(members):
+        field = f"ensemble.members[{i}]"
+        if not isinstance(m, dict) or set(m) != {"model", "weight"}:
+            raise EnsembleError(f"{where}: {field} must hold exactly 'model' and 'weight', got {m!r}"[:300])
+        name, w = m["model"], m["weight"]
+        if not isinstance(name, str) or not name:
+            raise EnsembleError(f"{where}: {field}.model must be a model name or directory")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise EnsembleError(f"{where}: {field}.weight must be a finite number ≥ 0, got {w!r}")
+        resolved = name
+        if name not in MODELS and not Path(name).is_absolute():
+            resolved = str(path / name) if (path / name).exists() else name
+        if model_kind(resolved) is None:
+            raise EnsembleError(f"{where}: {field}.model {name!r} is not a registered model or a model directory")
+        entry = MODELS.get(resolved)
+        if (entry is not None and entry.members) or is_ensemble(resolved):
+            raise EnsembleError(f"{where}: {field}.model {name!r} is an ensemble; members must be single models")
+        if resolved in [x.resolved for x in out]:
+            raise EnsembleError(f"{where}: {field}.model {name!r} is named twice")
+        out.append(Member(name, float(w), resolved))
+    total = sum(m.weight for m in out)
+    if abs(total - 1.0) > WEIGHT_TOLERANCE:
+        raise EnsembleError(f"{where}: the member weights sum to {total:.6g}, not 1")
+    return out
+
+
+def write_ensemble(out: str | os.PathLike, members: Sequence[str], weights: Sequence[float],
+                   note: str | None = None) -> Path:
+    """Write an ensemble directory ``out`` of ``members`` (registered names or decision-model directories, stored
+    as absolute paths) with ``weights``; ``note`` (how the weights were chosen) goes into the manifest. The result
+    is checked by :func:`read_members` before the call returns.
+
+    Raises:
+        EnsembleError: as :func:`read_members`, or ``out`` already holds a model, or the counts differ.
+    """
+    from kevlike.model.registry import MODELS
+
+    out = Path(out)
+    if len(members) != len(weights):
+        raise EnsembleError(f"{len(members)} members but {len(weights)} weights")
+    if ModelDir.holds_one(out):
+        raise EnsembleError(f"{out} already holds a model ({MANIFEST}); choose another directory")
+    spec = {"members": [{"model": m if m in MODELS else str(Path(m).resolve()), "weight": float(w)}
+                        for m, w in zip(members, weights)]}
+    manifest = {"format": 1, "ensemble": spec, **({"note": note} if note else {})}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    try:
+        read_members(out)
+    except EnsembleError:
+        (out / MANIFEST).unlink()
+        raise
+    return out
+
+
+@dataclass(frozen=True)
+class EnsembleEncoded:
+    """A request encoded by every member: ``parts[m]`` is member ``m``'s encoding (its own tokenizer)."""
+
+    request: Request
+    parts: tuple
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(p.n_tokens for p in self.parts)
+
+
+@dataclass(frozen=True)
+class EnsemblePrepared:
+    """One request prepared by every member (:meth:`EnsembleEngine.prepare`); the server's batcher budgets a batch
+    by ``n_tokens``, the sum over members."""
+
+    request: Request
+    parts: tuple          # kevlike.model.engine.Prepared, one per member
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(p.n_tokens for p in self.parts)
+
+    @property
+    def script(self):
+        return self.parts[0].script
+
+
+class _Readout:
+    name = "ensemble"
+
+
+class EnsembleEngine:
+    """An :class:`~kevlike.model.engine.Engine`-like object that answers with a linear opinion pool of its
+    members (module docstring); ``decide``, ``decide_batch``, ``prepare`` and ``run`` answer as an engine does, and
+    ``encode``/``question_outputs``/``probabilities`` give the evaluation its records.
+
+    Args:
+        members: loaded member engines.
+        weights: one weight per member, ≥ 0, summing to 1.
+        name: the model name responses report.
+        temperatures: the mixture's own calibration (default: served as mixed, T = 1).
+        artifact_dir: the ensemble's directory (calibration is written there).
+        abstain_above: as :class:`kevlike.config.engine.EngineOptions`.
+
+    Raises:
+        ValueError: no members, a count mismatch, or weights that are negative or do not sum to 1.
+    """
+
+    readout = _Readout()
+    option_orders = None
+    option_mode = "list"          # the mixture's temperatures are looked up as list-mode types
+    temperature_mode = "list"
+    profile = None
+    state_cache = None            # each member keeps its own (EngineOptions.state_cache_mb is per member)
+
+    def __init__(self, members: Sequence, weights: Sequence[float], *, name: str,
+                 temperatures: TemperatureTable | None = None, artifact_dir: Path | None = None,
+                 abstain_above: float | None = None):
+        if not members or len(members) != len(weights):
+            raise ValueError(f"an ensemble needs one weight per member (got {len(members)} members, "
+                             f"{len(weights)} weights)")
+        if any(w < 0 for w in weights) or abs(sum(weights) - 1.0) > WEIGHT_TOLERANCE:
+            raise ValueError(f"ensemble weights must be ≥ 0 and sum to 1, got {list(weights)}")
+        self.members = list(members)
+        self.weights = [float(w) for w in weights]
+        self.name = name
+        self.temperatures = temperatures or TemperatureTable(source="default: the mixture as it is (T = 1)")
+        self.artifact_dir = artifact_dir
+        self.abstain_above = abstain_above
+        self.limits = self.members[0].limits
+        self.device = self.members[0].device
+        self.thread_policy = self.members[0].thread_policy
+        self.model = self            # the server gives each distinct model its own thread
+        self.abstain = all(getattr(m, "abstain", False) for m in self.members)
+        self.dtype = "/".join(dict.fromkeys(m.dtype for m in self.members))
+        self.dtype_reason = "; ".join(f"{m.name}: {m.dtype_reason}" for m in self.members)
+
+    @classmethod
+    def from_dir(cls, path: str | os.PathLike, options: EngineOptions = DEFAULT_OPTIONS, *, name: str | None = None,
+                 device=None, backend: str | None = None) -> "EnsembleEngine":
+        """Load the ensemble at ``path``: each member with ``options`` (:meth:`Engine.from_pretrained`), then the
+        mixture's ``calibration.json`` where there is one.
+
+        Raises:
+            EnsembleError: a bad manifest (:func:`read_members`), or a setting an ensemble does not take (a
+                calibration profile, an option mode or option orders: each member reads in its own).
+            kevlike.model.temperatures.ProfileError: an invalid ``calibration.json``.
+            kevlike.model.backbones.ModelNotFoundError, SetupError: a member cannot be loaded.
+        """
+        from kevlike.model.engine import Engine
+
+        path = Path(path)
+        for f in ("profile", "option_mode", "option_orders"):
+            if getattr(options, f) is not None:
+                raise EnsembleError(f"ensemble {name or path}: --{f.replace('_', '-')} does not apply (each member "
+                                    f"answers with its own settings and the mixture has its own calibration)")
+        members = read_members(path)
+        engines = [Engine.from_pretrained(m.resolved, options, device=device, backend=backend) for m in members]
+        cal = ModelDir(path).calibration_path
+        table = read_temperatures(cal) if cal.is_file() else None
+        return cls(engines, [m.weight for m in members], name=name or str(path), temperatures=table,
+                   artifact_dir=path, abstain_above=options.abstain_above)
+
+    def describe(self) -> str:
+        """One line: the members with their weights and descriptions, and the mixture's calibration."""
+        parts = "; ".join(f"{w:g} × {m.name} ({m.describe()})" for m, w in zip(self.members, self.weights))
+        return f"ensemble (linear pool) of {parts}; mixture temperatures: {self.temperatures.source}"
+
+    def with_profile(self, profile: str):
+        raise ValueError(f"ensemble {self.name}: calibration profiles are per member; an ensemble has none")
+
+    # -- the evaluation's path: encode, question_outputs, probabilities ------------------------------------
+    def encode(self, request: Request, option_mode: str | None = None) -> EnsembleEncoded:
+        """Every member's encoding of ``request`` (``option_mode`` must be None: members read in their own)."""
+        if option_mode is not None:
+            raise ValueError("an ensemble's members read in their own option modes")
+        return EnsembleEncoded(request, tuple(m.encode(request) for m in self.members))
+
+    def _mixed(self, per_member: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
+        """``Σ_m w_m p_m`` per question, from ``per_member[m][q]`` ``[K]`` (float32)."""
+        return [sum(w * p[q].double() for w, p in zip(self.weights, per_member)).float()
+                for q in range(len(per_member[0]))]
+
+    def question_outputs(self, encoded: Sequence[EnsembleEncoded], padding_side: str = "right"):
+        """Per request, per question: the log of the mixed distribution ``[K]`` (the mixture's "logits":
+        ``softmax`` of them at ``T = 1`` is the mixture) and, when every member has ``x_abstain``, the logit of
+        the mixed ``x_abstain`` (float64 logit of a probability); else None for the second."""
+        probs = [[] for _ in encoded]        # [request][member] -> list of [K]
+        xs = [[] for _ in encoded]
+        for mi, m in enumerate(self.members):
+            parts = [e.parts[mi] for e in encoded]
+            if getattr(m, "abstain", False):
+                logits, abstain = m.question_outputs(parts, padding_side)
+            else:
+                logits, abstain = m.question_logits(parts, padding_side), None
+            for b, e in enumerate(encoded):
+                probs[b].append(m.probabilities(e.request, logits[b]))
+                if abstain is not None:
+                    xs[b].append(torch.tensor([m.abstain_probability(a) for a in abstain[b]], dtype=torch.float64))
+        logits = [[torch.log(p.clamp_min(MIN_PROB)) for p in self._mixed(pm)] for pm in probs]
+        if not self.abstain:
+            return logits, None
+        out = []
+        for b in range(len(encoded)):
+            x = sum(w * xm for w, xm in zip(self.weights, xs[b])).clamp(1e-300, 1 - 1e-16)
+            out.append(torch.log(x) - torch.log1p(-x))
+        return logits, out
+
+    def question_logits(self, encoded: Sequence[EnsembleEncoded], padding_side: str = "right"):
+        """The first half of :meth:`question_outputs`."""
+        return self.question_outputs(encoded, padding_side)[0]
+
+    def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The served distribution per question: ``softmax(z / T(type, K))`` of the mixture's log-probabilities
+        ``z``, then the table's score readout (both identities when the mixture is not calibrated)."""
+        t = self.temperatures
+        return [t.readout(q.type, torch.softmax(z / t.lookup(q.type, len(q.options)), -1))
+                for q, z in zip(request.questions, logits)]
+
+    def abstain_probability(self, a) -> float:
+        """``x_abstain`` of a mixed-abstention logit ``a`` under the mixture's Platt scaling."""
+        return self.temperatures.abstain_probability(a)
+
+    # -- the serving path: prepare, run, decide ---------------------------------------------------------
+    def prepare(self, request: Any) -> EnsemblePrepared:
+        """Every member's :meth:`Engine.prepare` of ``request``.
+
+        Raises:
+            RequestError: the first member's refusal (invalid, over a member's token budget, a script policy).
+        """
+        parts = tuple(m.prepare(request) for m in self.members)
+        return EnsemblePrepared(parts[0].request, parts)
+
+    def run(self, prepared: Sequence[EnsemblePrepared], *, mode: str = "packed") -> list[dict]:
+        """Each member answers its part of every request; the answers are mixed question by question."""
+        if not prepared:
+            return []
+        answered = [m.run([p.parts[mi] for p in prepared], mode=mode) for mi, m in enumerate(self.members)]
+        return [self._respond(p, [a[i] for a in answered]) for i, p in enumerate(prepared)]
+
+    def decide(self, request: Any, *, mode: str = "packed") -> dict:
+        """Answer one request (dict, JSON text or :class:`Request`); returns the Jev response dict.
+
+        Raises:
+            RequestError: invalid request (422) or over a member's token budget (413).
+            ValueError: unknown ``mode``.
+        """
+        return self.decide_batch([request], mode=mode)[0]
+
+    def decide_batch(self, requests: Sequence[Any], *, mode: str = "packed") -> list[dict]:
+        """Answer several requests (see :meth:`Engine.decide_batch`)."""
+        from kevlike.model.engine import MODES
+
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        prepared = []
+        for i, r in enumerate(requests):
+            try:
+                prepared.append(self.prepare(r))
+            except RequestError as e:
+                if len(requests) > 1:
+                    for err in e.errors:
+                        err["loc"] = [err["loc"][0], i, *err["loc"][1:]]
+                    raise RequestError(e.errors, e.status) from None
+                raise
+        return self.run(prepared, mode=mode)
+
+    def _respond(self, prepared: EnsemblePrepared, responses: list[dict]) -> dict:
+        from kevlike.model.engine import Decision
+
+        request = prepared.request
+        per_member = [[_distribution(q, r["answers"][q.id]) for q in request.questions] for r in responses]
+        mixed = self._mixed(per_member)
+        z = [torch.log(p.clamp_min(MIN_PROB)) for p in mixed]
+        table = self.temperatures
+        tempered = [torch.softmax(zq / table.lookup(q.type, len(q.options)), -1) for q, zq in zip(request.questions, z)]
+        probs = [table.readout(q.type, p) for q, p in zip(request.questions, tempered)]
+        pre = {q.id: p.tolist() for q, p in zip(request.questions, tempered) if table.reads_normal(q.type, len(q.options))}
+        above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
+        answers = {}
+        for qi, (q, p) in enumerate(zip(request.questions, probs)):
+            if self.abstain:
+                x = sum(w * r["answers"][q.id]["x_abstain"] for w, r in zip(self.weights, responses))
+                x = min(max(x, 1e-300), 1 - 1e-16)
+                answers[q.id] = answer(q, p.tolist(), x_abstain=self.abstain_probability(math.log(x) - math.log1p(-x)),
+                                       abstain_above=above)
+            else:
+                answers[q.id] = answer(q, p.tolist())
+        out = {"model": self.name, "answers": answers,
+               "usage": {"input_tokens": sum(r["usage"]["input_tokens"] for r in responses), "output_tokens": 0},
+               "x_input": responses[0]["x_input"]}
+        cached = [r["x_cached_tokens"] for r in responses if "x_cached_tokens" in r]
+        if cached:
+            out["x_cached_tokens"] = sum(cached)
+        shortlist = {}
+        for r in responses:
+            for k, v in r.get("x_shortlist", {}).items():
+                shortlist[k] = max(shortlist.get(k, 0), v)
+        if shortlist:
+            out["x_shortlist"] = shortlist
+        return Decision(out, pre)
+
+
+def _distribution(question, ans: dict) -> torch.Tensor:
+    """A member's served distribution ``[K]`` (option order) read back from its Jev answer object."""
+    if question.type == "noul":
+        return torch.tensor([ans["noul"], 1.0 - ans["noul"]], dtype=torch.float64)
+    return torch.tensor([ans["probabilities"][o.key] for o in question.options], dtype=torch.float64)
+

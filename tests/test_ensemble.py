@@ -1,0 +1,160 @@
+"""Ensembles (kevlike/model/ensemble.py): a linear pool of decision models with different backbones and tokenizers.
+
+Tiny random Llama and Qwen2 engines (tests/tiny.py): the mixture is checked against hand-mixed member answers, the
+evaluation's path against the serving path, a one-hot weighting against the member itself, and the manifest's
+refusals; one subprocess server answers with an ensemble directory."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kevlike.metrics import records_from_logits
+from kevlike.model.engine import Engine
+from kevlike.model.ensemble import EnsembleEngine, EnsembleError, read_members, write_ensemble
+from kevlike.model.temperatures import TemperatureTable
+from kevlike.request.schema import validate_request
+from tiny import REQUEST, make_engine, max_dp, save_tiny_model
+
+from kevlike.data.sources import Example
+
+
+def _probs(q: dict, ans: dict) -> list[float]:
+    if ans["type"] == "noul":
+        return [ans["noul"], 1 - ans["noul"]]
+    return list(ans["probabilities"].values())
+
+
+@pytest.fixture(scope="module")
+def members():
+    # sharp temperatures: the tiny random heads answer near uniform, and the members must disagree for the mixture
+    # to be told apart from either of them
+    sharp = TemperatureTable(by_type={"noul": 0.05, "choice": 0.05, "score": 0.05})
+    return [make_engine("llama", abstain=True, temperatures=sharp), make_engine("qwen2", abstain=True,
+                                                                                  temperatures=sharp)]
+
+
+def test_the_answer_is_the_weighted_mean_of_the_members_answers(members):
+    ens = EnsembleEngine(members, [0.7, 0.3], name="ens")
+    a, b = (m.decide(REQUEST) for m in members)
+    got = ens.decide(REQUEST)
+    assert got["model"] == "ens"
+    assert got["usage"]["input_tokens"] == a["usage"]["input_tokens"] + b["usage"]["input_tokens"]
+    for qid, q in REQUEST["questions"].items():
+        want = [0.7 * x + 0.3 * y for x, y in zip(_probs(q, a["answers"][qid]), _probs(q, b["answers"][qid]))]
+        assert _probs(q, got["answers"][qid]) == pytest.approx(want, abs=1e-6)
+        x = 0.7 * a["answers"][qid]["x_abstain"] + 0.3 * b["answers"][qid]["x_abstain"]
+        assert got["answers"][qid]["x_abstain"] == pytest.approx(x, abs=1e-9)
+    # the members disagree (else the test could not tell a mixture from either member)
+    assert max_dp(a, b) > 0.01
+
+
+def test_a_one_hot_ensemble_answers_as_its_member(members):
+    for w in ([1.0, 0.0], [0.0, 1.0]):
+        ens = EnsembleEngine(members, w, name="ens")
+        assert max_dp(ens.decide(REQUEST), members[w.index(1.0)].decide(REQUEST)) < 1e-6
+
+
+def test_evaluation_records_equal_the_served_answers(members):
+    """records_from_logits (encode, question_outputs, probabilities) and decide (prepare, run) are two paths."""
+    ens = EnsembleEngine(members, [0.4, 0.6], name="ens",
+                         temperatures=TemperatureTable(by_type={"noul": 2.0, "choice": 0.5}, abstain_bias=0.5))
+    targets = {qid: [1.0] + [0.0] * (len(q.get("criteria") or [0, 0]) - 1) for qid, q in REQUEST["questions"].items()}
+    recs = records_from_logits(ens, [Example(REQUEST, targets, "t")], batch_size=1)
+    served = ens.decide(REQUEST)
+    req = validate_request(REQUEST)
+    for r, q in zip(recs, req.questions):
+        assert r["probs"] == pytest.approx(_probs(None, served["answers"][q.id]), abs=1e-6)
+        assert r["x_abstain"] == pytest.approx(served["answers"][q.id]["x_abstain"], abs=1e-9)
+    # a temperature acts on the mixture: softmax(log p / T)
+    plain = EnsembleEngine(members, [0.4, 0.6], name="ens").decide(REQUEST)
+    p = plain["answers"]["urgent"]["noul"]
+    want = math.sqrt(p) / (math.sqrt(p) + math.sqrt(1 - p))
+    assert served["answers"]["urgent"]["noul"] == pytest.approx(want, abs=1e-6)
+    x = plain["answers"]["urgent"]["x_abstain"]
+    assert served["answers"]["urgent"]["x_abstain"] == pytest.approx(
+        1 / (1 + math.exp(-(math.log(x / (1 - x)) + 0.5))), abs=1e-9)
+
+
+def test_bad_weights_are_refused(members):
+    with pytest.raises(ValueError, match="sum to 1"):
+        EnsembleEngine(members, [0.5, 0.6], name="e")
+    with pytest.raises(ValueError, match="one weight per member"):
+        EnsembleEngine(members, [1.0], name="e")
+
+
+def _manifest(path, members):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "kevlike.json").write_text(json.dumps({"format": 1, "ensemble": {"members": members}}))
+    return path
+
+
+def test_manifest_refusals_name_the_field(tmp_path):
+    ok = {"model": "kevlike-default", "weight": 0.5}
+    cases = [
+        ([], "non-empty list"),
+        ([{"model": "kevlike-default"}], r"members\[0\] must hold exactly 'model' and 'weight'"),
+        ([ok, {"model": "kevlike-qwen", "weight": -0.5}], r"members\[1\]\.weight must be a finite number ≥ 0"),
+        ([ok, {"model": "kevlike-qwen", "weight": 0.6}], "sum to 1.1, not 1"),
+        ([ok, {"model": "nope", "weight": 0.5}], r"members\[1\]\.model 'nope' is not a registered model"),
+        ([ok, {"model": "kevlike-ensemble", "weight": 0.5}], "is an ensemble; members must be single models"),
+        ([ok, ok], "named twice"),
+    ]
+    for i, (members, msg) in enumerate(cases):
+        with pytest.raises(EnsembleError, match=msg):
+            read_members(_manifest(tmp_path / str(i), members))
+
+
+def test_write_and_load_an_ensemble_of_model_directories(tmp_path, members):
+    a = save_tiny_model(tmp_path / "a", "llama")
+    b = save_tiny_model(tmp_path / "b", "qwen2")
+    out = write_ensemble(tmp_path / "ens", [a, b], [0.25, 0.75], note="test")
+    assert [(m.weight, m.resolved) for m in read_members(out)] == [(0.25, a), (0.75, b)]
+    with pytest.raises(EnsembleError, match="already holds a model"):
+        write_ensemble(out, [a, b], [0.5, 0.5])
+    ens = Engine.from_pretrained(str(out), threads=1, dtype="float32")
+    assert isinstance(ens, EnsembleEngine) and ens.name == str(out)
+    singles = [Engine.from_pretrained(x, threads=1, dtype="float32") for x in (a, b)]
+    got, pa, pb = ens.decide(REQUEST), *(s.decide(REQUEST) for s in singles)
+    for qid, q in REQUEST["questions"].items():
+        want = [0.25 * x + 0.75 * y for x, y in zip(_probs(q, pa["answers"][qid]), _probs(q, pb["answers"][qid]))]
+        assert _probs(q, got["answers"][qid]) == pytest.approx(want, abs=1e-6)
+        assert "x_abstain" not in got["answers"][qid]        # LM-readout members have none
+    with pytest.raises(EnsembleError, match="--profile does not apply"):
+        Engine.from_pretrained(str(out), profile="ops")
+    with pytest.raises(EnsembleError, match="--option-mode does not apply"):
+        Engine.from_pretrained(str(out), option_mode="set")
+
+
+def test_cli_ensemble_decide_and_serve(tmp_path):
+    from test_server import Server
+
+    a = save_tiny_model(tmp_path / "a", "llama")
+    b = save_tiny_model(tmp_path / "b", "qwen2")
+    out = tmp_path / "ens"
+    p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, b, str(out), "--weights", "0.5", "0.6"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "sum to 1.1" in p.stderr and not (out / "kevlike.json").exists()
+    p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, "missing-model", str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "unknown model 'missing-model'" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, b, str(out), "--weights", "0.5", "0.5"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    (tmp_path / "req.json").write_text(json.dumps(REQUEST))
+    p = subprocess.run([sys.executable, "-m", "kevlike", "decide", str(tmp_path / "req.json"), "--model", str(out),
+                        "--dtype", "float32"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    decided = json.loads(p.stdout)
+    server = Server(str(out), "--dtype", "float32")
+    try:
+        status, _, body, _ = server.post({**REQUEST, "model": str(out)})
+        assert status == 200 and body["model"] == str(out)
+        assert max_dp(body, decided) < 1e-5
+        status, _, body, _ = server.post({**REQUEST, "model": str(out), "questions": {"q": {"type": "noul"}}})
+        assert status == 422
+    finally:
+        server.stop()
