@@ -337,6 +337,17 @@ def test_rescoring_applies_the_abstention_temperature():
     assert platt[0]["x_abstain"] == pytest.approx(1 / (1 + math.exp(-0.5)))
 
 
+def test_rescoring_a_set_mode_run_takes_the_set_mode_choice_temperatures():
+    """A set-mode run's choice records are re-scored as the engine serves them (``choice:set`` first)."""
+    from kevlike.eval.heldout import rescore
+    from kevlike.model.temperatures import TemperatureTable
+    recs = [{"type": "choice", "logits": [1.0, 0.0, 0.0], "gold": 0}]
+    table = TemperatureTable(by_type={"choice": 1.0, "choice:set": 0.5})
+    e, e2 = math.exp(1.0), math.exp(2.0)
+    assert rescore(recs, table)[0]["probs"][0] == pytest.approx(e / (e + 2))
+    assert rescore(recs, table, "set")[0]["probs"][0] == pytest.approx(e2 / (e2 + 2))
+
+
 def test_the_abstention_scaling_is_fitted_where_cannot_tell_is_asked():
     """fit_table fits x_abstain's Platt scaling on the source families that hold "cannot tell" records;
     answerable-only families (whose base rate of "cannot tell" is 0) take no part."""

@@ -14,7 +14,7 @@ import torch
 
 from kevlike.metrics import records_from_logits
 from kevlike.model.engine import Engine
-from kevlike.model.ensemble import EnsembleEngine, EnsembleError, read_members, write_ensemble
+from kevlike.model.ensemble import EnsembleEngine, EnsembleError, pool_records, read_members, write_ensemble
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.request.schema import validate_request
 from tiny import REQUEST, make_engine, max_dp, save_tiny_model
@@ -77,6 +77,23 @@ def test_evaluation_records_equal_the_served_answers(members):
     x = plain["answers"]["urgent"]["x_abstain"]
     assert served["answers"]["urgent"]["x_abstain"] == pytest.approx(
         1 / (1 + math.exp(-(math.log(x / (1 - x)) + 0.5))), abs=1e-9)
+
+
+def test_pooled_member_records_equal_the_ensembles_records(members):
+    """Weights are chosen on pooled validation records: they must be what the ensemble itself would write."""
+    targets = {qid: [1.0] + [0.0] * (len(q.get("criteria") or [0, 0]) - 1) for qid, q in REQUEST["questions"].items()}
+    exs = [Example(REQUEST, targets, "t")]
+    ens = EnsembleEngine(members, [0.35, 0.65], name="ens")
+    pooled = pool_records([records_from_logits(m, exs, 1) for m in members], [0.35, 0.65])
+    direct = records_from_logits(ens, exs, 1)
+    for p, d in zip(pooled, direct, strict=True):
+        assert p["probs"] == pytest.approx(d["probs"], abs=1e-6)
+        assert p["logits"] == pytest.approx(d["logits"], abs=1e-4)
+        assert p["abstain_logit"] == pytest.approx(d["abstain_logit"], abs=1e-6)
+    with pytest.raises(ValueError, match="differ in length"):
+        pool_records([direct, direct[:-1]], [0.5, 0.5])
+    with pytest.raises(ValueError, match="record 0: the members answer different questions"):
+        pool_records([direct, direct[1:] + direct[:1]], [0.5, 0.5])
 
 
 def test_bad_weights_are_refused(members):

@@ -126,16 +126,17 @@ def comparison_protocol(records: list[dict]) -> dict:
     return out
 
 
-def rescore(records: list[dict], table) -> list[dict]:
+def rescore(records: list[dict], table, option_mode: str = "list") -> list[dict]:
     """The same records with probabilities ``softmax(z / T(type, K))`` from another temperature table (score
     questions through its readout, :meth:`~kevlike.model.temperatures.TemperatureTable.probabilities`), and
     (records with ``abstain_logit``) ``x_abstain = sigmoid(a / T_abstain + bias)`` (logits do not depend on
-    temperatures, so no forward pass is needed)."""
+    temperatures, so no forward pass is needed). ``option_mode``: the mode the records' choice questions were
+    read in (a set-mode run's take the ``choice:set`` temperatures, as the engine serves them)."""
 
     out = []
     for r in records:
         z = torch.tensor(r["logits"], dtype=torch.float32)
-        new = {**r, "probs": table.probabilities(r["type"], z).tolist()}
+        new = {**r, "probs": table.probabilities(r["type"], z, option_mode).tolist()}
         if r.get("abstain_logit") is not None:
             new["x_abstain"] = table.abstain_probability(r["abstain_logit"])
         out.append(new)
@@ -276,7 +277,8 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
         raise ValueError(f"model {model!r} is not a decision model (no temperatures to apply)")
     temps = load_temperatures(resolved.artifact_dir)
     old = json.loads((reuse / "metrics.json").read_text())
-    records = rescore([json.loads(x) for x in (reuse / "records.jsonl").read_text().splitlines() if x.strip()], temps)
+    records = rescore([json.loads(x) for x in (reuse / "records.jsonl").read_text().splitlines() if x.strip()], temps,
+                      old["meta"].get("option_mode") or "list")
     run_dir = out / f"eval-{old['meta']['suite']}-rescored-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
     summary = summarize(records)

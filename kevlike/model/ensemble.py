@@ -399,3 +399,35 @@ def _distribution(question, ans: dict) -> torch.Tensor:
         return torch.tensor([ans["noul"], 1.0 - ans["noul"]], dtype=torch.float64)
     return torch.tensor([ans["probabilities"][o.key] for o in question.options], dtype=torch.float64)
 
+
+
+def pool_records(members: Sequence[Sequence[dict]], weights: Sequence[float]) -> list[dict]:
+    """The records an ensemble's evaluation would write, from its members' records of the same questions
+    (:func:`kevlike.metrics.records_from_logits`, each member calibrated): ``probs`` = ``Σ_m w_m probs_m``,
+    ``logits`` = ``log probs`` (the mixture's uncalibrated "logits", :meth:`EnsembleEngine.question_outputs`),
+    and where every member has ``x_abstain``, their mixture and its logit ``abstain_logit``. The other fields are
+    the first member's. Choosing weights on validation records needs no forward pass this way; the records are
+    those of an uncalibrated ensemble (re-score them with :func:`kevlike.eval.heldout.rescore` after a fit).
+
+    Raises:
+        ValueError: the members' records differ in length, or at some position in question (split, source,
+            question id, type or gold); pair them first (:func:`kevlike.eval.unseen.shared_questions`).
+    """
+    if not members or len(members) != len(weights):
+        raise ValueError(f"one weight per member's records (got {len(members)} and {len(weights)})")
+    n = len(members[0])
+    if any(len(m) != n for m in members):
+        raise ValueError(f"the members' records differ in length ({[len(m) for m in members]}): pair them first")
+    keys = ("split", "source", "question", "type", "gold")
+    out = []
+    for i, rs in enumerate(zip(*members)):
+        if any(tuple(r.get(k) for k in keys) != tuple(rs[0].get(k) for k in keys) for r in rs[1:]):
+            raise ValueError(f"record {i}: the members answer different questions ({[r.get('question') for r in rs]})")
+        p = sum(w * torch.tensor(r["probs"], dtype=torch.float64) for w, r in zip(weights, rs)).float()
+        rec = {**rs[0], "probs": p.tolist(), "logits": torch.log(p.clamp_min(MIN_PROB)).tolist()}
+        rec.pop("abstain_logit", None), rec.pop("x_abstain", None)
+        if all(r.get("x_abstain") is not None for r in rs):
+            x = min(max(sum(w * r["x_abstain"] for w, r in zip(weights, rs)), 1e-300), 1 - 1e-16)
+            rec["x_abstain"], rec["abstain_logit"] = x, math.log(x) - math.log1p(-x)
+        out.append(rec)
+    return out
