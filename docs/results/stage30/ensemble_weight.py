@@ -1,0 +1,66 @@
+"""Stage 30, decision 3: the weight of kevlike-default in kevlike-ensemble, chosen on pooled validation records.
+
+    python docs/results/stage30/ensemble_weight.py DEFAULT_RECORDS QWEN_RECORDS --half validation --out runs/ens_val
+    python docs/results/stage30/ensemble_weight.py DEFAULT_RECORDS QWEN_RECORDS --half test --weight W --out runs/ens_test
+
+Pairs the two members' records of one half question by question (kevlike.eval.unseen.shared_questions), pools
+them at each weight of the grid (kevlike.model.ensemble.pool_records, which tests/test_ensemble.py holds equal to
+the ensemble's own records) and prints unseen, realistic and all-answerable accuracy per weight; the rule
+(selection_rule.md, decision 3): the highest unseen accuracy, ties to realistic, then the larger weight. The
+records of the chosen (or the given ``--weight``) pool are written as an eval run directory (records.jsonl and a
+metrics.json naming the suite), so that `kevlike calibrate DIR --records OUT/records.jsonl` and
+`kevlike eval --model DIR --reuse OUT` take them.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from kevlike.eval.unseen import by_split, correct, load, shared_questions, unseen
+from kevlike.model.ensemble import pool_records
+
+GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def accuracy(records):
+    return sum(correct(r) for r in records) / len(records)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("default")
+    ap.add_argument("qwen")
+    ap.add_argument("--half", choices=("validation", "test"), required=True)
+    ap.add_argument("--weight", type=float, default=None, help="pool at this weight only (the test half)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    a = [r for r in load(args.default) if r.get("half") == args.half]
+    b = [r for r in load(args.qwen) if r.get("half") == args.half]
+    a, b, only_a, only_b = shared_questions(a, b)
+    print(f"{args.half} half: {len(a)} questions in both runs ({only_a} only in the default's, {only_b} only in "
+          f"kevlike-qwen's)")
+    rows = []
+    for w in ([args.weight] if args.weight is not None else GRID):
+        pooled = pool_records([a, b], [w, 1 - w])
+        answerable = [r for r in pooled if r.get("gold") is not None]
+        row = {"w": w, "unseen": accuracy(unseen(pooled, args.half)),
+               "realistic": accuracy(by_split(pooled, args.half)["realistic"]),
+               "all answerable": accuracy(answerable), "records": pooled}
+        rows.append(row)
+        print(f"w = {w:.1f}: unseen {row['unseen']:.4f}, realistic {row['realistic']:.4f}, "
+              f"all answerable {row['all answerable']:.4f}")
+    best = max(rows, key=lambda r: (round(r["unseen"], 12), round(r["realistic"], 12), r["w"]))
+    print(f"chosen: w = {best['w']:.1f}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "records.jsonl", "w") as f:
+        for r in best["records"]:
+            f.write(json.dumps(r) + "\n")
+    (out / "metrics.json").write_text(json.dumps({"meta": {
+        "suite": "generalization", "half": args.half, "option_mode": "list",
+        "model": f"pool of {args.default} (w = {best['w']}) and {args.qwen} (1 - w)"}}, indent=2))
+    print(f"records: {out / 'records.jsonl'}")
+
+
+if __name__ == "__main__":
+    main()
