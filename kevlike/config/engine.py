@@ -15,6 +15,10 @@ from kevlike.config.fields import argparse_type, leaves, parse_text
 from kevlike.config.limits import DEFAULT_LIMITS, Limits
 from kevlike.config.rules import Rule, Section, SettingError, is_int, number, one_of, setting, settings
 
+MODES = ("packed", "separate")
+"""How a request is run: ``packed`` (one forward pass, the product) or ``separate`` (one pass per question, the
+reference path the packed one is tested against)."""
+
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """A calibration profile's name (its file is ``NAME.json``): no path separator, no leading dot."""
 

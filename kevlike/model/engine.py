@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from kevlike.config.engine import DEFAULT_OPTIONS, MAX_OPTION_ORDERS, EngineOptions  # noqa: F401 (re-exported)
+from kevlike.config.engine import DEFAULT_OPTIONS, MAX_OPTION_ORDERS, MODES, EngineOptions  # noqa: F401 (re-exported)
 from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
@@ -27,7 +27,7 @@ from kevlike.model.quantize import quantize_int8, resolve_quantize
 from kevlike.model.state_cache import StateCache, cached_branch_outputs
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.model.threads import ThreadPolicy
-from kevlike.request.answers import answer
+from kevlike.request.answers import Decision, answer  # noqa: F401 (Decision re-exported)
 from kevlike.request.encode import EncodedRequest, Encoder, option_orders
 from kevlike.request.pack import pack
 from kevlike.request.render import render_text
@@ -36,7 +36,6 @@ from kevlike.request.schema import (
 )
 from kevlike.request.writing_systems import ScriptReport, detect_script
 
-MODES = ("packed", "separate")
 
 JEV_MAX_OPTIONS = 255
 """Jev's limit on a choice question's options. Beyond it (``Limits.max_options``, ``--max-options``) a
@@ -64,18 +63,6 @@ class Prepared:
     @property
     def n_tokens(self) -> int:
         return self.encoded.n_tokens
-
-
-class Decision(dict):
-    """A response: the Jev wire-format dict (every serializer sees a plain dict) that also carries, off the
-    wire, ``pre_readout``: ``{question id: [K] probabilities}``, the tempered softmax of each question served
-    through the normal score readout (:meth:`~kevlike.model.temperatures.TemperatureTable.reads_normal`) before
-    that readout. The served probabilities of such a question are no softmax of logits, so the outcome store
-    keeps these to refit its temperature (:mod:`kevlike.service.feedback`). Empty for every other question."""
-
-    def __init__(self, response: dict | None = None, pre_readout: dict[str, list[float]] | None = None):
-        super().__init__(response or {})
-        self.pre_readout = pre_readout or {}
 
 
 @dataclass
@@ -270,8 +257,8 @@ class Engine:
         resolved = resolve_model(name_or_path)
         if resolved.backbone_dir is None:     # an ensemble: its members load with these options
             from kevlike.model.ensemble import EnsembleEngine
-            return EnsembleEngine.from_dir(resolved.artifact_dir, options, name=resolved.name, device=device,
-                                           backend=backend)
+            return EnsembleEngine.from_dir(resolved.artifact_dir, options, load=cls.from_pretrained, name=resolved.name,
+                                           device=device, backend=backend)
         if options.profile is not None:
             if resolved.artifact_dir is None:
                 raise ValueError(f"model {resolved.name!r} has no pointer head; calibration profiles are for decision models")

@@ -33,11 +33,11 @@ from typing import Any, Sequence
 
 import torch
 
-from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
+from kevlike.config.engine import DEFAULT_OPTIONS, MODES, EngineOptions
 from kevlike.model.modeldir import ModelDir
 from kevlike.model.registry import MANIFEST
 from kevlike.model.temperatures import TemperatureTable, read_temperatures
-from kevlike.request.answers import answer
+from kevlike.request.answers import Decision, answer
 from kevlike.request.schema import Request, RequestError
 
 WEIGHT_TOLERANCE = 1e-6
@@ -228,10 +228,11 @@ class EnsembleEngine:
         self.dtype_reason = "; ".join(f"{m.name}: {m.dtype_reason}" for m in self.members)
 
     @classmethod
-    def from_dir(cls, path: str | os.PathLike, options: EngineOptions = DEFAULT_OPTIONS, *, name: str | None = None,
-                 device=None, backend: str | None = None) -> "EnsembleEngine":
-        """Load the ensemble at ``path``: each member with ``options`` (:meth:`Engine.from_pretrained`), then the
-        mixture's ``calibration.json`` where there is one.
+    def from_dir(cls, path: str | os.PathLike, options: EngineOptions = DEFAULT_OPTIONS, *, load,
+                 name: str | None = None, device=None, backend: str | None = None) -> "EnsembleEngine":
+        """Load the ensemble at ``path``: each member with ``load(name_or_path, options, device=, backend=)``
+        (:meth:`kevlike.model.engine.Engine.from_pretrained`, which calls this for an ensemble), then the mixture's
+        ``calibration.json`` where there is one.
 
         Raises:
             EnsembleError: a bad manifest (:func:`read_members`), or a setting an ensemble does not take (a
@@ -239,15 +240,13 @@ class EnsembleEngine:
             kevlike.model.temperatures.ProfileError: an invalid ``calibration.json``.
             kevlike.model.backbones.ModelNotFoundError, SetupError: a member cannot be loaded.
         """
-        from kevlike.model.engine import Engine
-
         path = Path(path)
         for f in ("profile", "option_mode", "option_orders"):
             if getattr(options, f) is not None:
                 raise EnsembleError(f"ensemble {name or path}: --{f.replace('_', '-')} does not apply (each member "
                                     f"answers with its own settings and the mixture has its own calibration)")
         members = read_members(path)
-        engines = [Engine.from_pretrained(m.resolved, options, device=device, backend=backend) for m in members]
+        engines = [load(m.resolved, options, device=device, backend=backend) for m in members]
         cal = ModelDir(path).calibration_path
         table = read_temperatures(cal) if cal.is_file() else None
         return cls(engines, [m.weight for m in members], name=name or str(path), temperatures=table,
@@ -341,8 +340,6 @@ class EnsembleEngine:
 
     def decide_batch(self, requests: Sequence[Any], *, mode: str = "packed") -> list[dict]:
         """Answer several requests (see :meth:`Engine.decide_batch`)."""
-        from kevlike.model.engine import MODES
-
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         prepared = []
@@ -358,8 +355,6 @@ class EnsembleEngine:
         return self.run(prepared, mode=mode)
 
     def _respond(self, prepared: EnsemblePrepared, responses: list[dict]) -> dict:
-        from kevlike.model.engine import Decision
-
         request = prepared.request
         per_member = [[_distribution(q, r["answers"][q.id]) for q in request.questions] for r in responses]
         mixed = self._mixed(per_member)

@@ -71,3 +71,15 @@ def _jev_answer(question: Question, probs: Sequence[float]) -> dict:
     return {"type": "score", "score": sum(i * p for i, p in enumerate(probs)),
             "legend": {o.key: o.description for o in question.options},
             "probabilities": dict(zip(keys, probs)), "confidence": score_confidence(probs)}
+
+
+class Decision(dict):
+    """A response: the Jev wire-format dict (every serializer sees a plain dict) that also carries, off the
+    wire, ``pre_readout``: ``{question id: [K] probabilities}``, the tempered softmax of each question served
+    through the normal score readout (:meth:`~kevlike.model.temperatures.TemperatureTable.reads_normal`) before
+    that readout. The served probabilities of such a question are no softmax of logits, so the outcome store
+    keeps these to refit its temperature (:mod:`kevlike.service.feedback`). Empty for every other question."""
+
+    def __init__(self, response: dict | None = None, pre_readout: dict[str, list[float]] | None = None):
+        super().__init__(response or {})
+        self.pre_readout = pre_readout or {}
