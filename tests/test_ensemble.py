@@ -140,10 +140,34 @@ def test_write_and_load_an_ensemble_of_model_directories(tmp_path, members):
         want = [0.25 * x + 0.75 * y for x, y in zip(_probs(q, pa["answers"][qid]), _probs(q, pb["answers"][qid]))]
         assert _probs(q, got["answers"][qid]) == pytest.approx(want, abs=1e-6)
         assert "x_abstain" not in got["answers"][qid]        # LM-readout members have none
-    with pytest.raises(EnsembleError, match="--profile does not apply"):
+    with pytest.raises(ValueError, match="has no calibration profile 'ops'"):
         Engine.from_pretrained(str(out), profile="ops")
-    with pytest.raises(EnsembleError, match="--option-mode does not apply"):
-        Engine.from_pretrained(str(out), option_mode="set")
+
+
+def test_a_calibration_profile_calibrates_the_mixture(tmp_path, members):
+    """``kevlike calibrate ENSEMBLE --data FILE --profile NAME`` fits the mixture's temperatures (the members keep
+    their own) and ``ENSEMBLE@NAME`` serves them: softmax(log p / T)."""
+    from kevlike.eval.owndata import fit_profile
+    from tiny import CORPUS
+    out = write_ensemble(tmp_path / "ens", ["kevlike-default", "kevlike-qwen"], [0.5, 0.5])
+    ens = EnsembleEngine(members, [0.5, 0.5], name=str(out), artifact_dir=out)
+    lines = []
+    for i in range(40):      # gold: the mixture's own answer, one in four flipped (a finite temperature fits)
+        req = {**REQUEST, "state": CORPUS[i % 5] * (1 + i % 4) + f" {i}",
+               "questions": {"fox": {"type": "noul", "instructions": "Is a fox mentioned?"}}}
+        yes = ens.decide(req)["answers"]["fox"]["noul"] > 0.5
+        lines.append(json.dumps({"request": req, "gold": {"fox": yes if i % 4 else not yes}}) + "\n")
+    (tmp_path / "mine.jsonl").write_text("".join(lines))
+    fit_profile(str(out), tmp_path / "mine.jsonl", "ops", min_count=5, engine=ens, quiet=True)
+    prof = ens.with_profile("ops")
+    assert prof.name == f"{out}@ops" and prof.temperatures.source.startswith("profile 'ops'")
+    t = prof.temperatures.lookup("noul", 2)
+    assert t != 1.0
+    p = ens.decide(REQUEST)["answers"]["urgent"]["noul"]
+    want = p ** (1 / t) / (p ** (1 / t) + (1 - p) ** (1 / t))
+    assert prof.decide(REQUEST)["answers"]["urgent"]["noul"] == pytest.approx(want, abs=1e-5)
+    with pytest.raises(ValueError, match="has no calibration profile 'nope'"):
+        ens.with_profile("nope")
 
 
 def test_cli_ensemble_decide_and_serve(tmp_path):

@@ -24,17 +24,18 @@ directory); an ensemble cannot be a member. ``kevlike ensemble A B OUT --weights
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from kevlike.config.engine import DEFAULT_OPTIONS, MODES, EngineOptions
-from kevlike.model.modeldir import ModelDir
+from kevlike.model.modeldir import ModelDir, existing_profile_path, save_calibration
 from kevlike.model.registry import MANIFEST
 from kevlike.model.temperatures import TemperatureTable, read_temperatures
 from kevlike.request.answers import Decision, answer
@@ -42,6 +43,9 @@ from kevlike.request.schema import Request, RequestError
 
 WEIGHT_TOLERANCE = 1e-6
 """How far the member weights may sum from 1 (they are written with a few decimals)."""
+
+UNCALIBRATED = "T = 1: the mixture as it is (not calibrated)"
+"""The temperatures' ``source`` of an ensemble that was not calibrated (what :func:`write_ensemble` writes)."""
 
 MIN_PROB = 1e-30
 """The floor under a mixed probability before its log is taken (a mixture of float32 softmaxes can hold 0)."""
@@ -122,8 +126,9 @@ def read_members(path: str | os.PathLike) -> list[Member]:
 def write_ensemble(out: str | os.PathLike, members: Sequence[str], weights: Sequence[float],
                    note: str | None = None) -> Path:
     """Write an ensemble directory ``out`` of ``members`` (registered names or decision-model directories, stored
-    as absolute paths) with ``weights``; ``note`` (how the weights were chosen) goes into the manifest. The result
-    is checked by :func:`read_members` before the call returns.
+    as absolute paths) with ``weights``; ``note`` (how the weights were chosen) goes into the manifest, and a
+    ``calibration.json`` at T = 1 beside it (the mixture as it is, until ``kevlike calibrate``). The manifest is
+    checked by :func:`read_members` before the call returns.
 
     Raises:
         EnsembleError: as :func:`read_members`, or ``out`` already holds a model, or the counts differ.
@@ -145,6 +150,7 @@ def write_ensemble(out: str | os.PathLike, members: Sequence[str], weights: Sequ
     except EnsembleError:
         (out / MANIFEST).unlink()
         raise
+    save_calibration(out, TemperatureTable(source=UNCALIBRATED))
     return out
 
 
@@ -216,7 +222,7 @@ class EnsembleEngine:
         self.members = list(members)
         self.weights = [float(w) for w in weights]
         self.name = name
-        self.temperatures = temperatures or TemperatureTable(source="default: the mixture as it is (T = 1)")
+        self.temperatures = temperatures or TemperatureTable(source=UNCALIBRATED)
         self.artifact_dir = artifact_dir
         self.abstain_above = abstain_above
         self.limits = self.members[0].limits
@@ -235,30 +241,48 @@ class EnsembleEngine:
         ``calibration.json`` where there is one.
 
         Raises:
-            EnsembleError: a bad manifest (:func:`read_members`), or a setting an ensemble does not take (a
-                calibration profile, an option mode or option orders: each member reads in its own).
+            EnsembleError: a bad manifest (:func:`read_members`), or a setting an ensemble does not take (an option
+                mode or option orders: each member reads in its own).
+            ValueError: ``options.profile`` names no profile of the ensemble (a profile calibrates the mixture;
+                the members load without one).
             kevlike.model.temperatures.ProfileError: an invalid ``calibration.json``.
             kevlike.model.backbones.ModelNotFoundError, SetupError: a member cannot be loaded.
         """
         path = Path(path)
-        for f in ("profile", "option_mode", "option_orders"):
+        for f in ("option_mode", "option_orders"):
             if getattr(options, f) is not None:
                 raise EnsembleError(f"ensemble {name or path}: --{f.replace('_', '-')} does not apply (each member "
-                                    f"answers with its own settings and the mixture has its own calibration)")
+                                    f"answers in its own)")
         members = read_members(path)
-        engines = [load(m.resolved, options, device=device, backend=backend) for m in members]
+        if options.profile is not None:         # the mixture's profile, checked before any member loads
+            existing_profile_path(path, name or str(path), options.profile)
+        engines = [load(m.resolved, replace(options, profile=None), device=device, backend=backend) for m in members]
         cal = ModelDir(path).calibration_path
         table = read_temperatures(cal) if cal.is_file() else None
-        return cls(engines, [m.weight for m in members], name=name or str(path), temperatures=table,
-                   artifact_dir=path, abstain_above=options.abstain_above)
+        out = cls(engines, [m.weight for m in members], name=name or str(path), temperatures=table,
+                  artifact_dir=path, abstain_above=options.abstain_above)
+        return out.with_profile(options.profile) if options.profile is not None else out
 
     def describe(self) -> str:
         """One line: the members with their weights and descriptions, and the mixture's calibration."""
         parts = "; ".join(f"{w:g} × {m.name} ({m.describe()})" for m, w in zip(self.members, self.weights))
         return f"ensemble (linear pool) of {parts}; mixture temperatures: {self.temperatures.source}"
 
-    def with_profile(self, profile: str):
-        raise ValueError(f"ensemble {self.name}: calibration profiles are per member; an ensemble has none")
+    def with_profile(self, profile: str) -> "EnsembleEngine":
+        """An ensemble sharing these members whose mixture is served with the temperatures of calibration profile
+        ``profile`` (``kevlike calibrate ENSEMBLE --data FILE --profile NAME`` fits one on your labelled requests;
+        the members keep their own), named ``{name}@{profile}``.
+
+        Raises:
+            ValueError: the ensemble has no directory with that profile.
+        """
+        base = self.name.split("@")[0]
+        if self.artifact_dir is None:
+            raise ValueError(f"ensemble {base!r} was not loaded from a directory: it has no profiles")
+        other = copy.copy(self)
+        other.temperatures = read_temperatures(existing_profile_path(self.artifact_dir, base, profile))
+        other.name, other.profile = f"{base}@{profile}", profile
+        return other
 
     # -- the evaluation's path: encode, question_outputs, probabilities ------------------------------------
     def encode(self, request: Request, option_mode: str | None = None) -> EnsembleEncoded:
