@@ -166,7 +166,7 @@ def _model_error(args) -> str | None:
     ``serve``, ``bench``, ``eval`` and ``calibrate`` (the tool commands check their own flags first):
     ``eval --url`` names the served model and ``--reuse`` loads none; ``calibrate`` without ``--profile``
     rewrites a decision-model directory, so there it must be one."""
-    from kevlike.model.registry import MANIFEST, model_name_error
+    from kevlike.model.registry import MANIFEST, ensemble_refusal, model_name_error
 
     command = args.command
     if command == "calibrate":
@@ -178,7 +178,8 @@ def _model_error(args) -> str | None:
     if command not in ("decide", "serve", "bench", "eval"):   # the tools check their own flags first
         return None
     names = args.model if isinstance(args.model, list) else [args.model]
-    return next((err for name in names or [None] if (err := model_name_error(name)) is not None), None)
+    err = next((err for name in names or [None] if (err := model_name_error(name)) is not None), None)
+    return err or (ensemble_refusal(args.model, command) if command == "bench" else None)
 
 
 def _labelled_error(path: str) -> str | None:
@@ -676,15 +677,20 @@ def _cmd_recalibrate(args) -> int:
     return 0
 
 
-def _tool(module: str, options: bool = False, drop: tuple[str, ...] = ()):
+def _tool(module: str, options: bool = False, drop: tuple[str, ...] = (), single: bool = False):
     """The command function of a tool subcommand: ``kevlike.<module>.run`` called with the command's values as
     keywords, imported when it runs; with ``options``, its engine settings as an
     :class:`~kevlike.config.engine.EngineOptions` first. ``drop``: values the tool does not take (the engine
-    settings of the servers it starts, handed down by :func:`_hand_down`)."""
+    settings of the servers it starts, handed down by :func:`_hand_down`). ``single``: the tool measures one
+    model's forward pass, so an ensemble ``--model`` is refused (:func:`kevlike.model.registry.ensemble_refusal`)."""
     def call(args) -> int:
         import importlib
 
+        from kevlike.model.registry import ensemble_refusal
+
         values = {k: v for k, v in vars(args).items() if k not in ("func", "command", *drop)}
+        if single and (err := ensemble_refusal(values.get("model"), args.command)) is not None:
+            return _fail(err)
         run = importlib.import_module(f"kevlike.{module}").run
         if not options:
             return run(**values)
@@ -944,14 +950,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add(pr, engine, "option_orders", "option_mode", note="; local models only")
     pr.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBE_NAMES)} (default: all)")
     pr.add_argument("--out", default=None, help="the run directory (default: runs/probes-YYYYmmdd-HHMMSS)")
-    pr.set_defaults(func=_tool("eval.probes", options=True))
+    pr.set_defaults(func=_tool("eval.probes", options=True, single=True))
 
     pa = command("parity", "answer request files packed and separately and print the largest probability difference")
     pa.add_argument("paths", nargs="+", help="request JSON files")
     pa.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     pa.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weight precision")
     _add(pa, engine, "threads")
-    pa.set_defaults(func=_tool("eval.parity", options=True))
+    pa.set_defaults(func=_tool("eval.parity", options=True, single=True))
 
     lt = command("loadtest", "requests per second and latency percentiles of a server under concurrent clients")
     lt.add_argument("--url", default=None, help="an already running server (loopback only; default: --spawn)")
@@ -1042,7 +1048,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: all, in that order)")
     g.add_argument("--budget", type=float, default=570.0,
                    help="seconds after which no further step starts (the steps already run are reported)")
-    g.set_defaults(func=_tool("gpu_check"))
+    g.set_defaults(func=_tool("gpu_check", single=True))
     return p
 
 

@@ -199,3 +199,12 @@ def test_cli_ensemble_decide_and_serve(tmp_path):
         assert status == 422
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("command", [["bench", "--quick"], ["probes"], ["parity", "examples/review.json"],
+                                     ["gpu-check"]])
+def test_one_model_measurements_refuse_an_ensemble(command):
+    p = subprocess.run([sys.executable, "-m", "kevlike", *command, "--model", "kevlike-ensemble"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "is an ensemble of kevlike-default, kevlike-qwen: run it on each member" in p.stderr
+    assert "Traceback" not in p.stderr

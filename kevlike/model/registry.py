@@ -185,3 +185,25 @@ def model_name_error(name: str | None) -> str | None:
     """:func:`unknown_model_message` when ``name`` (None: :data:`DEFAULT_MODEL`) names no model (:func:`model_kind`
     is None), else None."""
     return unknown_model_message(str(name)) if model_kind(name) is None else None
+
+
+def ensemble_refusal(name: str | None, command: str) -> str | None:
+    """The one-line refusal of a command that measures one model's forward pass (``bench``, ``probes``,
+    ``parity``, ``gpu-check``) when ``name`` names an ensemble (:mod:`kevlike.model.ensemble`: a registered one, or a
+    directory whose manifest has an ``ensemble`` entry), else None. Light: reads the manifest as JSON."""
+    import json
+
+    if name is None:
+        return None
+    entry = MODELS.get(str(name))
+    members = list(entry.members) if entry is not None else None
+    if members is None:
+        try:
+            spec = json.loads((Path(name).expanduser() / MANIFEST).read_text()).get("ensemble")
+            members = [m.get("model") for m in spec["members"]] if spec else None
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            members = None
+    if not members:
+        return None
+    return (f"kevlike {command} measures one model's forward pass; {name} is an ensemble of "
+            f"{', '.join(map(str, members))}: run it on each member")
