@@ -266,7 +266,8 @@ class EnsembleEngine:
     def describe(self) -> str:
         """One line: the members with their weights and descriptions, and the mixture's calibration."""
         parts = "; ".join(f"{w:g} × {m.name} ({m.describe()})" for m, w in zip(self.members, self.weights))
-        return f"ensemble (linear pool) of {parts}; mixture temperatures: {self.temperatures.source}"
+        source = self.temperatures.source.split(" (")[0]      # a fit's source lists every split it read
+        return f"ensemble (linear pool) of {parts}; mixture temperatures: {source}"
 
     def with_profile(self, profile: str) -> "EnsembleEngine":
         """An ensemble sharing these members whose mixture is served with the temperatures of calibration profile
