@@ -208,3 +208,12 @@ def test_one_model_measurements_refuse_an_ensemble(command):
                        capture_output=True, text=True)
     assert p.returncode == 2 and "is an ensemble of kevlike-default, kevlike-qwen: run it on each member" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_the_shipped_ensemble_manifest_matches_its_registry_entry():
+    """kevlike-ensemble's members are named twice (the registry, for `kevlike fetch`; the manifest, for the load)."""
+    from kevlike.model.registry import ENSEMBLE_ARTIFACT, ENSEMBLE_MODEL, MODELS
+    members = read_members(ENSEMBLE_ARTIFACT)
+    assert tuple(m.model for m in members) == MODELS[ENSEMBLE_MODEL].members
+    assert sum(m.weight for m in members) == pytest.approx(1.0)
+    assert MODELS[ENSEMBLE_MODEL].backbones == ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct")
