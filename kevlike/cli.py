@@ -1011,7 +1011,7 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("out", metavar="OUT", help="new directory for the ensemble")
     en.add_argument("--weights", type=float, nargs="+", default=None,
                     help="one weight per model, non-negative, summing to 1 (default: uniform)")
-    en.add_argument("--note", default=None, help="how the weights were chosen (kept in its kevlike.json)")
+    en.add_argument("--note", default=None, help="how the weights were chosen, kept in its kevlike.json (default: none)")
     en.set_defaults(func=_cmd_ensemble)
 
     cp = command("compare", "accuracy and NLL over the unseen questions of generalization-suite runs, and with "
