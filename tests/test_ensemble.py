@@ -217,3 +217,16 @@ def test_the_shipped_ensemble_manifest_matches_its_registry_entry():
     assert tuple(m.model for m in members) == MODELS[ENSEMBLE_MODEL].members
     assert sum(m.weight for m in members) == pytest.approx(1.0)
     assert MODELS[ENSEMBLE_MODEL].backbones == ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct")
+
+
+def test_a_batch_names_the_request_an_error_is_in(members):
+    from kevlike.request.schema import RequestError
+    ens = EnsembleEngine(members, [0.5, 0.5], name="ens")
+    bad = {**REQUEST, "questions": {"q": {"type": "noul"}}}
+    with pytest.raises(RequestError) as e:
+        ens.decide_batch([REQUEST, bad])
+    assert e.value.errors[0]["loc"][:2] == ["body", 1] and e.value.status == 422
+    with pytest.raises(ValueError, match="mode must be one of"):
+        ens.decide_batch([REQUEST], mode="fast")
+    a, b = ens.decide_batch([REQUEST, REQUEST])
+    assert max_dp(a, b) == 0.0 and max_dp(a, ens.decide(REQUEST)) < 1e-6

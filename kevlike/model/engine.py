@@ -32,7 +32,7 @@ from kevlike.request.encode import EncodedRequest, Encoder, option_orders
 from kevlike.request.pack import pack
 from kevlike.request.render import render_text
 from kevlike.request.schema import (
-    DEFAULT_LIMITS, Limits, Question, Request, RequestError, parse_request, validate_request
+    DEFAULT_LIMITS, Limits, Question, Request, RequestError, parse_request, prepare_each, validate_request
 )
 from kevlike.request.writing_systems import ScriptReport, detect_script
 
@@ -467,17 +467,7 @@ class Engine:
         """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        prepared = []
-        for i, r in enumerate(requests):
-            try:
-                prepared.append(self.prepare(r))
-            except RequestError as e:
-                if len(requests) > 1:
-                    for err in e.errors:
-                        err["loc"] = [err["loc"][0], i, *err["loc"][1:]]
-                    raise RequestError(e.errors, e.status) from None
-                raise
-        return self.run(prepared, mode=mode)
+        return self.run(prepare_each(self.prepare, requests), mode=mode)
 
     @torch.inference_mode()
     def run(self, prepared: Sequence[Prepared], *, mode: str = "packed") -> list[dict]:

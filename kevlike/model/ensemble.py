@@ -39,7 +39,7 @@ from kevlike.model.modeldir import ModelDir, existing_profile_path, save_calibra
 from kevlike.model.registry import MANIFEST
 from kevlike.model.temperatures import TemperatureTable, read_temperatures
 from kevlike.request.answers import Decision, answer
-from kevlike.request.schema import Request, RequestError
+from kevlike.request.schema import Request, prepare_each
 
 WEIGHT_TOLERANCE = 1e-6
 """How far the member weights may sum from 1 (they are written with a few decimals)."""
@@ -367,17 +367,7 @@ class EnsembleEngine:
         """Answer several requests (see :meth:`Engine.decide_batch`)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        prepared = []
-        for i, r in enumerate(requests):
-            try:
-                prepared.append(self.prepare(r))
-            except RequestError as e:
-                if len(requests) > 1:
-                    for err in e.errors:
-                        err["loc"] = [err["loc"][0], i, *err["loc"][1:]]
-                    raise RequestError(e.errors, e.status) from None
-                raise
-        return self.run(prepared, mode=mode)
+        return self.run(prepare_each(self.prepare, requests), mode=mode)
 
     def _respond(self, prepared: EnsemblePrepared, responses: list[dict]) -> dict:
         request = prepared.request

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Optional, Sequence, Union
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
                       ValidationError, ValidationInfo, WithJsonSchema, model_validator)
@@ -96,6 +96,26 @@ class RequestError(ValueError):
             parts.append(f"{format_loc(e['loc'])}: {e['msg']}")
         more = f" (and {len(self.errors) - 5} more)" if len(self.errors) > 5 else ""
         return "; ".join(parts) + more
+
+
+def prepare_each(prepare: Callable[[Any], Any], requests: Sequence[Any]) -> list:
+    """``[prepare(r) for r in requests]``, where the first :class:`RequestError` of request ``i`` leaves with ``i``
+    after ``body`` in each error location when more than one request is given (``["body", i, "questions", …]``).
+    :meth:`kevlike.model.engine.Engine.decide_batch` and the ensemble's prepare a batch through it.
+
+    Raises:
+        RequestError: the first request ``prepare`` refuses."""
+    out = []
+    for i, r in enumerate(requests):
+        try:
+            out.append(prepare(r))
+        except RequestError as e:
+            if len(requests) > 1:
+                for err in e.errors:
+                    err["loc"] = [err["loc"][0], i, *err["loc"][1:]]
+                raise RequestError(e.errors, e.status) from None
+            raise
+    return out
 
 
 def format_loc(loc: list) -> str:
