@@ -400,6 +400,8 @@ def _cmd_ensemble(args) -> int:
         write_ensemble(args.out, args.models, weights, note=args.note)
     except EnsembleError as e:
         return _fail(str(e))
+    except OSError as e:        # OUT is a file, or not writable
+        return _fail(f"cannot write the ensemble to {args.out}: {e.strerror or e}")
     parts = " + ".join(f"{w:g} × {m}" for w, m in zip(weights, args.models))
     print(f"{args.out}: {parts}, uncalibrated (the mixture as it is); calibrate it on the records of an eval run: "
           f"kevlike eval --model {args.out} --suite generalization --half validation, then "

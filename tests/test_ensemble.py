@@ -179,6 +179,10 @@ def test_cli_ensemble_decide_and_serve(tmp_path):
     p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, b, str(out), "--weights", "0.5", "0.6"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "sum to 1.1" in p.stderr and not (out / "kevlike.json").exists()
+    (tmp_path / "a-file").write_text("")
+    p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, b, str(tmp_path / "a-file")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "cannot write the ensemble to" in p.stderr and "Traceback" not in p.stderr
     p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, "missing-model", str(out)],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "unknown model 'missing-model'" in p.stderr
