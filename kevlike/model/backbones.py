@@ -221,29 +221,21 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
     """
     name = str(name_or_path) if name_or_path is not None else DEFAULT_MODEL
     kind = model_kind(name)
-    if kind == "registered" and name in MODELS and MODELS[name].members:     # an ensemble: members load themselves
-        for b in MODELS[name].backbones:
+    if kind == "registered":
+        entry = MODELS.get(name)
+        backbones = entry.backbones if entry else (name,)   # an ensemble: each member's (members load themselves)
+        for b in backbones:
             if not is_fetched(b):
                 if not auto_fetch:
                     raise ModelNotFoundError(f"backbone {b!r} is not set up; run `kevlike fetch {b}`")
                 fetch_backbone(b)
-        artifact = Path(MODELS[name].artifact)
-        if not ModelDir.holds_one(artifact):
-            raise SetupError(f"model {name!r}: its ensemble directory {artifact} is missing from this install")
-        return ResolvedModel(name, None, artifact)
-    if kind == "registered":
-        entry = MODELS.get(name)
-        backbone = entry.backbone if entry else name
-        if not is_fetched(backbone):
-            if not auto_fetch:
-                raise ModelNotFoundError(f"backbone {backbone!r} is not set up; run `kevlike fetch {backbone}`")
-            fetch_backbone(backbone)
         artifact = Path(entry.artifact) if entry and entry.artifact else None
+        kind_of_dir = "ensemble" if entry and entry.members else "decision-model"
         if artifact is not None and not ModelDir.holds_one(artifact):
-            raise SetupError(f"model {name!r}: its decision-model directory {artifact} is missing from this install")
+            raise SetupError(f"model {name!r}: its {kind_of_dir} directory {artifact} is missing from this install")
         if artifact is not None:
             check_model_files(artifact, "reinstall kevlike (from a clone: `git lfs install && git lfs pull` first)")
-        return ResolvedModel(name, backbone_dir(backbone), artifact)
+        return ResolvedModel(name, None if entry and entry.members else backbone_dir(backbones[0]), artifact)
     path = Path(name).expanduser()
     if kind == "decision":
         check_model_files(path, "run `git lfs install && git lfs pull` in the clone, or copy the model directory again")

@@ -47,6 +47,9 @@ WEIGHT_TOLERANCE = 1e-6
 UNCALIBRATED = "T = 1: the mixture as it is (not calibrated)"
 """The temperatures' ``source`` of an ensemble that was not calibrated (what :func:`write_ensemble` writes)."""
 
+X_BOUNDS = (1e-300, 1 - 1e-16)
+"""Where a mixed ``x_abstain`` is clamped before its logit is taken (float64: both ends stay finite)."""
+
 MIN_PROB = 1e-30
 """The floor under a mixed probability before its log is taken (a mixture of float32 softmaxes can hold 0)."""
 
@@ -64,18 +67,6 @@ class Member:
     resolved: str
 
 
-def is_ensemble(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a directory whose ``kevlike.json`` has an ``ensemble`` entry (unreadable manifests are
-    not ensembles here: the load reports them)."""
-    f = Path(path) / MANIFEST
-    if not f.is_file():
-        return False
-    try:
-        return "ensemble" in json.loads(f.read_text())
-    except (OSError, ValueError, TypeError):
-        return False
-
-
 def read_members(path: str | os.PathLike) -> list[Member]:
     """The members of the ensemble at ``path``, checked.
 
@@ -85,7 +76,7 @@ def read_members(path: str | os.PathLike) -> list[Member]:
             :data:`WEIGHT_TOLERANCE`); a member is named twice; a member is itself an ensemble, or names no
             registered model and no decision-model directory.
     """
-    from kevlike.model.registry import MODELS, model_kind
+    from kevlike.model.registry import MODELS, ensemble_members, model_kind
 
     path = Path(path)
     where = f"{path / MANIFEST}"
@@ -111,8 +102,7 @@ def read_members(path: str | os.PathLike) -> list[Member]:
             resolved = str(path / name) if (path / name).exists() else name
         if model_kind(resolved) is None:
             raise EnsembleError(f"{where}: {field}.model {name!r} is not a registered model or a model directory")
-        entry = MODELS.get(resolved)
-        if (entry is not None and entry.members) or is_ensemble(resolved):
+        if ensemble_members(resolved) is not None:
             raise EnsembleError(f"{where}: {field}.model {name!r} is an ensemble; members must be single models")
         if resolved in [x.resolved for x in out]:
             raise EnsembleError(f"{where}: {field}.model {name!r} is named twice")
@@ -177,10 +167,6 @@ class EnsemblePrepared:
     @property
     def n_tokens(self) -> int:
         return sum(p.n_tokens for p in self.parts)
-
-    @property
-    def script(self):
-        return self.parts[0].script
 
 
 class _Readout:
@@ -305,22 +291,15 @@ class EnsembleEngine:
         xs = [[] for _ in encoded]
         for mi, m in enumerate(self.members):
             parts = [e.parts[mi] for e in encoded]
-            if getattr(m, "abstain", False):
-                logits, abstain = m.question_outputs(parts, padding_side)
-            else:
-                logits, abstain = m.question_logits(parts, padding_side), None
+            logits, abstain = m.question_outputs(parts, padding_side)      # abstain None: no x_abstain
             for b, e in enumerate(encoded):
                 probs[b].append(m.probabilities(e.request, logits[b]))
                 if abstain is not None:
                     xs[b].append(torch.tensor([m.abstain_probability(a) for a in abstain[b]], dtype=torch.float64))
-        logits = [[torch.log(p.clamp_min(MIN_PROB)) for p in self._mixed(pm)] for pm in probs]
+        logits = [[_log(p) for p in self._mixed(pm)] for pm in probs]
         if not self.abstain:
             return logits, None
-        out = []
-        for b in range(len(encoded)):
-            x = sum(w * xm for w, xm in zip(self.weights, xs[b])).clamp(1e-300, 1 - 1e-16)
-            out.append(torch.log(x) - torch.log1p(-x))
-        return logits, out
+        return logits, [_logit(sum(w * xm for w, xm in zip(self.weights, xs[b]))) for b in range(len(encoded))]
 
     def question_logits(self, encoded: Sequence[EnsembleEncoded], padding_side: str = "right"):
         """The first half of :meth:`question_outputs`."""
@@ -329,9 +308,13 @@ class EnsembleEngine:
     def probabilities(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
         """The served distribution per question: ``softmax(z / T(type, K))`` of the mixture's log-probabilities
         ``z``, then the table's score readout (both identities when the mixture is not calibrated)."""
+        return [self.temperatures.readout(q.type, p) for q, p in zip(request.questions, self._tempered(request, logits))]
+
+    def _tempered(self, request: Request, logits: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per question ``softmax(z / T(type, K))`` ``[K]`` of the mixture's log-probabilities, before any score
+        readout (:meth:`probabilities`)."""
         t = self.temperatures
-        return [t.readout(q.type, torch.softmax(z / t.lookup(q.type, len(q.options)), -1))
-                for q, z in zip(request.questions, logits)]
+        return [torch.softmax(z / t.lookup(q.type, len(q.options)), -1) for q, z in zip(request.questions, logits)]
 
     def abstain_probability(self, a) -> float:
         """``x_abstain`` of a mixed-abstention logit ``a`` under the mixture's Platt scaling."""
@@ -372,20 +355,16 @@ class EnsembleEngine:
     def _respond(self, prepared: EnsemblePrepared, responses: list[dict]) -> dict:
         request = prepared.request
         per_member = [[_distribution(q, r["answers"][q.id]) for q in request.questions] for r in responses]
-        mixed = self._mixed(per_member)
-        z = [torch.log(p.clamp_min(MIN_PROB)) for p in mixed]
         table = self.temperatures
-        tempered = [torch.softmax(zq / table.lookup(q.type, len(q.options)), -1) for q, zq in zip(request.questions, z)]
+        tempered = self._tempered(request, [_log(p) for p in self._mixed(per_member)])
         probs = [table.readout(q.type, p) for q, p in zip(request.questions, tempered)]
         pre = {q.id: p.tolist() for q, p in zip(request.questions, tempered) if table.reads_normal(q.type, len(q.options))}
         above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
         answers = {}
-        for qi, (q, p) in enumerate(zip(request.questions, probs)):
+        for q, p in zip(request.questions, probs):
             if self.abstain:
                 x = sum(w * r["answers"][q.id]["x_abstain"] for w, r in zip(self.weights, responses))
-                x = min(max(x, 1e-300), 1 - 1e-16)
-                answers[q.id] = answer(q, p.tolist(), x_abstain=self.abstain_probability(math.log(x) - math.log1p(-x)),
-                                       abstain_above=above)
+                answers[q.id] = answer(q, p.tolist(), x_abstain=self.abstain_probability(_logit(x)), abstain_above=above)
             else:
                 answers[q.id] = answer(q, p.tolist())
         out = {"model": self.name, "answers": answers,
@@ -401,6 +380,19 @@ class EnsembleEngine:
         if shortlist:
             out["x_shortlist"] = shortlist
         return Decision(out, pre)
+
+
+def _log(p: torch.Tensor) -> torch.Tensor:
+    """``log p`` ``[K]`` of a mixed distribution, floored at :data:`MIN_PROB`: the mixture's "logits"."""
+    return torch.log(p.clamp_min(MIN_PROB))
+
+
+def _logit(x):
+    """``log(x / (1 − x))`` of a mixed ``x_abstain`` (a float, or a float64 tensor of them), ``x`` clamped into
+    :data:`X_BOUNDS` first; a float in, a float out."""
+    t = torch.as_tensor(x, dtype=torch.float64).clamp(*X_BOUNDS)
+    z = torch.log(t) - torch.log1p(-t)
+    return float(z) if not isinstance(x, torch.Tensor) else z
 
 
 def _distribution(question, ans: dict) -> torch.Tensor:
@@ -434,10 +426,10 @@ def pool_records(members: Sequence[Sequence[dict]], weights: Sequence[float]) ->
         if any(tuple(r.get(k) for k in keys) != tuple(rs[0].get(k) for k in keys) for r in rs[1:]):
             raise ValueError(f"record {i}: the members answer different questions ({[r.get('question') for r in rs]})")
         p = sum(w * torch.tensor(r["probs"], dtype=torch.float64) for w, r in zip(weights, rs)).float()
-        rec = {**rs[0], "probs": p.tolist(), "logits": torch.log(p.clamp_min(MIN_PROB)).tolist()}
+        rec = {**rs[0], "probs": p.tolist(), "logits": _log(p).tolist()}
         rec.pop("abstain_logit", None), rec.pop("x_abstain", None)
         if all(r.get("x_abstain") is not None for r in rs):
-            x = min(max(sum(w * r["x_abstain"] for w, r in zip(weights, rs)), 1e-300), 1 - 1e-16)
-            rec["x_abstain"], rec["abstain_logit"] = x, math.log(x) - math.log1p(-x)
+            x = sum(w * r["x_abstain"] for w, r in zip(weights, rs))
+            rec["x_abstain"], rec["abstain_logit"] = min(max(x, X_BOUNDS[0]), X_BOUNDS[1]), _logit(x)
         out.append(rec)
     return out

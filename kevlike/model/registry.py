@@ -187,22 +187,33 @@ def model_name_error(name: str | None) -> str | None:
     return unknown_model_message(str(name)) if model_kind(name) is None else None
 
 
-def ensemble_refusal(name: str | None, command: str) -> str | None:
-    """The one-line refusal of a command that measures one model's forward pass (``bench``, ``probes``,
-    ``parity``, ``gpu-check``) when ``name`` names an ensemble (:mod:`kevlike.model.ensemble`: a registered one, or a
-    directory whose manifest has an ``ensemble`` entry), else None. Light: reads the manifest as JSON."""
+def ensemble_members(name: str | None) -> list | None:
+    """The members an ensemble names (:mod:`kevlike.model.ensemble`): a registered ensemble's, or those of a
+    directory whose manifest has an ``ensemble`` entry (``[]`` when that entry is not a readable member list: still
+    an ensemble, which its load refuses); None for anything else. Light: reads the manifest as JSON, no torch."""
     import json
 
     if name is None:
         return None
     entry = MODELS.get(str(name))
-    members = list(entry.members) if entry is not None else None
-    if members is None:
-        try:
-            spec = json.loads((Path(name).expanduser() / MANIFEST).read_text()).get("ensemble")
-            members = [m.get("model") for m in spec["members"]] if spec else None
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            members = None
+    if entry is not None:
+        return list(entry.members) or None
+    try:
+        manifest = json.loads((Path(name).expanduser() / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or "ensemble" not in manifest:
+        return None
+    try:
+        return [m.get("model") for m in manifest["ensemble"]["members"]]
+    except (TypeError, KeyError, AttributeError):
+        return []
+
+
+def ensemble_refusal(name: str | None, command: str) -> str | None:
+    """The one-line refusal of a command that measures one model's forward pass (``bench``, ``probes``,
+    ``parity``, ``gpu-check``) when ``name`` names an ensemble with members (:func:`ensemble_members`), else None."""
+    members = ensemble_members(name)
     if not members:
         return None
     return (f"kevlike {command} measures one model's forward pass; {name} is an ensemble of "

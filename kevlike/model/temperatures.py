@@ -78,8 +78,8 @@ def normal_logits(p: torch.Tensor) -> torch.Tensor:
     """Logits ``[..., K]`` of the discretised normal with the mean and variance of ``p`` ``[..., K]``
     (probabilities over ordered levels 0 … K−1): ``−(k − μ)² / 2σ²`` with ``μ = Σ k p_k``,
     ``σ² = max(Σ (k − μ)² p_k, VAR_FLOOR)``, in ``p``'s dtype and differentiable through μ and σ². Trailing levels
-    of probability 0 (padding) move neither μ nor σ²; their logits are finite, for the caller to mask. Shared by :func:`normal_readout` (serving) and
-    :func:`kevlike.training.losses.normal_readout_nll` (training)."""
+    of probability 0 (padding) move neither μ nor σ²; their logits are finite, for the caller to mask. Shared by
+    :func:`normal_readout` (serving) and :func:`kevlike.training.losses.normal_readout_nll` (training)."""
     k = torch.arange(p.shape[-1], dtype=p.dtype, device=p.device)
     mu = (k * p).sum(-1, keepdim=True)
     var = ((k - mu) ** 2 * p).sum(-1, keepdim=True).clamp_min(VAR_FLOOR)
