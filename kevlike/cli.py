@@ -385,8 +385,19 @@ def _cmd_soup(args) -> int:
     return EXIT_OK
 
 
+def _ensemble_weight(text: str) -> float | dict[str, float]:
+    """``--weights`` of ``kevlike ensemble``: a number, or ``noul=W,choice=W,score=W`` (checked by the ensemble)."""
+    try:
+        if "=" not in text:
+            return float(text)
+        pairs = [kv.split("=", 1) for kv in text.split(",")]
+        return {k.strip(): float(v) for k, v in pairs}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or noul=W,choice=W,score=W") from None
+
+
 def _cmd_ensemble(args) -> int:
-    from kevlike.model.ensemble import EnsembleError, write_ensemble
+    from kevlike.model.ensemble import EnsembleError, weight_text, write_ensemble
     from kevlike.model.registry import model_kind, unknown_model_message
 
     n = len(args.models)
@@ -402,7 +413,7 @@ def _cmd_ensemble(args) -> int:
         return _fail(str(e))
     except OSError as e:        # OUT is a file, or not writable
         return _fail(f"cannot write the ensemble to {args.out}: {e.strerror or e}")
-    parts = " + ".join(f"{w:g} × {m}" for w, m in zip(weights, args.models))
+    parts = " + ".join(f"{weight_text(w)} × {m}" for w, m in zip(weights, args.models))
     print(f"{args.out}: {parts}, uncalibrated (the mixture as it is); calibrate it on the records of an eval run: "
           f"kevlike eval --model {args.out} --suite generalization --half validation, then "
           f"kevlike calibrate {args.out} --records RUN/records.jsonl")
@@ -1011,8 +1022,9 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("models", nargs="+", metavar="MODEL",
                     help="two or more registered model names or decision-model directories")
     en.add_argument("out", metavar="OUT", help="new directory for the ensemble")
-    en.add_argument("--weights", type=float, nargs="+", default=None,
-                    help="one weight per model, non-negative, summing to 1 (default: uniform)")
+    en.add_argument("--weights", type=_ensemble_weight, nargs="+", default=None, metavar="W",
+                    help="one weight per model, non-negative, summing to 1 (default: uniform); or per question type, "
+                         "noul=W,choice=W,score=W, each type summing to 1 over the models")
     en.add_argument("--note", default=None, help="how the weights were chosen, kept in its kevlike.json (default: none)")
     en.set_defaults(func=_cmd_ensemble)
 

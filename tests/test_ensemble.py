@@ -14,7 +14,8 @@ import torch
 
 from kevlike.metrics import records_from_logits
 from kevlike.model.engine import Engine
-from kevlike.model.ensemble import EnsembleEngine, EnsembleError, pool_records, read_members, write_ensemble
+from kevlike.model.ensemble import (EnsembleEngine, EnsembleError, pool_records, read_members, type_weights,
+                                    write_ensemble)
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.request.schema import validate_request
 from tiny import REQUEST, make_engine, max_dp, save_tiny_model
@@ -96,6 +97,32 @@ def test_pooled_member_records_equal_the_ensembles_records(members):
         pool_records([direct, direct[1:] + direct[:1]], [0.5, 0.5])
 
 
+PER_TYPE = [{"noul": 1.0, "choice": 0.0, "score": 0.25}, {"noul": 0.0, "choice": 1.0, "score": 0.75}]
+
+
+def test_per_type_weights_mix_each_question_type_with_its_own(members):
+    ens = EnsembleEngine(members, PER_TYPE, name="ens")
+    a, b = (m.decide(REQUEST) for m in members)
+    got = ens.decide(REQUEST)
+    for qid, q in REQUEST["questions"].items():
+        wa = PER_TYPE[0][q["type"]]
+        want = [wa * x + (1 - wa) * y for x, y in zip(_probs(q, a["answers"][qid]), _probs(q, b["answers"][qid]))]
+        assert _probs(q, got["answers"][qid]) == pytest.approx(want, abs=1e-6)
+        x = wa * a["answers"][qid]["x_abstain"] + (1 - wa) * b["answers"][qid]["x_abstain"]
+        assert got["answers"][qid]["x_abstain"] == pytest.approx(x, abs=1e-9)
+    assert max_dp(a, b) > 0.01
+    # the evaluation's records and the pool of the members' records agree with the served answers
+    targets = {qid: [1.0] + [0.0] * (len(q.get("criteria") or [0, 0]) - 1) for qid, q in REQUEST["questions"].items()}
+    exs = [Example(REQUEST, targets, "t")]
+    direct = records_from_logits(ens, exs, 1)
+    pooled = pool_records([records_from_logits(m, exs, 1) for m in members], PER_TYPE)
+    for p, d, q in zip(pooled, direct, validate_request(REQUEST).questions, strict=True):
+        assert p["probs"] == pytest.approx(d["probs"], abs=1e-6)
+        assert p["abstain_logit"] == pytest.approx(d["abstain_logit"], abs=1e-6)
+        assert d["probs"] == pytest.approx(_probs(None, got["answers"][q.id]), abs=1e-6)
+    assert "noul 1 / choice 0 / score 0.25 × " in ens.describe()
+
+
 def test_bad_weights_are_refused(members):
     with pytest.raises(ValueError, match="sum to 1"):
         EnsembleEngine(members, [0.5, 0.6], name="e")
@@ -119,6 +146,12 @@ def test_manifest_refusals_name_the_field(tmp_path):
         ([ok, {"model": "nope", "weight": 0.5}], r"members\[1\]\.model 'nope' is not a registered model"),
         ([ok, {"model": "kevlike-ensemble", "weight": 0.5}], "is an ensemble; members must be single models"),
         ([ok, ok], "named twice"),
+        ([ok, {"model": "kevlike-qwen", "weight": {"noul": 0.5, "choice": 0.5}}],
+         r"members\[1\]\.weight per question type must name exactly noul, choice, score"),
+        ([ok, {"model": "kevlike-qwen", "weight": {"noul": 0.5, "choice": "x", "score": 0.5}}],
+         r"members\[1\]\.weight\.choice must be a finite number"),
+        ([{"model": "kevlike-default", "weight": {"noul": 0.5, "choice": 0.3, "score": 0.5}},
+          {"model": "kevlike-qwen", "weight": 0.5}], "sum to 0.8, not 1 for choice questions"),
     ]
     for i, (members, msg) in enumerate(cases):
         with pytest.raises(EnsembleError, match=msg):
@@ -186,6 +219,17 @@ def test_cli_ensemble_decide_and_serve(tmp_path):
     p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, "missing-model", str(out)],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "unknown model 'missing-model'" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, b, str(out), "--weights", "0.5", "noul=1"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "per question type must name exactly noul, choice, score" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, b, str(out), "--weights", "0.5", "noul"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "'noul' is not a number or noul=W,choice=W,score=W" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, b, str(tmp_path / "per-type"), "--weights",
+                        "noul=0.8,choice=0.6,score=0.7", "noul=0.2,choice=0.4,score=0.3"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert [m.weight for m in read_members(tmp_path / "per-type")] == [
+        {"noul": 0.8, "choice": 0.6, "score": 0.7}, {"noul": 0.2, "choice": 0.4, "score": 0.3}]
     p = subprocess.run([sys.executable, "-m", "kevlike", "ensemble", a, b, str(out), "--weights", "0.5", "0.5"],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
@@ -219,7 +263,7 @@ def test_the_shipped_ensemble_manifest_matches_its_registry_entry():
     from kevlike.model.registry import ENSEMBLE_ARTIFACT, ENSEMBLE_MODEL, MODELS
     members = read_members(ENSEMBLE_ARTIFACT)
     assert tuple(m.model for m in members) == MODELS[ENSEMBLE_MODEL].members
-    assert sum(m.weight for m in members) == pytest.approx(1.0)
+    assert all(sum(col) == pytest.approx(1.0) for col in type_weights([m.weight for m in members]).values())
     assert MODELS[ENSEMBLE_MODEL].backbones == ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct")
 
 

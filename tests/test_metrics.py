@@ -159,10 +159,10 @@ def test_calibrate_from_set_mode_records_fits_choice_set_alone(tmp_path):
     rows = []
     for _ in range(300):           # over-confident choice logits (calibrated at T = 2) and noul logits
         z = torch.randn(4) * 4
-        rows.append({"source": "b", "type": "choice", "logits": z.tolist(),
+        rows.append({"source": "b/choice", "type": "choice", "logits": z.tolist(),
                      "gold": int(torch.multinomial(torch.softmax(z / 2.0, -1), 1))})
         y = torch.randn(2) * 3
-        rows.append({"source": "b", "type": "noul", "logits": y.tolist(),
+        rows.append({"source": "b/noul", "type": "noul", "logits": y.tolist(),
                      "gold": int(torch.multinomial(torch.softmax(y / 0.5, -1), 1))})
     for i in range(200):           # x_abstain logits on answerable and "cannot tell" questions of both types
         rows.append({"source": "a", "type": ("choice", "noul")[i % 2], "logits": [0.0, 0.0], "gold": 0,
@@ -182,10 +182,10 @@ def test_calibrate_from_set_mode_records_fits_choice_set_alone(tmp_path):
     fit = json.loads((art / "calibration.json").read_text())["fit"]
     assert set(fit["types"]) == {"choice", "noul", "abstain", "choice:set"}
     assert {t: e["source"] for t, e in fit["types"].items()} == {
-        "choice": "validation records (a: 50, b: 300)", "noul": "validation records (a: 50, b: 300)",
-        "abstain": "validation records (a: 200)", "choice:set": "validation records (a: 50, b: 300)"}
+        "choice": "validation records (a: 50, b/choice: 300)", "noul": "validation records (a: 50, b/noul: 300)",
+        "abstain": "validation records (a: 200)", "choice:set": "validation records (a: 50, b/choice: 300)"}
     calibrate_artifact(art, records_path=records, quiet=True, fit_mode="list")   # a third fit: no nesting
-    third = load_temperatures(art)
+    third = load_temperatures(art)     # the file's source counts per dataset (b/choice and b/noul are b)
     assert third.source == ("fitted on validation splits (a: 200 questions, b: 600 questions); choice:set kept "
                             "from earlier fits (each type's records: the fit report's types.TYPE.source)")
     # a file written before types named their records: its source is kept once, and its entries point at it

@@ -97,8 +97,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
                                     if k in r}) + "\n")
         print(f"validation logits: {records_path}", file=sys.stderr)   # written: said with --quiet too
     sizes = {}
-    for r in records:
-        sizes[r["source"]] = sizes.get(r["source"], 0) + 1
+    for r in records:          # per dataset (the source's part before "/"): the fit report lists every source
+        name = r["source"].split("/")[0]
+        sizes[name] = sizes.get(name, 0) + 1
     counts = ", ".join(f"{k}: {v} questions" for k, v in sorted(sizes.items()))
     table, report = fit_table(records, min_count if min_count is not None else MIN_BUCKET,
                               f"fitted on validation splits ({counts})")

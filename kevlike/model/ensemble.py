@@ -6,7 +6,8 @@ distributions: a critique and an annotated bibliography"): for each question
     p(option) = Σ_m w_m · p_m(option)              w_m ≥ 0, Σ_m w_m = 1
 
 where ``p_m`` is member ``m``'s served distribution (its own temperatures and score readout applied), and the
-same mixture of the members' ``x_abstain``. The members may run different backbones and tokenizers: each
+same mixture of the members' ``x_abstain``. A member's weight is one number, or one per question type
+(``{"noul": w, "choice": w, "score": w}``): the weights of each type sum to 1 over the members. The members may run different backbones and tokenizers: each
 encodes the request itself, so an ensemble costs the sum of its members' passes. The mixture can be calibrated
 once more as a whole (``kevlike calibrate ENSEMBLE --records RUN/records.jsonl``): its "logits" are the
 mixture's log-probabilities, so a temperature ``T`` serves ``softmax(log p / T)`` (a power of the mixture) and
@@ -19,7 +20,8 @@ An ensemble is a directory holding ``kevlike.json`` with an ``ensemble`` entry (
                                            {"model": "kevlike-qwen", "weight": 0.4}]}}
 
 A member is a registered model name or a decision-model directory (a relative path is read from the ensemble's
-directory); an ensemble cannot be a member. ``kevlike ensemble A B OUT --weights 0.6 0.4`` writes one.
+directory); an ensemble cannot be a member. ``kevlike ensemble A B OUT --weights 0.6 0.4`` writes one;
+``--weights noul=0.8,choice=0.6,score=0.7 noul=0.2,choice=0.4,score=0.3`` one with weights per type.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ X_BOUNDS = (1e-300, 1 - 1e-16)
 MIN_PROB = 1e-30
 """The floor under a mixed probability before its log is taken (a mixture of float32 softmaxes can hold 0)."""
 
+QUESTION_TYPES = ("noul", "choice", "score")
+"""The keys of a per-type weight."""
+
 
 class EnsembleError(ValueError):
     """An ensemble manifest that cannot be served; the message names the file and the field."""
@@ -63,8 +68,49 @@ class Member:
     """One member of an ensemble: ``model`` as written in the manifest, ``resolved`` the name or path loaded."""
 
     model: str
-    weight: float
+    weight: float | dict[str, float]      # one number, or one per question type (QUESTION_TYPES)
     resolved: str
+
+
+def _weight(w, field: str) -> float | dict[str, float]:
+    """A member's weight as written (a number, or ``{type: number}`` over exactly :data:`QUESTION_TYPES`),
+    checked; ``field`` names it in the error.
+
+    Raises:
+        ValueError: not a finite number ≥ 0, or a mapping whose keys are not the three types.
+    """
+    if isinstance(w, dict):
+        if set(w) != set(QUESTION_TYPES):
+            raise ValueError(f"{field} per question type must name exactly {', '.join(QUESTION_TYPES)}, "
+                             f"got {sorted(w)!r}"[:300])
+        return {t: _weight(w[t], f"{field}.{t}") for t in QUESTION_TYPES}
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+        raise ValueError(f"{field} must be a finite number ≥ 0, got {w!r}"[:300])
+    return float(w)
+
+
+def type_weights(weights: Sequence) -> dict[str, list[float]]:
+    """Per question type, the members' weights ``{type: [w_1, …, w_M]}`` from one weight per member (a number,
+    the same for every type, or ``{"noul": w, "choice": w, "score": w}``).
+
+    Raises:
+        ValueError: a weight is negative, not finite or a mapping of other keys; the weights of a type do not
+            sum to 1 (within :data:`WEIGHT_TOLERANCE`).
+    """
+    ws = [_weight(w, f"weight {i}") for i, w in enumerate(weights)]
+    out = {t: [w[t] if isinstance(w, dict) else w for w in ws] for t in QUESTION_TYPES}
+    for t, col in out.items():
+        if abs(sum(col) - 1.0) > WEIGHT_TOLERANCE:
+            raise ValueError(f"the member weights sum to {sum(col):.6g}, not 1"
+                             + (f" for {t} questions" if any(isinstance(w, dict) for w in ws) else ""))
+    return out
+
+
+def weight_text(w: float | dict[str, float]) -> str:
+    """``0.6``, or ``noul 0.8 / choice 0.6 / score 0.7`` for a per-type weight (for one-line descriptions)."""
+    if isinstance(w, dict):
+        return " / ".join(f"{t} {w[t]:g}" for t in QUESTION_TYPES)
+    return f"{w:g}"
 
 
 def read_members(path: str | os.PathLike) -> list[Member]:
@@ -72,8 +118,8 @@ def read_members(path: str | os.PathLike) -> list[Member]:
 
     Raises:
         EnsembleError: the manifest's ``ensemble.members`` is not a list of at least one ``{"model": str,
-            "weight": number}``; a weight is negative or not finite; the weights do not sum to 1 (within
-            :data:`WEIGHT_TOLERANCE`); a member is named twice; a member is itself an ensemble, or names no
+            "weight": number or {type: number}}``; a weight is negative or not finite; the weights (of a type) do
+            not sum to 1 (within :data:`WEIGHT_TOLERANCE`); a member is named twice; a member is itself an ensemble, or names no
             registered model and no decision-model directory.
     """
     from kevlike.model.registry import MODELS, ensemble_members, model_kind
@@ -95,8 +141,10 @@ def read_members(path: str | os.PathLike) -> list[Member]:
         name, w = m["model"], m["weight"]
         if not isinstance(name, str) or not name:
             raise EnsembleError(f"{where}: {field}.model must be a model name or directory")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-            raise EnsembleError(f"{where}: {field}.weight must be a finite number ≥ 0, got {w!r}")
+        try:
+            w = _weight(w, f"{field}.weight")
+        except ValueError as e:
+            raise EnsembleError(f"{where}: {e}") from None
         resolved = name
         if name not in MODELS and not Path(name).is_absolute():
             resolved = str(path / name) if (path / name).exists() else name
@@ -106,14 +154,15 @@ def read_members(path: str | os.PathLike) -> list[Member]:
             raise EnsembleError(f"{where}: {field}.model {name!r} is an ensemble; members must be single models")
         if resolved in [x.resolved for x in out]:
             raise EnsembleError(f"{where}: {field}.model {name!r} is named twice")
-        out.append(Member(name, float(w), resolved))
-    total = sum(m.weight for m in out)
-    if abs(total - 1.0) > WEIGHT_TOLERANCE:
-        raise EnsembleError(f"{where}: the member weights sum to {total:.6g}, not 1")
+        out.append(Member(name, w, resolved))
+    try:
+        type_weights([m.weight for m in out])
+    except ValueError as e:
+        raise EnsembleError(f"{where}: {e}") from None
     return out
 
 
-def write_ensemble(out: str | os.PathLike, members: Sequence[str], weights: Sequence[float],
+def write_ensemble(out: str | os.PathLike, members: Sequence[str], weights: Sequence[float | dict[str, float]],
                    note: str | None = None) -> Path:
     """Write an ensemble directory ``out`` of ``members`` (registered names or decision-model directories, stored
     as absolute paths) with ``weights``; ``note`` (how the weights were chosen) goes into the manifest, and a
@@ -130,7 +179,8 @@ def write_ensemble(out: str | os.PathLike, members: Sequence[str], weights: Sequ
         raise EnsembleError(f"{len(members)} members but {len(weights)} weights")
     if ModelDir.holds_one(out):
         raise EnsembleError(f"{out} already holds a model ({MANIFEST}); choose another directory")
-    spec = {"members": [{"model": m if m in MODELS else str(Path(m).resolve()), "weight": float(w)}
+    spec = {"members": [{"model": m if m in MODELS else str(Path(m).resolve()),
+                         "weight": {t: float(w[t]) for t in w} if isinstance(w, dict) else float(w)}
                         for m, w in zip(members, weights)]}
     manifest = {"format": 1, "ensemble": spec, **({"note": note} if note else {})}
     out.mkdir(parents=True, exist_ok=True)
@@ -180,14 +230,15 @@ class EnsembleEngine:
 
     Args:
         members: loaded member engines.
-        weights: one weight per member, ≥ 0, summing to 1.
+        weights: one weight per member, ≥ 0, summing to 1: a number, or ``{"noul": w, "choice": w, "score": w}``
+            (each type's weights summing to 1; :func:`type_weights`).
         name: the model name responses report.
         temperatures: the mixture's own calibration (default: served as mixed, T = 1).
         artifact_dir: the ensemble's directory (calibration is written there).
         abstain_above: as :class:`kevlike.config.engine.EngineOptions`.
 
     Raises:
-        ValueError: no members, a count mismatch, or weights that are negative or do not sum to 1.
+        ValueError: no members, a count mismatch, or weights that are negative or do not sum to 1 (per type).
     """
 
     readout = _Readout()
@@ -197,16 +248,18 @@ class EnsembleEngine:
     profile = None
     state_cache = None            # each member keeps its own (EngineOptions.state_cache_mb is per member)
 
-    def __init__(self, members: Sequence, weights: Sequence[float], *, name: str,
+    def __init__(self, members: Sequence, weights: Sequence[float | dict[str, float]], *, name: str,
                  temperatures: TemperatureTable | None = None, artifact_dir: Path | None = None,
                  abstain_above: float | None = None):
         if not members or len(members) != len(weights):
             raise ValueError(f"an ensemble needs one weight per member (got {len(members)} members, "
                              f"{len(weights)} weights)")
-        if any(w < 0 for w in weights) or abs(sum(weights) - 1.0) > WEIGHT_TOLERANCE:
-            raise ValueError(f"ensemble weights must be ≥ 0 and sum to 1, got {list(weights)}")
+        try:
+            self.weights = type_weights(weights)          # {type: [w_m]}
+        except ValueError as e:
+            raise ValueError(f"ensemble weights: {e}; got {list(weights)}") from None
+        self.member_weights = list(weights)
         self.members = list(members)
-        self.weights = [float(w) for w in weights]
         self.name = name
         self.temperatures = temperatures or TemperatureTable(source=UNCALIBRATED)
         self.artifact_dir = artifact_dir
@@ -251,7 +304,8 @@ class EnsembleEngine:
 
     def describe(self) -> str:
         """One line: the members with their weights and descriptions, and the mixture's calibration."""
-        parts = "; ".join(f"{w:g} × {m.name} ({m.describe()})" for m, w in zip(self.members, self.weights))
+        parts = "; ".join(f"{weight_text(w)} × {m.name} ({m.describe()})"
+                          for m, w in zip(self.members, self.member_weights))
         source = self.temperatures.source.split(" (")[0]      # a fit's source lists every split it read
         return f"ensemble (linear pool) of {parts}; mixture temperatures: {source}"
 
@@ -278,10 +332,16 @@ class EnsembleEngine:
             raise ValueError("an ensemble's members read in their own option modes")
         return EnsembleEncoded(request, tuple(m.encode(request) for m in self.members))
 
-    def _mixed(self, per_member: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
-        """``Σ_m w_m p_m`` per question, from ``per_member[m][q]`` ``[K]`` (float32)."""
-        return [sum(w * p[q].double() for w, p in zip(self.weights, per_member)).float()
-                for q in range(len(per_member[0]))]
+    def _mixed(self, request: Request, per_member: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
+        """``Σ_m w_m p_m`` per question (``w`` of the question's type), from ``per_member[m][q]`` ``[K]``
+        (float32)."""
+        return [sum(w * p[i].double() for w, p in zip(self.weights[q.type], per_member)).float()
+                for i, q in enumerate(request.questions)]
+
+    def _mixed_abstain(self, request: Request, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """``Σ_m w_m x_m`` per question (float64 ``[Q]``), from ``xs[m]`` ``[Q]`` the members' ``x_abstain``."""
+        w = torch.tensor([self.weights[q.type] for q in request.questions], dtype=torch.float64)   # [Q, M]
+        return (w * torch.stack(list(xs), -1)).sum(-1)
 
     def question_outputs(self, encoded: Sequence[EnsembleEncoded], padding_side: str = "right"):
         """Per request, per question: the log of the mixed distribution ``[K]`` (the mixture's "logits":
@@ -296,10 +356,10 @@ class EnsembleEngine:
                 probs[b].append(m.probabilities(e.request, logits[b]))
                 if abstain is not None:
                     xs[b].append(torch.tensor([m.abstain_probability(a) for a in abstain[b]], dtype=torch.float64))
-        logits = [[_log(p) for p in self._mixed(pm)] for pm in probs]
+        logits = [[_log(p) for p in self._mixed(e.request, pm)] for e, pm in zip(encoded, probs)]
         if not self.abstain:
             return logits, None
-        return logits, [_logit(sum(w * xm for w, xm in zip(self.weights, xs[b]))) for b in range(len(encoded))]
+        return logits, [_logit(self._mixed_abstain(e.request, xs[b])) for b, e in enumerate(encoded)]
 
     def question_logits(self, encoded: Sequence[EnsembleEncoded], padding_side: str = "right"):
         """The first half of :meth:`question_outputs`."""
@@ -356,15 +416,18 @@ class EnsembleEngine:
         request = prepared.request
         per_member = [[_distribution(q, r["answers"][q.id]) for q in request.questions] for r in responses]
         table = self.temperatures
-        tempered = self._tempered(request, [_log(p) for p in self._mixed(per_member)])
+        tempered = self._tempered(request, [_log(p) for p in self._mixed(request, per_member)])
         probs = [table.readout(q.type, p) for q, p in zip(request.questions, tempered)]
         pre = {q.id: p.tolist() for q, p in zip(request.questions, tempered) if table.reads_normal(q.type, len(q.options))}
         above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
         answers = {}
-        for q, p in zip(request.questions, probs):
+        if self.abstain:
+            x = self._mixed_abstain(request, [torch.tensor([r["answers"][q.id]["x_abstain"] for q in request.questions],
+                                                           dtype=torch.float64) for r in responses]).tolist()
+        for i, (q, p) in enumerate(zip(request.questions, probs)):
             if self.abstain:
-                x = sum(w * r["answers"][q.id]["x_abstain"] for w, r in zip(self.weights, responses))
-                answers[q.id] = answer(q, p.tolist(), x_abstain=self.abstain_probability(_logit(x)), abstain_above=above)
+                answers[q.id] = answer(q, p.tolist(), x_abstain=self.abstain_probability(_logit(x[i])),
+                                       abstain_above=above)
             else:
                 answers[q.id] = answer(q, p.tolist())
         out = {"model": self.name, "answers": answers,
@@ -403,9 +466,10 @@ def _distribution(question, ans: dict) -> torch.Tensor:
 
 
 
-def pool_records(members: Sequence[Sequence[dict]], weights: Sequence[float]) -> list[dict]:
+def pool_records(members: Sequence[Sequence[dict]], weights: Sequence[float | dict[str, float]]) -> list[dict]:
     """The records an ensemble's evaluation would write, from its members' records of the same questions
-    (:func:`kevlike.metrics.records_from_logits`, each member calibrated): ``probs`` = ``Σ_m w_m probs_m``,
+    (:func:`kevlike.metrics.records_from_logits`, each member calibrated): ``probs`` = ``Σ_m w_m probs_m`` (``w``
+    of the record's question type where the weights are per type, :func:`type_weights`),
     ``logits`` = ``log probs`` (the mixture's uncalibrated "logits", :meth:`EnsembleEngine.question_outputs`),
     and where every member has ``x_abstain``, their mixture and its logit ``abstain_logit``. The other fields are
     the first member's. Choosing weights on validation records needs no forward pass this way; the records are
@@ -413,10 +477,12 @@ def pool_records(members: Sequence[Sequence[dict]], weights: Sequence[float]) ->
 
     Raises:
         ValueError: the members' records differ in length, or at some position in question (split, source,
-            question id, type or gold); pair them first (:func:`kevlike.eval.unseen.shared_questions`).
+            question id, type or gold); pair them first (:func:`kevlike.eval.unseen.shared_questions`). Weights
+            as :func:`type_weights` refuses them.
     """
     if not members or len(members) != len(weights):
         raise ValueError(f"one weight per member's records (got {len(members)} and {len(weights)})")
+    by_type = type_weights(weights)
     n = len(members[0])
     if any(len(m) != n for m in members):
         raise ValueError(f"the members' records differ in length ({[len(m) for m in members]}): pair them first")
@@ -425,11 +491,12 @@ def pool_records(members: Sequence[Sequence[dict]], weights: Sequence[float]) ->
     for i, rs in enumerate(zip(*members)):
         if any(tuple(r.get(k) for k in keys) != tuple(rs[0].get(k) for k in keys) for r in rs[1:]):
             raise ValueError(f"record {i}: the members answer different questions ({[r.get('question') for r in rs]})")
-        p = sum(w * torch.tensor(r["probs"], dtype=torch.float64) for w, r in zip(weights, rs)).float()
+        ws = by_type[rs[0]["type"]]
+        p = sum(w * torch.tensor(r["probs"], dtype=torch.float64) for w, r in zip(ws, rs)).float()
         rec = {**rs[0], "probs": p.tolist(), "logits": _log(p).tolist()}
         rec.pop("abstain_logit", None), rec.pop("x_abstain", None)
         if all(r.get("x_abstain") is not None for r in rs):
-            x = sum(w * r["x_abstain"] for w, r in zip(weights, rs))
+            x = sum(w * r["x_abstain"] for w, r in zip(ws, rs))
             rec["x_abstain"], rec["abstain_logit"] = min(max(x, X_BOUNDS[0]), X_BOUNDS[1]), _logit(x)
         out.append(rec)
     return out
