@@ -14,9 +14,11 @@ from kevlike.config.server import ServerConfig
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("state_cache_mb", math.nan, "state_cache_mb must be a number of MiB >= 0 (0 turns it off), got nan"),
-    ("state_cache_mb", math.inf, "state_cache_mb must be a number of MiB >= 0 (0 turns it off), got inf"),
-    ("state_cache_mb", -1.0, "state_cache_mb must be a number of MiB >= 0 (0 turns it off), got -1"),
+    ("state_cache_mb", math.nan, "state_cache_mb must be a number of MiB from 0 to 1073741824 (0 turns it off), got nan"),
+    ("state_cache_mb", math.inf, "state_cache_mb must be a number of MiB from 0 to 1073741824 (0 turns it off), got inf"),
+    ("state_cache_mb", -1.0, "state_cache_mb must be a number of MiB from 0 to 1073741824 (0 turns it off), got -1"),
+    ("state_cache_mb", 1e303, "state_cache_mb must be a number of MiB from 0 to 1073741824 (0 turns it off), got "
+                              "1e+303"),   # its byte count overflowed a traceback out of a started server
     ("option_orders", 25, "option_orders must be at most 24 (each order is one more branch per choice question in "
                           "the forward pass), got 25"),
     ("option_orders", -1, "option_orders must be >= 0, got -1"),

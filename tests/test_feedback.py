@@ -214,7 +214,7 @@ def test_recalibrate_on_a_locked_store_is_one_line(tmp_path, capsys):
     store = FeedbackStore(f"sqlite:///{db}")
     store.record("r0", "M", NOUL)
     store.add_outcomes("r0", {"q": [1.0, 0.0]})
-    store.engine.dispose()
+    store.close()
     other = sqlite3.connect(db, isolation_level=None)
     other.execute("PRAGMA locking_mode=EXCLUSIVE")                      # even readers wait (WAL lets them in otherwise)
     other.execute("BEGIN EXCLUSIVE")
@@ -289,7 +289,7 @@ def test_recalibrate_reads_a_store_without_writing_to_it_and_refuses_a_database_
     store = FeedbackStore(f"sqlite:///{db}")
     store.record("r", "M", [{"question_id": "n", "type": "noul", "probabilities": [0.7, 0.3], "temperature": 1.0,
                              "option_keys": ["yes", "no"]}])
-    store.engine.dispose()
+    store.close()
     before = db.read_bytes()
     assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "M", "--profile", "x"]) == 2
     assert "no recorded answer of model 'M' has an outcome yet" in capsys.readouterr().err

@@ -50,6 +50,9 @@ def test_a_table_refuses_what_cannot_be_served(by_type, by_bucket, match):
      r": by_bucket\[choice/3-5\]: temperature must be .* got -3$"),
     ("{not json", r": not valid JSON: "),
     ("[1.0]", r": must be a JSON object with by_type and by_bucket, got list$"),
+    ("[" * 100_000 + "]" * 100_000, r": not a calibration file: its JSON is nested too deeply$"),    # a RecursionError
+    ('{"source": "s", "by_type": {"noul": ' + "9" * 5001 + '}, "by_bucket": []}',               # int digits limit
+     r": by_type\.noul: temperature must be a finite number .* got inf$"),
 ])
 def test_a_bad_profile_file_is_one_line_naming_the_file_and_the_field(tmp_path, text, match):
     path = tmp_path / "ops.json"

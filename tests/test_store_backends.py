@@ -121,7 +121,7 @@ def test_two_serve_processes_record_into_one_store_nothing_lost_nothing_twice(st
         assert json.loads(urgent[rid]) == [p, 1 - p]
     assert n_outcomes == 100
     assert report(store)["overall"]["outcomes"] == 100
-    store.engine.dispose()
+    store.close()
 
 
 def test_store_round_trip(store_url):
@@ -154,7 +154,7 @@ def test_store_round_trip(store_url):
     assert sorted(store.questions("r4")) == ["q"]
     assert report(store, "M_")["overall"] == {"outcomes": 1, "accuracy": 1.0, "ece": pytest.approx(0.3),
                                               "ece_bins": [0, 0, 0, 0, 0, 0, 0, 1, 0, 0], "confident_error": 0.0}
-    store.engine.dispose()
+    store.close()
 
 
 def test_two_connections_writing_one_key_at_once_both_land_last_wins(store_url):
@@ -184,7 +184,7 @@ def test_two_connections_writing_one_key_at_once_both_land_last_wins(store_url):
         assert conn.execute(select(func.count()).select_from(fb.requests_table)).scalar() == 1
         assert conn.execute(select(func.count()).select_from(fb.answers_table)).scalar() == 1
     for s in stores:
-        s.engine.dispose()
+        s.close()
 
 
 def test_a_missing_driver_or_an_unreachable_server_is_one_line():

@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from kevlike.service.feedback import FeedbackStore, StoreLost, check_store_url, report
+from kevlike.service.feedback import FeedbackStore, Recorder, StoreBroken, StoreLost, check_store_url, report
 
 from test_feedback import NOUL, call, running
 from tiny import REQUEST
@@ -53,6 +53,81 @@ def test_a_removed_store_file_is_store_lost_not_silent(tmp_path):
     with pytest.raises(StoreLost):
         store.add_outcomes("r0", {"q": [1.0, 0.0]})
     assert not db.exists()                                       # nothing written into an unlinked file
+
+
+def test_a_removed_wal_or_shm_file_is_store_lost(tmp_path):
+    """Deleting a live store's -wal and -shm took every record with it while /health said ok (break-test
+    2026-12-05): a held connection keeps SQLite from removing them itself, so a change is someone else's."""
+    for gone in ("-wal", "-shm"):
+        db = tmp_path / f"fb{gone}.db"
+        store = FeedbackStore(f"sqlite:///{db}")
+        store.record("r0", "M", NOUL)
+        store.record("r1", "M", NOUL)                # the files stay in place between writes
+        (tmp_path / f"fb{gone}.db{gone}").unlink()
+        with pytest.raises(StoreLost, match=f"{gone[1:]} file .* was removed or replaced while the server ran") as e:
+            store.record("r2", "M", NOUL)
+        assert not e.value.transient
+
+
+def _corrupt(db, pages=range(1, 4)):
+    """Overwrite pages of a checkpointed SQLite file with noise (page 0, the header, stays)."""
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    size = 4096
+    with open(db, "r+b") as f:
+        for p in pages:
+            f.seek(p * size)
+            f.write(bytes((i * 7 + p) % 251 for i in range(size)))
+
+
+def test_a_damaged_store_is_refused_at_start_and_store_broken_while_open(tmp_path):
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}")
+    for rid in ("r0", "r1", "r2"):
+        store.record(rid, "M", NOUL)
+    _corrupt(db)
+    with pytest.raises(StoreBroken, match="the outcome store is damaged") as e:   # not a 500, not "busy"
+        store.record("r3", "M", NOUL)
+    assert not e.value.transient
+    with pytest.raises(StoreBroken):
+        report(store, "M")
+    with pytest.raises(ValueError, match=r"fb\.db: (the file is damaged \(PRAGMA quick_check|database disk image is "
+                                         r"malformed)"):
+        FeedbackStore(f"sqlite:///{db}")
+    with pytest.raises(ValueError, match="damaged|malformed"):
+        FeedbackStore(f"sqlite:///{db}", create=False)
+
+
+def test_tables_without_the_stores_columns_are_refused_and_store_broken_when_dropped(tmp_path):
+    db = tmp_path / "fb.db"
+    con = sqlite3.connect(db)
+    con.execute("create table kevlike_requests (request_id varchar(128) primary key, model text not null, "
+                "created_at float not null)")
+    con.commit()
+    con.close()
+    with pytest.raises(ValueError, match="table kevlike_requests has no column state: not an outcome store of this "
+                                         "version"):
+        FeedbackStore(f"sqlite:///{db}")
+    store = FeedbackStore(f"sqlite:///{tmp_path / 'ok.db'}")
+    store.record("r0", "M", NOUL)
+    con = sqlite3.connect(tmp_path / "ok.db")
+    con.execute("drop table kevlike_outcomes")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreBroken, match="tables are not the store's .*no such table: kevlike_outcomes"):
+        store.add_outcomes("r0", {"q": [1.0, 0.0]})
+    # the recorder keeps what it cannot write, and says why (health: failing)
+    rec = Recorder(store, capacity=4, retry_s=0.01)
+    con = sqlite3.connect(tmp_path / "ok.db")
+    con.execute("drop table kevlike_answers")
+    con.commit()
+    con.close()
+    rec.reserve()
+    rec.submit("r1", "M", NOUL)
+    assert not rec.wait(timeout=0.5) and rec.pending() == 1 and rec.failed == 0
+    assert "tables are not the store's" in rec.last_error
+    assert rec.close(timeout=0.1) == 1
 
 
 def test_a_malformed_row_is_left_out_with_a_warning_not_a_500(tmp_path, caplog):
@@ -306,3 +381,17 @@ def test_a_profile_that_cannot_be_written_is_named_before_the_fit_and_leaves_no_
     (other / "profiles").write_text("a file")
     with pytest.raises(ValueError, match="profiles is not a directory"):
         check_profile_target(other, "m", "ok")
+
+
+def test_a_model_directory_named_with_an_at_sign_is_refused_at_serve(tmp_path):
+    """A directory m@v2 served beside m shadowed m's profile v2 and was counted in m's reports (break-test
+    2026-12-05)."""
+    import subprocess
+    import sys
+
+    from tiny import save_tiny_model
+    m = save_tiny_model(tmp_path / "m@v2", "llama")
+    p = subprocess.run([sys.executable, "-m", "kevlike", "serve", "--model", m, "--port", "0"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert f"--model {m}: a served model's name cannot hold '@'" in p.stderr

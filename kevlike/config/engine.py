@@ -58,6 +58,9 @@ tokens), and distinct orders run out at K! for K options (6 options: 720), so an
 turns one request into minutes of CPU time. 24 = 4! reads every order of up to 4 options; pooling
 more orders changes the answers little (docs/guide/options.md, "Option order")."""
 
+MAX_STATE_CACHE_MB = 2 ** 30
+"""The largest ``state_cache_mb`` (1 PiB): a bound that keeps the cap a finite number of bytes."""
+
 MAX_THREADS = 256
 
 
@@ -132,7 +135,7 @@ class EngineOptions(Section):
         "temperatures of this calibration profile (kevlike calibrate --profile; default: the model's own)",
         metavar="NAME")
     state_cache_mb: float = setting(
-        0.0, number(0, says="a number of MiB >= 0 (0 turns it off)"), "MiB of state keys/values kept per model "
+        0.0, number(0, MAX_STATE_CACHE_MB, says=f"a number of MiB from 0 to {MAX_STATE_CACHE_MB} (0 turns it off)"), "MiB of state keys/values kept per model "
         "between requests: a request whose state (or a prefix of it) was seen recently runs only its questions; 0 "
         "turns it off (models without a pointer head or with sliding-window layers are loaded without it)",
         parse=float, metavar="MB")

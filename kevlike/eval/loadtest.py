@@ -415,7 +415,7 @@ def soak(minutes: float, model: str | None = None, record: str | None = None, th
     with store.engine.connect() as conn:
         recorded = {r for (r,) in conn.execute(select(fb.requests_table.c.request_id))}
         with_outcomes = {r for (r,) in conn.execute(select(fb.outcomes_table.c.request_id).distinct())}
-    store.engine.dispose()
+    store.close()
     lost = sorted(answered - recorded)
     outcomes_lost = sorted(outcomes_stored - with_outcomes)
     five = sum(v for d in statuses.values() for k, v in d.items() if k.isdigit() and k.startswith("5"))

@@ -83,11 +83,11 @@ class StateCache:
     """LRU of state keys/values, keyed by the state's token ids, capped at ``max_mb`` MiB.
 
     Raises:
-        ValueError: a negative ``max_mb``.
+        ValueError: a negative ``max_mb``, or one whose byte count is not finite.
     """
 
     def __init__(self, max_mb: float):
-        if not (0 <= max_mb < float("inf")):
+        if not (0 <= max_mb * 2 ** 20 < float("inf")):
             raise ValueError(f"state cache size must be a finite number of MB >= 0, got {max_mb}")
         self.max_bytes = int(max_mb * 2 ** 20)
         self._entries: OrderedDict[tuple, tuple[object, int]] = OrderedDict()

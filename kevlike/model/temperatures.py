@@ -272,10 +272,13 @@ def read_temperatures(path: str | Path) -> TemperatureTable:
             out[k] = v
         return out
 
-    try:     # NaN / Infinity read as floats: the field check below refuses them naming the field
-        obj = json.loads(text, parse_constant=float, object_pairs_hook=unique)
+    try:     # NaN / Infinity, and integers too long to be a count, read as floats: the field check below refuses
+        obj = json.loads(text, parse_constant=float, object_pairs_hook=unique,   # them naming the field
+                         parse_int=lambda d: int(d) if len(d) <= 30 else float(d))
     except json.JSONDecodeError as e:
         raise ProfileError(f"{path}: not valid JSON: {e}") from None
+    except RecursionError:
+        raise ProfileError(f"{path}: not a calibration file: its JSON is nested too deeply") from None
     return TemperatureTable.from_json(obj, str(path))
 
 

@@ -103,13 +103,48 @@ class UnknownRequest(LookupError):
 class StoreBusy(RuntimeError):
     """The store is locked or unreachable for now (SQLite: another connection held the write lock past the
     busy timeout; any backend: a lost connection): retry later (HTTP 503 with ``Retry-After``). The
-    database's own :class:`sqlalchemy.exc.OperationalError` is its ``__cause__``."""
+    database's own :class:`sqlalchemy.exc.OperationalError` is its ``__cause__``. Subclasses whose
+    ``transient`` is False (:class:`StoreLost`, :class:`StoreBroken`) are faults a retry cannot fix."""
+
+    transient = True
 
 
 class StoreLost(StoreBusy):
-    """The SQLite file of an open store was removed or replaced (SQLite would go on writing into the unlinked
-    file, and every record would vanish at exit): nothing more is written until the server restarts. A
-    :class:`StoreBusy`, so callers answer 503 and the recorder keeps its queue (and says so in the log)."""
+    """The SQLite file of an open store (or its write-ahead log ``-wal`` or shared-memory ``-shm`` file) was
+    removed or replaced (SQLite would go on writing into the unlinked file, and every record would vanish at exit):
+    nothing more is written until the server restarts. A :class:`StoreBusy`, so callers answer 503 and the
+    recorder keeps its queue (and says so in the log); not :attr:`~StoreBusy.transient`."""
+
+    transient = False
+
+
+class StoreBroken(StoreBusy):
+    """The store cannot be used as it is and no retry will change that: its file is corrupt (SQLite's "database
+    disk image is malformed") or its tables lack the store's columns (dropped or altered by hand). A
+    :class:`StoreBusy`, so callers answer 503 (naming the fault, without ``Retry-After``) and the recorder keeps
+    its queue while an operator repairs or replaces the store; not :attr:`~StoreBusy.transient`."""
+
+    transient = False
+
+
+_BROKEN_SCHEMA = re.compile(r"no such table|no such column|has no column named|table \S+ has \d+ columns")
+"""SQLite's operational errors that mean the tables are not the store's (not a lock: a retry cannot help)."""
+
+
+def _store_error(exc: BaseException) -> StoreBusy | None:
+    """The :class:`StoreBusy` (or :class:`StoreBroken`) a database error leaves as, or None for one the caller
+    handles itself (an :class:`~sqlalchemy.exc.IntegrityError`: a key another process inserted) or that is no
+    database error."""
+    first = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    if isinstance(exc, OperationalError):
+        if _BROKEN_SCHEMA.search(first):
+            return StoreBroken(f"the outcome store's tables are not the store's ({first}): repair it, or start the "
+                               f"server on a new file (`kevlike serve --record` creates the tables)")
+        return StoreBusy(f"the outcome store is busy or unreachable: {first}")
+    if isinstance(exc, DatabaseError) and not isinstance(exc, IntegrityError):
+        return StoreBroken(f"the outcome store is damaged ({first}): nothing more can be recorded in it; restore it "
+                           f"from a backup, or start the server on a new file")
+    return None
 
 
 def _file_identity(path: str) -> tuple[int, int] | None:
@@ -209,7 +244,8 @@ class FeedbackStore:
             raise ValueError(f"{url.split('://')[0]}://: its database driver {e.name!r} is not installed (PostgreSQL: "
                              f"pip install \"psycopg[binary]\" and postgresql+psycopg://USER:PASSWORD@HOST/DB)") from None
         self._lock = threading.Lock()
-        self._file, self._identity = None, None     # the SQLite file opened (set once it exists)
+        self._identities: dict[str, tuple[int, int] | None] = {}   # SQLite: the files opened (set once they exist)
+        self._keeper = None
         try:
             if not create:                # a reader: nothing is written, not even the tables
                 with self._busy(), self.engine.connect() as conn:
@@ -223,18 +259,65 @@ class FeedbackStore:
                     if self.engine.dialect.name == "postgresql":
                         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_CREATE_LOCK})")
                     metadata.create_all(conn)
-        except DatabaseError as e:        # not a lock or a lost connection (those are StoreBusy): a wrong file
-            raise ValueError(f"{shown_url(url)}: {getattr(e, 'orig', None) or e}") from None
-        self._file = self.engine.url.database if self.sqlite else None
-        self._identity = _file_identity(self._file) if self._file else None
+            with self._busy(), self.engine.connect() as conn:
+                self._check_tables(conn)
+        except (DatabaseError, StoreBroken) as e:   # not a lock or a lost connection (StoreBusy): a wrong file
+            cause = e.__cause__ if isinstance(e, StoreBroken) else e
+            raise ValueError(f"{shown_url(url)}: {getattr(cause, 'orig', None) or cause}") from None
+        if self.sqlite and self.engine.url.database:
+            self._hold_files(self.engine.url.database, wal=create)
+
+    def _check_tables(self, conn) -> None:
+        """Refuse tables that lack the store's columns, and (SQLite) a file that fails ``PRAGMA quick_check``.
+
+        Raises:
+            ValueError: names the table and its missing columns, or the first problems the check found.
+        """
+        have = inspect(conn)
+        for t in metadata.sorted_tables:
+            missing = [c.name for c in t.columns if c.name not in {x["name"] for x in have.get_columns(t.name)}]
+            if missing:
+                raise ValueError(f"{shown_url(self.url)}: table {t.name} has no column {', '.join(missing)}: not an "
+                                 f"outcome store of this version (start the server on a new file)")
+        if self.sqlite:
+            found = [row[0] for row in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
+            if found != ["ok"]:
+                raise ValueError(f"{shown_url(self.url)}: the file is damaged (PRAGMA quick_check: "
+                                 f"{'; '.join(found[:3])[:300]}): restore it from a backup, or use a new file")
+
+    def _hold_files(self, path: str, wal: bool) -> None:
+        """SQLite: remember the identity of the database file (and in WAL mode of its ``-wal`` and ``-shm``
+        files, kept in place by one connection held open: SQLite removes them only when the last connection
+        closes), so :meth:`check_file` notices one removed or replaced."""
+        if wal:
+            import sqlite3
+            self._keeper = sqlite3.connect(path, check_same_thread=False)
+            self._keeper.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        for f in ([path, f"{path}-wal", f"{path}-shm"] if wal else [path]):
+            self._identities[f] = _file_identity(f)
+
+    def close(self) -> None:
+        """Close every connection (the pool's and the one that holds a SQLite store's files); the store is not
+        used after this."""
+        if self._keeper is not None:
+            self._keeper.close()
+            self._keeper = None
+        self.engine.dispose()
 
     def check_file(self) -> None:
-        """SQLite: raise :class:`StoreLost` if the database file is no longer the one opened (deleted, or
-        replaced by another file). One ``stat`` call; a no-op for other backends."""
-        if self._identity is not None and _file_identity(self._file) != self._identity:
-            raise StoreLost(f"the outcome store's file {self._file!r} was removed or replaced while the server ran: "
-                            f"nothing more can be recorded in it; restart the server (it creates a new file), or move "
-                            f"the original file back (a copy is another file)")
+        """SQLite: raise :class:`StoreLost` if the database file, or its ``-wal`` or ``-shm`` file, is no longer
+        the one opened (deleted, or replaced by another file). One ``stat`` call per file; a no-op for other
+        backends."""
+        for f, identity in self._identities.items():
+            if identity is not None and _file_identity(f) != identity:
+                if f.endswith(("-wal", "-shm")):
+                    raise StoreLost(f"the outcome store's {f[-3:]} file {f!r} was removed or replaced while the server "
+                                    f"ran: what was recorded since the last checkpoint went with it and nothing more "
+                                    f"can be recorded; restart the server (never delete a live store's -wal and -shm "
+                                    f"files)")
+                raise StoreLost(f"the outcome store's file {f!r} was removed or replaced while the server ran: "
+                                f"nothing more can be recorded in it; restart the server (it creates a new file), or "
+                                f"move the original file back (a copy is another file)")
 
     def _sqlite_pragmas(self, wal: bool = True) -> None:
         """WAL (``wal``; a reader leaves the file's journal mode as it is: switching it writes the file), the busy
@@ -478,20 +561,21 @@ def _record_of(r) -> dict | None:
 
 
 class _BusyContext:
-    """``with``: a database :class:`~sqlalchemy.exc.OperationalError` leaves as :class:`StoreBusy`."""
+    """``with``: a database error leaves as :class:`StoreBusy` or :class:`StoreBroken` (:func:`_store_error`)."""
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, exc, tb):
-        if exc is not None and isinstance(exc, OperationalError):
-            raise StoreBusy(f"the outcome store is busy or unreachable: {str(exc.orig).splitlines()[0][:200]}") from exc
+        if exc is not None and (err := _store_error(exc)) is not None:
+            raise err from exc
         return False
 
 
 class _WriteTransaction:
     """``with store._write() as conn``: the store's in-process write lock, then one transaction (SQLite:
-    ``BEGIN IMMEDIATE``); an operational error leaves as :class:`StoreBusy`, with the transaction rolled back."""
+    ``BEGIN IMMEDIATE``); a database error leaves as :class:`StoreBusy` or :class:`StoreBroken` (:func:`_store_error`),
+    with the transaction rolled back."""
 
     def __init__(self, store: FeedbackStore):
         self.store = store
@@ -526,8 +610,8 @@ class _WriteTransaction:
                     self.conn.close()
         finally:
             self.store._lock.release()
-        if exc is not None and isinstance(exc, OperationalError):
-            raise StoreBusy(f"the outcome store is busy or unreachable: {str(exc.orig).splitlines()[0][:200]}") from exc
+        if exc is not None and (err := _store_error(exc)) is not None:
+            raise err from exc
         return False
 
 
@@ -581,8 +665,8 @@ class Recorder:
             RecorderFull: all ``capacity`` places are taken.
         """
         if self._closed or not self._places.acquire(blocking=False):
-            raise RecorderFull(f"{self.capacity} answered requests are waiting to be recorded (the outcome store is "
-                               f"busy)")
+            raise RecorderFull(f"{self.capacity} answered requests are waiting to be recorded (the outcome store "
+                               f"fails: {self.last_error or 'busy'})"[:600])
 
     def release(self) -> None:
         """Give back a place taken by :meth:`reserve` for a request that will not be recorded."""
@@ -631,12 +715,12 @@ class Recorder:
                     self.written += 1
                     self.last_error = None
                     break
-                except StoreBusy as e:
+                except StoreBusy as e:      # a lock, or a removed or damaged store: the record waits
                     self.retries += 1
                     self.last_error = str(e)
                     if self.retries == 1 or self.retries % 100 == 0:
-                        log.warning("recording request id=%s: %s; retrying (%d retries so far)", item[0], e,
-                                    self.retries)
+                        (log.warning if e.transient else log.error)(
+                            "recording request id=%s: %s; retrying (%d retries so far)", item[0], e, self.retries)
                     time.sleep(wait)
                     wait = min(2 * wait, 2.0)
                 except Exception:

@@ -57,7 +57,7 @@ from kevlike.request.render import render_text
 from kevlike.request.schema import RequestError, parse_json, parse_request, request_json_schema
 from kevlike.service.batcher import Batcher, QueueFullError
 from kevlike.service.listen import listen_socket
-from kevlike.service.feedback import (CANNOT_TELL_OUTCOME, FeedbackStore, Recorder, RecorderFull, StoreBusy, StoreLost,
+from kevlike.service.feedback import (CANNOT_TELL_OUTCOME, FeedbackStore, Recorder, RecorderFull, StoreBusy,
                                       UnknownRequest, check_store_url, report, shown_url)
 
 log = logging.getLogger("kevlike.service.server")
@@ -320,9 +320,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
     @app.exception_handler(StoreBusy)
     async def store_busy(request: Request, exc: StoreBusy):  # a lock another process holds: transient
-        log.warning("request id=%s: %s", getattr(request.state, "request_id", "-"), exc)
-        if isinstance(exc, StoreLost):   # not transient: a retry cannot help until the server restarts
+        if not exc.transient:   # a removed or damaged store: a retry cannot help until an operator acts
+            log.error("request id=%s: %s", getattr(request.state, "request_id", "-"), exc)
             return _error(503, "unknown", str(exc))
+        log.warning("request id=%s: %s", getattr(request.state, "request_id", "-"), exc)
         return busy(str(exc))
 
     @app.middleware("http")
@@ -684,6 +685,10 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
         engines = {}
         info = {}
         for m in models:
+            if "@" in m:   # before it loads: a directory named m@v2 would shadow profile v2 of m, and m's reports
+                raise ValueError(f"--model {m}: a served model's name cannot hold '@', which separates a model from "
+                                 f"its calibration profile (MODEL@PROFILE) in requests, reports and `kevlike "
+                                 f"recalibrate`: rename the directory (its profiles are served as MODEL@PROFILE)")
             eng = Engine.from_pretrained(m, config.engine)
             engines[eng.name] = eng
             entry = MODELS.get(eng.name)
