@@ -677,8 +677,8 @@ def _cmd_recalibrate(args) -> int:
     db = shown_url(args.db)         # never a password in a message or in the profile's "source"
     try:
         records = FeedbackStore(args.db, create=False).records(model)
-    except StoreBusy as e:  # another process holds the store's lock: transient, try again
-        return _fail(f"{db}: {e}; try again", EXIT_SETUP)
+    except StoreBusy as e:  # another process holds the store's lock (transient: try again), or it is damaged
+        return _fail(f"{db}: {e}" + ("; try again" if e.transient else ""), EXIT_SETUP)
     except ValueError as e:   # a file that is not a database
         return _fail(f"--db: {e}")
     if not records:
