@@ -136,3 +136,22 @@ def by_split(records: list[dict], half: str = "all") -> dict[str, list[dict]]:
         if (half == "all" or r.get("half") == half) and r.get("gold") is not None:
             out.setdefault(r["split"], []).append(r)
     return out
+
+
+def write_run(out: str | Path, records: list[dict], half: str, model: str, option_mode: str = "list") -> Path:
+    """Write ``records`` (e.g. :func:`kevlike.model.ensemble.pool_records` of members' runs) as a minimal
+    generalization-suite run directory ``out``: ``records.jsonl`` and a ``metrics.json`` whose ``meta`` names the
+    suite, ``half``, ``option_mode`` and ``model`` — what ``kevlike eval --reuse``, ``kevlike calibrate --records``
+    and ``kevlike compare`` read. Returns the records file's path.
+
+    Raises:
+        OSError: ``out`` cannot be made or written.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "records.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    (out / "metrics.json").write_text(json.dumps({"meta": {
+        "suite": "generalization", "half": half, "option_mode": option_mode, "model": model}}, indent=2))
+    return out / "records.jsonl"

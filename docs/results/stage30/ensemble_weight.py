@@ -13,10 +13,8 @@ metrics.json naming the suite), so that `kevlike calibrate DIR --records OUT/rec
 """
 
 import argparse
-import json
-from pathlib import Path
 
-from kevlike.eval.unseen import by_split, correct, load, shared_questions, unseen
+from kevlike.eval.unseen import by_split, correct, load, shared_questions, unseen, write_run
 from kevlike.model.ensemble import pool_records
 
 GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
@@ -51,15 +49,9 @@ def main():
               f"all answerable {row['all answerable']:.4f}")
     best = max(rows, key=lambda r: (round(r["unseen"], 12), round(r["realistic"], 12), r["w"]))
     print(f"chosen: w = {best['w']:.1f}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "records.jsonl", "w") as f:
-        for r in best["records"]:
-            f.write(json.dumps(r) + "\n")
-    (out / "metrics.json").write_text(json.dumps({"meta": {
-        "suite": "generalization", "half": args.half, "option_mode": "list",
-        "model": f"pool of {args.default} (w = {best['w']}) and {args.qwen} (1 - w)"}}, indent=2))
-    print(f"records: {out / 'records.jsonl'}")
+    path = write_run(args.out, best["records"], args.half,
+                     f"pool of {args.default} (w = {best['w']}) and {args.qwen} (1 - w)")
+    print(f"records: {path}")
 
 
 if __name__ == "__main__":

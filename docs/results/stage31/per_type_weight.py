@@ -13,10 +13,8 @@ at the chosen (or given) weights are written as an eval run directory, as stage 
 """
 
 import argparse
-import json
-from pathlib import Path
 
-from kevlike.eval.unseen import by_split, correct, load, shared_questions, unseen
+from kevlike.eval.unseen import by_split, correct, load, shared_questions, unseen, write_run
 from kevlike.model.ensemble import pool_records
 
 GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
@@ -62,15 +60,9 @@ def main():
     print(f"all types: unseen {accuracy(unseen(pooled, args.half)):.4f}, "
           f"realistic {accuracy(by_split(pooled, args.half)['realistic']):.4f}, "
           f"all answerable {accuracy([r for r in pooled if r.get('gold') is not None]):.4f}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "records.jsonl", "w") as f:
-        for r in pooled:
-            f.write(json.dumps(r) + "\n")
-    (out / "metrics.json").write_text(json.dumps({"meta": {
-        "suite": "generalization", "half": args.half, "option_mode": "list",
-        "model": f"pool of {args.default} and {args.qwen}, the default's weight per type {chosen}"}}, indent=2))
-    print(f"records: {out / 'records.jsonl'}")
+    path = write_run(args.out, pooled, args.half,
+                     f"pool of {args.default} and {args.qwen}, the default's weight per type {chosen}")
+    print(f"records: {path}")
 
 
 if __name__ == "__main__":
