@@ -7,8 +7,9 @@ distributions: a critique and an annotated bibliography"): for each question
 
 where ``p_m`` is member ``m``'s served distribution (its own temperatures and score readout applied), and the
 same mixture of the members' ``x_abstain``. A member's weight is one number, or one per question type
-(``{"noul": w, "choice": w, "score": w}``): the weights of each type sum to 1 over the members. The members may run different backbones and tokenizers: each
-encodes the request itself, so an ensemble costs the sum of its members' passes. The mixture can be calibrated
+(``{"noul": w, "choice": w, "score": w}``): the weights of each type sum to 1 over the members. The members may
+run different backbones and tokenizers: each encodes the request itself, so an ensemble costs the sum of its
+members' passes. The mixture can be calibrated
 once more as a whole (``kevlike calibrate ENSEMBLE --records RUN/records.jsonl``): its "logits" are the
 mixture's log-probabilities, so a temperature ``T`` serves ``softmax(log p / T)`` (a power of the mixture) and
 ``x_abstain`` gets its own Platt scaling; with no ``calibration.json`` the mixture is served as it is.
@@ -119,8 +120,8 @@ def read_members(path: str | os.PathLike) -> list[Member]:
     Raises:
         EnsembleError: the manifest's ``ensemble.members`` is not a list of at least one ``{"model": str,
             "weight": number or {type: number}}``; a weight is negative or not finite; the weights (of a type) do
-            not sum to 1 (within :data:`WEIGHT_TOLERANCE`); a member is named twice; a member is itself an ensemble, or names no
-            registered model and no decision-model directory.
+            not sum to 1 (within :data:`WEIGHT_TOLERANCE`); a member is named twice; a member is itself an
+            ensemble, or names no registered model and no decision-model directory.
     """
     from kevlike.model.registry import MODELS, ensemble_members, model_kind
 
@@ -420,16 +421,16 @@ class EnsembleEngine:
         probs = [table.readout(q.type, p) for q, p in zip(request.questions, tempered)]
         pre = {q.id: p.tolist() for q, p in zip(request.questions, tempered) if table.reads_normal(q.type, len(q.options))}
         above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
-        answers = {}
+        mixed_x = None
         if self.abstain:
-            x = self._mixed_abstain(request, [torch.tensor([r["answers"][q.id]["x_abstain"] for q in request.questions],
-                                                           dtype=torch.float64) for r in responses]).tolist()
+            mixed_x = self._mixed_abstain(request, [torch.tensor([r["answers"][q.id]["x_abstain"]
+                                                                  for q in request.questions], dtype=torch.float64)
+                                                    for r in responses]).tolist()
+        answers = {}
         for i, (q, p) in enumerate(zip(request.questions, probs)):
-            if self.abstain:
-                answers[q.id] = answer(q, p.tolist(), x_abstain=self.abstain_probability(_logit(x[i])),
-                                       abstain_above=above)
-            else:
-                answers[q.id] = answer(q, p.tolist())
+            extra = {} if mixed_x is None else {"x_abstain": self.abstain_probability(_logit(mixed_x[i])),
+                                                "abstain_above": above}
+            answers[q.id] = answer(q, p.tolist(), **extra)
         out = {"model": self.name, "answers": answers,
                "usage": {"input_tokens": sum(r["usage"]["input_tokens"] for r in responses), "output_tokens": 0},
                "x_input": responses[0]["x_input"]}
