@@ -50,6 +50,7 @@ import math
 import os
 import queue
 import re
+import sqlite3
 import threading
 import time
 
@@ -290,7 +291,6 @@ class FeedbackStore:
         files, kept in place by one connection held open: SQLite removes them only when the last connection
         closes), so :meth:`check_file` notices one removed or replaced."""
         if wal:
-            import sqlite3
             self._keeper = sqlite3.connect(path, check_same_thread=False)
             self._keeper.execute("SELECT count(*) FROM sqlite_master").fetchall()
         for f in ([path, f"{path}-wal", f"{path}-shm"] if wal else [path]):
