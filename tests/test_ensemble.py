@@ -158,6 +158,40 @@ def test_manifest_refusals_name_the_field(tmp_path):
             read_members(_manifest(tmp_path / str(i), members))
 
 
+def test_x_abstain_mixes_only_the_members_that_have_it(members):
+    """A third member without x_abstain (an LM readout, as a bare backbone serves) joins the distribution's mixture
+    but not x_abstain's: that is the other members' mixture, their weights renormalised (0.5/0.8, 0.3/0.8)."""
+    lm = make_engine("qwen2", readout="lm")
+    ws = [0.5, 0.2, 0.3]
+    ens = EnsembleEngine([members[0], lm, members[1]], ws, name="ens")
+    a, c, b = (m.decide(REQUEST) for m in (members[0], lm, members[1]))
+    got = ens.decide(REQUEST)
+    assert ens.abstain and ens.abstainers == [0, 2]
+    for qid, q in REQUEST["questions"].items():
+        want = [0.5 * x + 0.2 * z + 0.3 * y for x, z, y in zip(_probs(q, a["answers"][qid]), _probs(q, c["answers"][qid]),
+                                                               _probs(q, b["answers"][qid]))]
+        assert _probs(q, got["answers"][qid]) == pytest.approx(want, abs=1e-6)
+        assert "x_abstain" not in c["answers"][qid]
+        x = 0.625 * a["answers"][qid]["x_abstain"] + 0.375 * b["answers"][qid]["x_abstain"]
+        assert got["answers"][qid]["x_abstain"] == pytest.approx(x, abs=1e-9)
+    # pooled records agree with the ensemble's own, x_abstain included
+    targets = {qid: [1.0] + [0.0] * (len(q.get("criteria") or [0, 0]) - 1) for qid, q in REQUEST["questions"].items()}
+    exs = [Example(REQUEST, targets, "t")]
+    direct = records_from_logits(ens, exs, 1)
+    pooled = pool_records([records_from_logits(m, exs, 1) for m in (members[0], lm, members[1])], ws)
+    for p, d, q in zip(pooled, direct, validate_request(REQUEST).questions, strict=True):
+        assert p["probs"] == pytest.approx(d["probs"], abs=1e-6)
+        assert p["x_abstain"] == pytest.approx(got["answers"][q.id]["x_abstain"], abs=1e-9)
+        assert p["abstain_logit"] == pytest.approx(d["abstain_logit"], abs=1e-6)
+    # the members that have x_abstain weigh 0 for a type: their plain mean
+    zero = [{"noul": 0.0, "choice": 0.5, "score": 0.5}, {"noul": 1.0, "choice": 0.2, "score": 0.2},
+            {"noul": 0.0, "choice": 0.3, "score": 0.3}]
+    got = EnsembleEngine([members[0], lm, members[1]], zero, name="ens").decide(REQUEST)
+    x = 0.5 * a["answers"]["urgent"]["x_abstain"] + 0.5 * b["answers"]["urgent"]["x_abstain"]
+    assert got["answers"]["urgent"]["x_abstain"] == pytest.approx(x, abs=1e-9)
+    assert _probs(None, got["answers"]["urgent"]) == pytest.approx(_probs(None, c["answers"]["urgent"]), abs=1e-6)
+
+
 def test_write_and_load_an_ensemble_of_model_directories(tmp_path, members):
     a = save_tiny_model(tmp_path / "a", "llama")
     b = save_tiny_model(tmp_path / "b", "qwen2")

@@ -6,7 +6,9 @@ distributions: a critique and an annotated bibliography"): for each question
     p(option) = Σ_m w_m · p_m(option)              w_m ≥ 0, Σ_m w_m = 1
 
 where ``p_m`` is member ``m``'s served distribution (its own temperatures and score readout applied), and the
-same mixture of the members' ``x_abstain``. A member's weight is one number, or one per question type
+same mixture of the members' ``x_abstain`` over the members that have one (a bare backbone's LM readout has none),
+their weights renormalised to sum to 1: ``x = Σ_{m∈A} w_m x_m / Σ_{m∈A} w_m`` (uniform over ``A`` where those
+weights are all 0 for the question's type); an ensemble none of whose members has it answers without it. A member's weight is one number, or one per question type
 (``{"noul": w, "choice": w, "score": w}``): the weights of each type sum to 1 over the members. The members may
 run different backbones and tokenizers: each encodes the request itself, so an ensemble costs the sum of its
 members' passes. The mixture can be calibrated
@@ -269,7 +271,8 @@ class EnsembleEngine:
         self.device = self.members[0].device
         self.thread_policy = self.members[0].thread_policy
         self.model = self            # the server gives each distinct model its own thread
-        self.abstain = all(getattr(m, "abstain", False) for m in self.members)
+        self.abstainers = [i for i, m in enumerate(self.members) if getattr(m, "abstain", False)]
+        self.abstain = bool(self.abstainers)
         self.dtype = "/".join(dict.fromkeys(m.dtype for m in self.members))
         self.dtype_reason = "; ".join(f"{m.name}: {m.dtype_reason}" for m in self.members)
 
@@ -340,14 +343,16 @@ class EnsembleEngine:
                 for i, q in enumerate(request.questions)]
 
     def _mixed_abstain(self, request: Request, xs: Sequence[torch.Tensor]) -> torch.Tensor:
-        """``Σ_m w_m x_m`` per question (float64 ``[Q]``), from ``xs[m]`` ``[Q]`` the members' ``x_abstain``."""
-        w = torch.tensor([self.weights[q.type] for q in request.questions], dtype=torch.float64)   # [Q, M]
-        return (w * torch.stack(list(xs), -1)).sum(-1)
+        """``Σ_{m∈A} w_m x_m / Σ_{m∈A} w_m`` per question (float64 ``[Q]``), from ``xs[j]`` ``[Q]`` the
+        ``x_abstain`` of the ``j``-th member that has one (``A``, :attr:`abstainers`)."""
+        w = torch.tensor([[self.weights[q.type][i] for i in self.abstainers] for q in request.questions],
+                         dtype=torch.float64)                                                    # [Q, |A|]
+        return (_renormalised(w) * torch.stack(list(xs), -1)).sum(-1)
 
     def question_outputs(self, encoded: Sequence[EnsembleEncoded], padding_side: str = "right"):
         """Per request, per question: the log of the mixed distribution ``[K]`` (the mixture's "logits":
-        ``softmax`` of them at ``T = 1`` is the mixture) and, when every member has ``x_abstain``, the logit of
-        the mixed ``x_abstain`` (float64 logit of a probability); else None for the second."""
+        ``softmax`` of them at ``T = 1`` is the mixture) and, when a member has ``x_abstain``, the logit of the
+        mixed ``x_abstain`` (float64 logit of a probability, :meth:`_mixed_abstain`); else None for the second."""
         probs = [[] for _ in encoded]        # [request][member] -> list of [K]
         xs = [[] for _ in encoded]
         for mi, m in enumerate(self.members):
@@ -423,9 +428,9 @@ class EnsembleEngine:
         above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
         mixed_x = None
         if self.abstain:
-            mixed_x = self._mixed_abstain(request, [torch.tensor([r["answers"][q.id]["x_abstain"]
+            mixed_x = self._mixed_abstain(request, [torch.tensor([responses[i]["answers"][q.id]["x_abstain"]
                                                                   for q in request.questions], dtype=torch.float64)
-                                                    for r in responses]).tolist()
+                                                    for i in self.abstainers]).tolist()
         answers = {}
         for i, (q, p) in enumerate(zip(request.questions, probs)):
             extra = {} if mixed_x is None else {"x_abstain": self.abstain_probability(_logit(mixed_x[i])),
@@ -444,6 +449,12 @@ class EnsembleEngine:
         if shortlist:
             out["x_shortlist"] = shortlist
         return Decision(out, pre)
+
+
+def _renormalised(w: torch.Tensor) -> torch.Tensor:
+    """Rows of ``w`` ``[Q, M]`` (weights ≥ 0) scaled to sum to 1; a row of zeros becomes uniform."""
+    total = w.sum(-1, keepdim=True)
+    return torch.where(total > 0, w / total.clamp_min(1e-300), torch.full_like(w, 1.0 / w.shape[-1]))
 
 
 def _log(p: torch.Tensor) -> torch.Tensor:
@@ -472,7 +483,8 @@ def pool_records(members: Sequence[Sequence[dict]], weights: Sequence[float | di
     (:func:`kevlike.metrics.records_from_logits`, each member calibrated): ``probs`` = ``Σ_m w_m probs_m`` (``w``
     of the record's question type where the weights are per type, :func:`type_weights`),
     ``logits`` = ``log probs`` (the mixture's uncalibrated "logits", :meth:`EnsembleEngine.question_outputs`),
-    and where every member has ``x_abstain``, their mixture and its logit ``abstain_logit``. The other fields are
+    and where a member has ``x_abstain``, the mixture of those members' (weights renormalised over them, as
+    :meth:`EnsembleEngine._mixed_abstain`) and its logit ``abstain_logit``. The other fields are
     the first member's. Choosing weights on validation records needs no forward pass this way; the records are
     those of an uncalibrated ensemble (re-score them with :func:`kevlike.eval.heldout.rescore` after a fit).
 
@@ -496,8 +508,10 @@ def pool_records(members: Sequence[Sequence[dict]], weights: Sequence[float | di
         p = sum(w * torch.tensor(r["probs"], dtype=torch.float64) for w, r in zip(ws, rs)).float()
         rec = {**rs[0], "probs": p.tolist(), "logits": _log(p).tolist()}
         rec.pop("abstain_logit", None), rec.pop("x_abstain", None)
-        if all(r.get("x_abstain") is not None for r in rs):
-            x = sum(w * r["x_abstain"] for w, r in zip(ws, rs))
+        have = [(w, r["x_abstain"]) for w, r in zip(ws, rs) if r.get("x_abstain") is not None]
+        if have:
+            wa = _renormalised(torch.tensor([[w for w, _ in have]], dtype=torch.float64))[0]
+            x = float(sum(w * xa for w, (_, xa) in zip(wa, have)))
             rec["x_abstain"], rec["abstain_logit"] = min(max(x, X_BOUNDS[0]), X_BOUNDS[1]), _logit(x)
         out.append(rec)
     return out
