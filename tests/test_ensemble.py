@@ -211,6 +211,15 @@ def test_write_and_load_an_ensemble_of_model_directories(tmp_path, members):
         Engine.from_pretrained(str(out), profile="ops")
 
 
+def test_an_embedded_backbone_is_a_member_by_its_name(tmp_path):
+    """A bare backbone (its LM readout) is named, not turned into a path under the working directory."""
+    a = save_tiny_model(tmp_path / "a", "llama")
+    out = write_ensemble(tmp_path / "ens", [a, "smollm2-135m-instruct"], [0.9, 0.1])
+    spec = json.loads((out / "kevlike.json").read_text())["ensemble"]["members"]
+    assert spec[1] == {"model": "smollm2-135m-instruct", "weight": 0.1}
+    assert [m.resolved for m in read_members(out)] == [a, "smollm2-135m-instruct"]
+
+
 def test_a_calibration_profile_calibrates_the_mixture(tmp_path, members):
     """``kevlike calibrate ENSEMBLE --data FILE --profile NAME`` fits the mixture's temperatures (the members keep
     their own) and ``ENSEMBLE@NAME`` serves them: softmax(log p / T)."""

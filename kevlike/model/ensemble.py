@@ -22,7 +22,8 @@ An ensemble is a directory holding ``kevlike.json`` with an ``ensemble`` entry (
     {"format": 1, "ensemble": {"members": [{"model": "kevlike-default", "weight": 0.6},
                                            {"model": "kevlike-qwen", "weight": 0.4}]}}
 
-A member is a registered model name or a decision-model directory (a relative path is read from the ensemble's
+A member is a registered model name, an embedded backbone's name (its LM readout, e.g.
+``qwen2.5-coder-0.5b-instruct``) or a decision-model directory (a relative path is read from the ensemble's
 directory); an ensemble cannot be a member. ``kevlike ensemble A B OUT --weights 0.6 0.4`` writes one;
 ``--weights noul=0.8,choice=0.6,score=0.7 noul=0.2,choice=0.4,score=0.3`` one with weights per type.
 """
@@ -125,7 +126,7 @@ def read_members(path: str | os.PathLike) -> list[Member]:
             not sum to 1 (within :data:`WEIGHT_TOLERANCE`); a member is named twice; a member is itself an
             ensemble, or names no registered model and no decision-model directory.
     """
-    from kevlike.model.registry import MODELS, ensemble_members, model_kind
+    from kevlike.model.registry import EMBEDDED, MODELS, ensemble_members, model_kind
 
     path = Path(path)
     where = f"{path / MANIFEST}"
@@ -149,7 +150,7 @@ def read_members(path: str | os.PathLike) -> list[Member]:
         except ValueError as e:
             raise EnsembleError(f"{where}: {e}") from None
         resolved = name
-        if name not in MODELS and not Path(name).is_absolute():
+        if name not in MODELS and name not in EMBEDDED and not Path(name).is_absolute():
             resolved = str(path / name) if (path / name).exists() else name
         if model_kind(resolved) is None:
             raise EnsembleError(f"{where}: {field}.model {name!r} is not a registered model or a model directory")
@@ -175,14 +176,14 @@ def write_ensemble(out: str | os.PathLike, members: Sequence[str], weights: Sequ
     Raises:
         EnsembleError: as :func:`read_members`, or ``out`` already holds a model, or the counts differ.
     """
-    from kevlike.model.registry import MODELS
+    from kevlike.model.registry import EMBEDDED, MODELS
 
     out = Path(out)
     if len(members) != len(weights):
         raise EnsembleError(f"{len(members)} members but {len(weights)} weights")
     if ModelDir.holds_one(out):
         raise EnsembleError(f"{out} already holds a model ({MANIFEST}); choose another directory")
-    spec = {"members": [{"model": m if m in MODELS else str(Path(m).resolve()),
+    spec = {"members": [{"model": m if m in MODELS or m in EMBEDDED else str(Path(m).resolve()),
                          "weight": {t: float(w[t]) for t in w} if isinstance(w, dict) else float(w)}
                         for m, w in zip(members, weights)]}
     manifest = {"format": 1, "ensemble": spec, **({"note": note} if note else {})}
