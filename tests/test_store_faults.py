@@ -395,3 +395,23 @@ def test_a_model_directory_named_with_an_at_sign_is_refused_at_serve(tmp_path):
                        text=True, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert f"--model {m}: a served model's name cannot hold '@'" in p.stderr
+
+
+def test_serve_without_a_model_loads_the_default(monkeypatch):
+    """`kevlike serve` with no --model (the README's server line) passes None for the default model; the '@' check
+    of the names tested `"@" in None`, a TypeError traceback (break-test 2026-12-05)."""
+    import kevlike.service.server as server
+
+    loaded = []
+
+    class Loaded(Exception):
+        pass
+
+    def fake_load(name, options):
+        loaded.append(name)
+        raise Loaded
+
+    monkeypatch.setattr(server.Engine, "from_pretrained", staticmethod(fake_load))
+    with pytest.raises(Loaded):
+        server.serve([None], server.ServerConfig(port=0))
+    assert loaded == [None]

@@ -685,7 +685,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
         engines = {}
         info = {}
         for m in models:
-            if "@" in m:   # before it loads: a directory named m@v2 would shadow profile v2 of m, and m's reports
+            if m is not None and "@" in str(m):   # None: the default model; before it loads: a directory named m@v2 would shadow profile v2 of m, and m's reports
                 raise ValueError(f"--model {m}: a served model's name cannot hold '@', which separates a model from "
                                  f"its calibration profile (MODEL@PROFILE) in requests, reports and `kevlike "
                                  f"recalibrate`: rename the directory (its profiles are served as MODEL@PROFILE)")
