@@ -1,4 +1,4 @@
-"""Operating `kevlike serve`: a busy port fails at once with exit code 3, a SIGTERM or Ctrl-C after
+"""Operating `kevlike serve`: a busy port fails at once with exit code 3, a SIGTERM, SIGHUP or Ctrl-C after
 a graceful shutdown exits 0; the option-orders bound of the engine."""
 
 import http.client
@@ -98,7 +98,7 @@ def start_server(model_dir) -> tuple[subprocess.Popen, int]:
     raise RuntimeError("server did not start")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_graceful_shutdown_exits_0(model_dir, sig):
     proc, port = start_server(model_dir)
     try:
@@ -114,6 +114,7 @@ def test_graceful_shutdown_exits_0(model_dir, sig):
         assert proc.wait(30) == 0
         out = proc.stdout.read().decode()
         assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+        assert ("SIGHUP: stopping as for SIGTERM" in out) == (sig == signal.SIGHUP), out
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -62,6 +62,9 @@ from kevlike.service.feedback import (CANNOT_TELL_OUTCOME, FeedbackStore, Record
 
 log = logging.getLogger("kevlike.service.server")
 
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+"""The signals that stop :func:`serve` gracefully: requests in flight answered, the recorder drained."""
+
 MAX_REQUEST_ID = 128
 """The longest ``x-request-id`` a client may send (printable ASCII); a longer, empty or non-ASCII one, or one sent
 twice, is a 400."""
@@ -647,7 +650,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
 def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: socket.socket | None = None) -> None:
     """Listen on ``config.host:config.port`` (or on ``sock``, already listening), load the models, and answer
-    requests until SIGTERM or SIGINT; then the requests in flight are answered (at most ``config.timeout_s + 5`` s)
+    requests until SIGTERM, SIGINT or SIGHUP; then the requests in flight are answered (at most ``config.timeout_s + 5`` s)
     and the call returns normally, so the process can exit 0.
 
     Each model is loaded with ``config.engine`` (:meth:`kevlike.model.engine.Engine.from_pretrained`; its
@@ -724,12 +727,16 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
         # raises the signal again; with the default handlers that kills the process (exit 143)
         # after a clean shutdown. This handler takes the re-raised signal instead; a signal that
         # comes just before uvicorn installs its own handlers stops the server as soon as it starts.
+        # SIGHUP (a closed terminal or ssh session, many service managers' "reload") stops the server the same
+        # way: by default it killed the process at once, dropping requests in flight and records not yet written.
         def _stop(signum, frame):
+            if signum == getattr(signal, "SIGHUP", None):
+                log.warning("SIGHUP: stopping as for SIGTERM (requests in flight are answered, records written)")
             server.should_exit = True
 
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+            previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}
         try:
             log.info("serving %s on http://%s:%d", ", ".join(engines), f"[{host}]" if ":" in host else host, port)
             first = next(iter(engines.values()))
