@@ -415,3 +415,88 @@ def test_serve_without_a_model_loads_the_default(monkeypatch):
     with pytest.raises(Loaded):
         server.serve([None], server.ServerConfig(port=0))
     assert loaded == [None]
+
+
+def test_a_store_path_ending_in_a_slash_is_refused(tmp_path):
+    """sqlite:////x/ made SQLite create the file x while the removed-file check watched 'x/': acknowledged records
+    vanished silently after `rm x` (break-test 2026-12-05)."""
+    with pytest.raises(ValueError, match=f"ends with a '/': give a database file, e.g. sqlite:///{tmp_path}/fb/"
+                                         f"feedback.db"):
+        FeedbackStore(f"sqlite:///{tmp_path}/fb/")
+    assert not (tmp_path / "fb").exists()
+
+
+def test_a_constraint_or_trigger_the_store_does_not_define_is_refused_or_store_broken(tmp_path):
+    """An extra NOT NULL column is refused at start; a trigger that aborts inserts is StoreBroken (503, the record
+    kept waiting), not an IntegrityError (a 500 on /v1/feedback and a record lost; break-test 2026-12-05)."""
+    db = tmp_path / "fb.db"
+    FeedbackStore(f"sqlite:///{db}").close()
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE kevlike_requests ADD COLUMN tenant TEXT NOT NULL DEFAULT 'x'")   # has a default: fine
+    con.execute("ALTER TABLE kevlike_outcomes ADD COLUMN reviewer TEXT")                        # nullable: fine
+    con.commit()
+    FeedbackStore(f"sqlite:///{db}").close()
+    con.execute("CREATE TABLE t2 (request_id VARCHAR(128) PRIMARY KEY, model TEXT NOT NULL, created_at FLOAT NOT "
+                "NULL, state TEXT, tenant TEXT NOT NULL)")
+    con.execute("DROP TABLE kevlike_requests")
+    con.execute("ALTER TABLE t2 RENAME TO kevlike_requests")
+    con.commit()
+    with pytest.raises(ValueError, match=r"table kevlike_requests has a column the store does not write and cannot "
+                                         r"be left empty \(tenant: NOT NULL, no default\)"):
+        FeedbackStore(f"sqlite:///{db}")
+    db2 = tmp_path / "fb2.db"
+    store = FeedbackStore(f"sqlite:///{db2}")
+    store.record("r0", "M", NOUL)
+    con = sqlite3.connect(db2)
+    con.execute("CREATE TRIGGER no BEFORE INSERT ON kevlike_requests BEGIN SELECT RAISE(ABORT, 'no'); END")
+    con.execute("CREATE TRIGGER no2 BEFORE INSERT ON kevlike_outcomes BEGIN SELECT RAISE(ABORT, 'no'); END")
+    con.commit()
+    with pytest.raises(StoreBroken, match=r"refused the write \(.*no\): its tables hold a constraint or trigger") as e:
+        store.add_outcomes("r0", {"q": [1.0, 0.0]})
+    assert not e.value.transient
+    rec = Recorder(store, capacity=4, retry_s=0.01)
+    rec.reserve()
+    rec.submit("r1", "M", NOUL)
+    assert not rec.wait(timeout=0.5) and rec.pending() == 1 and rec.failed == 0      # kept, not lost
+    assert "refused the write" in rec.last_error
+    con.execute("DROP TRIGGER no")
+    con.commit()
+    assert rec.wait(timeout=10) and rec.written == 1          # written once the operator removed it
+    rec.close()
+    store.close()
+
+
+def test_a_damaged_option_keys_row_is_store_broken_naming_it(tmp_path):
+    """One damaged row made POST /v1/feedback a 500 (JSONDecodeError; break-test 2026-12-05)."""
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}")
+    store.record("b1", "M", NOUL)
+    for bad in ("", "{\"a\": 1}", "[1, 2]"):
+        con = sqlite3.connect(db)
+        con.execute("UPDATE kevlike_answers SET option_keys=? WHERE request_id='b1'", (bad,))
+        con.commit()
+        con.close()
+        with pytest.raises(StoreBroken, match="request 'b1', question 'q': its stored option keys are damaged"):
+            store.questions("b1")
+    store.close()
+
+
+def test_a_read_only_store_is_refused_at_start_and_broken_not_busy(tmp_path, monkeypatch):
+    """A store on a read-only file system opened and then answered 'busy, retry later' forever (break-test
+    2026-12-05). Root passes os.access's mode checks, so the read-only file system is simulated."""
+    import os
+
+    import kevlike.service.feedback as feedback
+    from sqlalchemy.exc import OperationalError
+
+    db = tmp_path / "fb.db"
+    FeedbackStore(f"sqlite:///{db}").close()
+    real = os.access
+    monkeypatch.setattr(feedback.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
+    with pytest.raises(ValueError, match=f"'{tmp_path}' cannot be written \\(a read-only file, directory or file "
+                                         f"system\\)"):
+        FeedbackStore(f"sqlite:///{db}")
+    FeedbackStore(f"sqlite:///{db}", create=False).close()       # a reader (recalibrate) needs no write access
+    err = feedback._store_error(OperationalError("INSERT", {}, sqlite3.OperationalError(
+        "attempt to write a readonly database")))
+    assert isinstance(err, StoreBroken) and not err.transient and "cannot be written" in str(err)

@@ -132,12 +132,19 @@ _BROKEN_SCHEMA = re.compile(r"no such table|no such column|has no column named|t
 """SQLite's operational errors that mean the tables are not the store's (not a lock: a retry cannot help)."""
 
 
+_READ_ONLY = re.compile(r"readonly database|read-only file system")
+"""SQLite's operational errors that mean the store cannot be written at all (a read-only file or file system)."""
+
+
 def _store_error(exc: BaseException) -> StoreBusy | None:
     """The :class:`StoreBusy` (or :class:`StoreBroken`) a database error leaves as, or None for one the caller
     handles itself (an :class:`~sqlalchemy.exc.IntegrityError`: a key another process inserted) or that is no
     database error."""
     first = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
     if isinstance(exc, OperationalError):
+        if _READ_ONLY.search(first):
+            return StoreBroken(f"the outcome store cannot be written ({first}): make its file and directory "
+                               f"writable (not a read-only file system), then restart the server")
         if _BROKEN_SCHEMA.search(first):
             return StoreBroken(f"the outcome store's tables are not the store's ({first}): repair it, or start the "
                                f"server on a new file (`kevlike serve --record` creates the tables)")
@@ -170,6 +177,7 @@ def shown_url(url: str) -> str:
 def check_store_url(url: str, *, must_exist: bool = False) -> None:
     """Refuse, before any connection, a store URL that cannot keep outcomes: one that does not parse, an in-memory
     SQLite database (each connection of the pool would see its own, and all of it is lost at exit), a SQLite
+    path ending in ``/`` (SQLite would create the file without it, where no check of the file looks), a SQLite
     file in a directory that does not exist, and, with ``must_exist`` (reading a store, as ``kevlike
     recalibrate`` does), a SQLite file that does not exist (connecting would create an empty one).
 
@@ -193,6 +201,9 @@ def check_store_url(url: str, *, must_exist: bool = False) -> None:
         raise ValueError(f"{shown!r}: SQLite URL options ({', '.join(sorted(u.query))}) are not used by the outcome "
                          f"store; give the file alone, e.g. sqlite:///feedback.db")
     path = db[len("file:"):].split("?", 1)[0] if db.startswith("file:") else db
+    if path.endswith(("/", os.sep)):      # SQLite would create the file without the slash, under another name
+        raise ValueError(f"{shown!r}: {path!r} ends with a '/': give a database file, e.g. "
+                         f"sqlite:///{path.rstrip('/' + os.sep) or '.'}/feedback.db")
     if os.path.isdir(path):
         raise ValueError(f"{shown!r}: {path!r} is a directory, not a database file")
     if must_exist and not os.path.isfile(path):
@@ -224,7 +235,9 @@ class FeedbackStore:
     Raises:
         ValueError: a busy timeout that is not a finite number >= 0, a URL :func:`check_store_url` refuses, a
             file that is not a database of this kind, with ``create=False`` a database without the store's tables,
-            or the URL's database driver is not installed (one line naming it).
+            tables with a NOT NULL column (no default) the store does not write, with ``create=True`` a SQLite file
+            or directory that cannot be written, or the URL's database driver is not installed (one line naming
+            it).
         StoreBusy: the tables could not be created because the store is locked or unreachable.
     """
 
@@ -266,7 +279,14 @@ class FeedbackStore:
             cause = e.__cause__ if isinstance(e, StoreBroken) else e
             raise ValueError(f"{shown_url(url)}: {getattr(cause, 'orig', None) or cause}") from None
         if self.sqlite and self.engine.url.database:
-            self._hold_files(self.engine.url.database, wal=create)
+            path = self.engine.url.database
+            if create:        # a read-only file or file system opens and reads: refused here, not at the first write
+                for f in (path, os.path.dirname(os.path.abspath(path))):
+                    if not os.access(f, os.W_OK):
+                        self.engine.dispose()
+                        raise ValueError(f"{shown_url(url)}: {f!r} cannot be written (a read-only file, directory or "
+                                         f"file system): the store could not keep what the server answers")
+            self._hold_files(path, wal=create)
 
     def _check_tables(self, conn) -> None:
         """Refuse tables that lack the store's columns, and (SQLite) a file that fails ``PRAGMA quick_check``.
@@ -276,10 +296,17 @@ class FeedbackStore:
         """
         have = inspect(conn)
         for t in metadata.sorted_tables:
-            missing = [c.name for c in t.columns if c.name not in {x["name"] for x in have.get_columns(t.name)}]
+            cols = have.get_columns(t.name)
+            missing = [c.name for c in t.columns if c.name not in {x["name"] for x in cols}]
             if missing:
                 raise ValueError(f"{shown_url(self.url)}: table {t.name} has no column {', '.join(missing)}: not an "
                                  f"outcome store of this version (start the server on a new file)")
+            unwritable = [x["name"] for x in cols if x["name"] not in t.columns and not x.get("nullable", True)
+                          and x.get("default") is None]
+            if unwritable:      # every insert would fail on it: records lost, feedback refused
+                raise ValueError(f"{shown_url(self.url)}: table {t.name} has a column the store does not write and "
+                                 f"cannot be left empty ({', '.join(unwritable)}: NOT NULL, no default): drop it or "
+                                 f"give it a default, or start the server on a new file")
         if self.sqlite:
             found = [row[0] for row in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
             if found != ["ok"]:
@@ -360,9 +387,12 @@ class FeedbackStore:
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
                 return write(*args)
-            except IntegrityError:
-                if attempt == CONFLICT_RETRIES:
-                    raise
+            except IntegrityError as e:
+                if attempt == CONFLICT_RETRIES:   # not a race: a constraint or trigger the store does not define
+                    first = str(getattr(e, "orig", None) or e).splitlines()[0][:200]
+                    raise StoreBroken(f"the outcome store refused the write ({first}): its tables hold a constraint "
+                                      f"or trigger the store does not define; remove it, or start the server on a "
+                                      f"new file") from e
                 time.sleep(0.01 * (attempt + 1))
 
     def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> bool:
@@ -438,8 +468,19 @@ class FeedbackStore:
                 raise UnknownRequest(request_id)
             rows = conn.execute(select(answers_table.c.question_id, answers_table.c.type, answers_table.c.option_keys)
                                 .where(answers_table.c.request_id == request_id)).all()
-        return {r.question_id: Question(r.question_id, r.type.split(":")[0], "",
-                                        tuple(Option(k, None) for k in json.loads(r.option_keys))) for r in rows}
+        out = {}
+        for r in rows:
+            try:
+                keys = json.loads(r.option_keys)
+                if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+                    raise ValueError("not a list of keys")
+            except (TypeError, ValueError):
+                raise StoreBroken(f"request {request_id!r}, question {r.question_id!r}: its stored option keys are "
+                                  f"damaged ({str(r.option_keys)[:60]!r} is not a JSON list of keys): repair or "
+                                  f"delete that row of kevlike_answers") from None
+            out[r.question_id] = Question(r.question_id, str(r.type).split(":")[0], "",
+                                          tuple(Option(k, None) for k in keys))
+        return out
 
     def add_outcomes(self, request_id: str, targets: dict[str, list[float]]) -> int:
         """Store (or replace) observed outcomes as target distributions; returns how many.
