@@ -136,3 +136,24 @@ def test_engine_bounds_option_orders(tmp_path):
     engine = make_engine(option_orders=24)  # the limit itself is allowed
     out = engine.decide(REQUEST)
     assert abs(sum(out["answers"]["team"]["probabilities"].values()) - 1) < 1e-5
+
+
+@pytest.mark.parametrize("soft, hard, want", [(48, 48, "16 soft 48"), (100, 4096, "512 soft 544"),
+                                              (20, 20, "ValueError"), (4096, 4096, "512 soft 4096")])
+def test_the_connection_limit_fits_the_open_file_limit(soft, hard, want):
+    """With `ulimit -n 48` and 512 allowed connections, the 34th open connection made requests 500 ("Too many open
+    files") and flooded the log with accept errors (break-test 2026-12-05): the soft limit is raised towards the hard
+    one, and where it cannot be, the connection limit is lowered to fit (warning) or the start refused."""
+    code = (f"import resource, logging; logging.basicConfig(level=logging.WARNING)\n"
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard}))\n"
+            f"from kevlike.service.server import fit_connections\n"
+            f"try:\n    n = fit_connections(512)\nexcept ValueError as e:\n    print('ValueError', e)\n"
+            f"else:\n    print(n, 'soft', resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(want), p.stdout
+    if want.startswith("16"):
+        assert "allows 16 client connections, not --max-connections 512: serving with 16 (raise it with ulimit -n " \
+               "544)" in p.stderr
+    if want == "ValueError":
+        assert "leaves no room for a client connection" in p.stdout
