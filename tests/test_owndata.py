@@ -34,6 +34,8 @@ def test_answers_of_every_type_and_soft_labels():
     for qid, bad, msg in [("urgent", 1, "true or false"), ("team", "legal", "not an option key"),
                           ("anger", 3, "outside 0-2"), ("anger", True, "level index"),
                           ("anger", "01", "written without leading zeros, got \"01\""),
+                          ("anger", "9" * 5000, "level 99999999999999999999… is outside 0-2"),   # not int()'s limit
+                          ("anger", "²", "level index 0-2 \\(an integer"), ("anger", "-3", "level -3 is outside"),
                           ("team", {"billing": 0.5}, "sum to 0.5"), ("team", {"billing": -0.1, "tech": 1.1}, ">= 0"),
                           ("urgent", {"yes": 1.0}, "not an answer")]:
         with pytest.raises(ValueError, match=msg):

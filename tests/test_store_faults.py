@@ -275,6 +275,12 @@ def test_a_profile_directory_is_not_listed_as_a_profile_but_a_dangling_link_is_r
     assert list_profiles(tmp_path, "m") == ["good", "ops"]        # listed, so that reading it refuses it
     with pytest.raises(ProfileError, match="ops.json: cannot read"):
         load_temperatures(d / "ops.json")
+    # files whose names are no profile name are not served: serve names them in a warning (they were skipped unsaid)
+    from kevlike.model.modeldir import unnamed_profile_files
+    for name in ("ops team.json", "-x.json", "é.json"):
+        (d / name).write_text("{}")
+    assert [p.name for p in unnamed_profile_files(tmp_path, "m")] == ["-x.json", "ops team.json", "é.json"]
+    assert list_profiles(tmp_path, "m") == ["good", "ops"]
 
 
 def test_a_profile_with_a_key_written_twice_is_refused(tmp_path):

@@ -117,13 +117,14 @@ def answer_target(question: Question, answer) -> list[float]:
             raise ValueError(f"a score answer is a level index 0-{K - 1}, got {_json(answer)}")
         shown, answer = _json(answer), str(answer)
         if answer not in keys:
-            if not answer.lstrip("-").isdigit():
+            digits = answer.lstrip("-")
+            if not (digits.isascii() and digits.isdigit()):     # not int(): "²" and 5,000 digits raise inside it
                 raise ValueError(f"a score answer is a level index 0-{K - 1} (an integer, or its digits as a "
-                                 f"string), got {shown}")
-            if answer.lstrip("-") != str(int(answer.lstrip("-"))):     # "03": a key is the index's own digits
+                                 f"string), got {shown[:40]}{'…' if len(shown) > 40 else ''}")
+            if len(digits) > 1 and digits[0] == "0":            # "03": a key is the index's own digits
                 raise ValueError(f"a score answer is a level index 0-{K - 1} written without leading zeros, got "
-                                 f"{shown}")
-            raise ValueError(f"level {answer} is outside 0-{K - 1}")
+                                 f"{shown[:40]}{'…' if len(shown) > 40 else ''}")
+            raise ValueError(f"level {answer[:20]}{'…' if len(answer) > 20 else ''} is outside 0-{K - 1}")
     elif not isinstance(answer, str) or answer not in keys:
         raise ValueError(f"{_json(answer)} is not an option key of this choice question")
     return [1.0 if k == answer else 0.0 for k in keys]

@@ -51,7 +51,7 @@ from kevlike.config.server import JEV_ALIASES, ServerConfig
 from kevlike.data.labelled import answer_target
 from kevlike.model.backbones import MODELS, SetupError
 from kevlike.model.engine import Engine
-from kevlike.model.modeldir import list_profiles, profile_path
+from kevlike.model.modeldir import list_profiles, profile_path, unnamed_profile_files
 from kevlike.model.temperatures import ProfileError, calibration_type, read_temperatures
 from kevlike.request.render import render_text
 from kevlike.request.schema import RequestError, parse_json, parse_request, request_json_schema
@@ -745,6 +745,9 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
                               "release_date": entry.release_date if entry else ""}
             if eng.artifact_dir is not None:   # calibration profiles: the same model as MODEL@PROFILE
 
+                for f in unnamed_profile_files(eng.artifact_dir, eng.name):
+                    log.warning("model %s: %s is not served: %r is not a profile name (a letter or digit, then up "
+                                "to 63 of letters, digits, '_', '.', '-'); rename it", eng.name, f, f.stem)
                 for prof in list_profiles(eng.artifact_dir, eng.name):
                     try:          # a bad profile file stops the start, naming the file and the field
                         read_temperatures(profile_path(eng.artifact_dir, eng.name, prof))
