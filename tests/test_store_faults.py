@@ -506,3 +506,22 @@ def test_a_read_only_store_is_refused_at_start_and_broken_not_busy(tmp_path, mon
     err = feedback._store_error(OperationalError("INSERT", {}, sqlite3.OperationalError(
         "attempt to write a readonly database")))
     assert isinstance(err, StoreBroken) and not err.transient and "cannot be written" in str(err)
+
+
+def test_a_full_disk_names_the_profile_it_could_not_write(tmp_path, monkeypatch):
+    """ENOSPC comes without a file name: `kevlike recalibrate` printed '[Errno 28] No space left on device' alone
+    (break-test 2026-12-05)."""
+    import errno
+    from pathlib import Path
+
+    from kevlike.model.modeldir import save_profile
+    from kevlike.model.temperatures import TemperatureTable
+
+    def full(self, text, *a, **k):
+        Path.touch(self)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError, match=r"cannot write profile 'ops' to .*profiles/ops\.json: No space left on device"):
+        save_profile(tmp_path, "m", "ops", TemperatureTable(by_type={"noul": 1.0}))
+    assert list((tmp_path / "profiles").iterdir()) == []                # no ops.json.tmp left

@@ -314,7 +314,12 @@ def check_profile_target(artifact_dir: str | Path, model_name: str, name: str) -
 
 def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: TemperatureTable,
                  report: dict | None = None) -> Path:
-    """Write profile ``name`` (atomically: a server starting meanwhile never reads half a file)."""
+    """Write profile ``name`` (atomically: a server starting meanwhile never reads half a file).
+
+    Raises:
+        OSError: the file cannot be written; the message names it (a full disk's ENOSPC comes without a file name),
+            and no ``.json.tmp`` is left behind.
+    """
     path = profile_path(artifact_dir, model_name, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = calibration_json(table, report)   # before the file is opened: a failure leaves no half file
@@ -322,6 +327,11 @@ def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: Te
     try:
         tmp.write_text(text)
         tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, f"cannot write profile {name!r} to {path}: {e.strerror or e}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
