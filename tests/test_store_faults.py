@@ -1,7 +1,9 @@
 """The service surfaces under real faults (a new user's break-test, 2026-12-04): the outcome store's URL, its file
 removed while the server runs, a malformed row, ``/v1/feedback`` bodies the request parser refuses (duplicate keys,
 depth, lone surrogates, huge numbers), ``x-request-id`` never replaced silently, the report's model name, and
-``kevlike recalibrate`` checking its inputs before it reads (or creates) a database."""
+``kevlike recalibrate`` checking its inputs before it reads (or creates) a database; and (break-tests of 2026-12-05)
+a damaged or altered store, constraints and triggers it does not define, a read-only file system, a path ending in
+'/', profile names, a full disk, and `serve` without --model."""
 
 import json
 import logging
