@@ -432,6 +432,11 @@ def test_a_store_path_ending_in_a_slash_is_refused(tmp_path):
                                          f"feedback.db"):
         FeedbackStore(f"sqlite:///{tmp_path}/fb/")
     assert not (tmp_path / "fb").exists()
+    with pytest.raises(ValueError, match=r"the URL's scheme is written in lower case \(sqlite://…\)"):
+        check_store_url(f"SQLITE:///{tmp_path}/fb.db")
+    (tmp_path / "link.db").symlink_to(tmp_path / "gone.db")
+    with pytest.raises(ValueError, match=r"link\.db' is a link to .*gone\.db', which does not exist"):
+        FeedbackStore(f"sqlite:///{tmp_path}/link.db")
 
 
 def test_a_constraint_or_trigger_the_store_does_not_define_is_refused_or_store_broken(tmp_path):

@@ -190,6 +190,8 @@ def check_store_url(url: str, *, must_exist: bool = False) -> None:
     except (ArgumentError, ValueError):
         raise ValueError(f"{shown!r} is not a database URL (e.g. sqlite:///feedback.db for a file here, or "
                          f"postgresql+psycopg://USER:PASSWORD@HOST/DB)") from None
+    if u.drivername != u.drivername.lower():     # SQLAlchemy's "Can't load plugin: sqlalchemy.dialects:SQLITE"
+        raise ValueError(f"{shown!r}: the URL's scheme is written in lower case ({u.drivername.lower()}://…)")
     if u.get_backend_name() != "sqlite":
         return
     db = u.database or ""
@@ -206,6 +208,8 @@ def check_store_url(url: str, *, must_exist: bool = False) -> None:
                          f"sqlite:///{path.rstrip('/' + os.sep) or '.'}/feedback.db")
     if os.path.isdir(path):
         raise ValueError(f"{shown!r}: {path!r} is a directory, not a database file")
+    if os.path.islink(path) and not os.path.exists(path):
+        raise ValueError(f"{shown!r}: {path!r} is a link to {os.readlink(path)!r}, which does not exist")
     if must_exist and not os.path.isfile(path):
         raise ValueError(f"{shown!r}: no database file {path!r}")
     parent = os.path.dirname(os.path.abspath(path))
