@@ -88,9 +88,10 @@ class ModelEntry:
 
     @property
     def backbones(self) -> tuple[str, ...]:
-        """The backbones this name needs set up: its own, or each member's for an ensemble."""
+        """The backbones this name needs set up: its own, or each member's for an ensemble (a member that is an
+        embedded backbone's name, its LM readout, needs that backbone)."""
         if self.members:
-            return tuple(dict.fromkeys(b for m in self.members for b in MODELS[m].backbones))
+            return tuple(dict.fromkeys(b for m in self.members for b in (MODELS[m].backbones if m in MODELS else (m,))))
         return (self.backbone,)
 
 
@@ -129,12 +130,13 @@ MODELS = {
     ENSEMBLE_MODEL: ModelEntry(
         name=ENSEMBLE_MODEL,
         backbone="",
-        description="kevlike-default and kevlike-qwen answering together, their calibrated distributions mixed "
-                    "(a linear pool, weights chosen on the validation half): the most accurate answers kevlike "
-                    "gives, at the cost of both models' passes (model card: kevlike/models/ensemble/MODEL_CARD.md)",
+        description="kevlike-default, kevlike-qwen and the bare Qwen2.5-Coder-0.5B's LM readout answering together, "
+                    "their calibrated distributions mixed (a linear pool, weights chosen on the validation half): the "
+                    "most accurate answers kevlike gives, at the cost of three passes (model card: "
+                    "kevlike/models/ensemble/MODEL_CARD.md)",
         release_date="2026-12-05",
         artifact=str(ENSEMBLE_ARTIFACT),
-        members=(DEFAULT_MODEL, QWEN_MODEL),
+        members=(DEFAULT_MODEL, QWEN_MODEL, "qwen2.5-coder-0.5b-instruct"),
     ),
     "smollm2-135m-instruct": ModelEntry(
         name="smollm2-135m-instruct",
