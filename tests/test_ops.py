@@ -79,12 +79,12 @@ def _post(port, body, timeout=120.0):
         conn.close()
 
 
-def start_server(model_dir) -> tuple[subprocess.Popen, int]:
+def start_server(model_dir, preexec_fn=None) -> tuple[subprocess.Popen, int]:
     from kevlike.eval.loadtest import free_port
 
     port = free_port()
     proc = subprocess.Popen(serve_cmd(port, "--model", model_dir), env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
     deadline = time.time() + 120
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -115,6 +115,22 @@ def test_graceful_shutdown_exits_0(model_dir, sig):
         out = proc.stdout.read().decode()
         assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
         assert ("SIGHUP: stopping as for SIGTERM" in out) == (sig == signal.SIGHUP), out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_under_nohup_sighup_leaves_the_server_running(model_dir):
+    """nohup ignores SIGHUP so that a closed terminal leaves the process running: serve keeps it so."""
+    proc, port = start_server(model_dir, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None
+        assert _post(port, {k: v for k, v in REQUEST.items() if k != "model"})[0] == 200     # the served model
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -108,7 +108,8 @@ def fit_connections(wanted: int) -> int:
 
 
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
-"""The signals that stop :func:`serve` gracefully: requests in flight answered, the recorder drained."""
+"""The signals that stop :func:`serve` gracefully: requests in flight answered, the recorder drained (SIGHUP not
+where it is ignored when the server starts, as ``nohup`` does: a closed terminal then leaves it running)."""
 
 MAX_REQUEST_ID = 128
 """The longest ``x-request-id`` a client may send (printable ASCII); a longer, empty or non-ASCII one, or one sent
@@ -695,8 +696,8 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
 def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: socket.socket | None = None) -> None:
     """Listen on ``config.host:config.port`` (or on ``sock``, already listening), load the models, and answer
-    requests until SIGTERM, SIGINT or SIGHUP; then the requests in flight are answered (at most ``config.timeout_s + 5`` s)
-    and the call returns normally, so the process can exit 0.
+    requests until SIGTERM, SIGINT or SIGHUP (unless ignored, as under ``nohup``); then the requests in flight are
+    answered (at most ``config.timeout_s + 5`` s) and the call returns normally, so the process can exit 0.
 
     Each model is loaded with ``config.engine`` (:meth:`kevlike.model.engine.Engine.from_pretrained`; its
     ``state_cache_mb`` is per model, and models that cannot keep a state cache are served without one). Every
@@ -734,7 +735,9 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
         engines = {}
         info = {}
         for m in models:
-            if m is not None and "@" in str(m):   # None: the default model; before it loads: a directory named m@v2 would shadow profile v2 of m, and m's reports
+            # m None: the default model. Before it loads: a directory named m@v2 would shadow profile v2 of m, and m's
+            # reports
+            if m is not None and "@" in str(m):
                 raise ValueError(f"--model {m}: a served model's name cannot hold '@', which separates a model from "
                                  f"its calibration profile (MODEL@PROFILE) in requests, reports and `kevlike "
                                  f"recalibrate`: rename the directory (its profiles are served as MODEL@PROFILE)")
@@ -785,7 +788,8 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
 
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS}
+            previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS   # under nohup SIGHUP stays ignored
+                        if sig != getattr(signal, "SIGHUP", None) or signal.getsignal(sig) is not signal.SIG_IGN}
         try:
             log.info("serving %s on http://%s:%d", ", ".join(engines), f"[{host}]" if ":" in host else host, port)
             first = next(iter(engines.values()))
