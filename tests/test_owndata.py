@@ -68,6 +68,8 @@ def test_bad_lines_name_file_line_and_field(tmp_path):
     with pytest.raises(LabelledDataError) as e:
         read_labelled(tmp_path / "empty.jsonl")
     assert str(e.value) == f"{tmp_path / 'empty.jsonl'}: gold: the file is empty (one JSON request per line)"
+    with pytest.raises(LabelledDataError, match=r"^/dev/null: \(file\): is not a regular file$"):   # not "does not exist"
+        read_labelled("/dev/null")
 
 
 def test_threshold_table_by_hand():

@@ -69,6 +69,8 @@ def test_a_profile_written_before_the_format_field_still_loads(tmp_path):
     assert table.lookup("noul", 2) == 0.8 and table.source == "old"
     path.write_text(json.dumps({**GOOD, "format": 1}))
     assert read_temperatures(path).lookup("choice", 4) == 1.5
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({**GOOD, "format": 1}).encode())       # a BOM, as labelled files
+    assert read_temperatures(path).lookup("choice", 4) == 1.5
     assert TemperatureTable.from_json(TemperatureTable(by_type={"score": 2.0}).to_json()).lookup("score", 3) == 2.0
     path.write_text(json.dumps({"by_type": {"noul": 0.8}, "by_bucket": []}))      # before: a KeyError at start-up
     with pytest.raises(ProfileError, match=rf"^{path}: source: required field missing$"):

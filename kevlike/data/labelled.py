@@ -193,8 +193,10 @@ def read_labelled(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> list[Lab
     path = Path(path)
     if path.is_dir():
         raise LabelledDataError(path, None, "(file)", "is a directory, not a labelled JSONL file")
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"labelled data file {path} does not exist")
+    if not path.is_file():      # /dev/null, a FIFO: read_bytes() would give nothing or block
+        raise LabelledDataError(path, None, "(file)", "is not a regular file")
     out = []
     for i, raw in enumerate(path.read_bytes().splitlines(), 1):     # \n, \r\n and \r end a line
         try:

@@ -260,7 +260,7 @@ def read_temperatures(path: str | Path) -> TemperatureTable:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")      # a leading BOM (Windows editors) is not content
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
 
