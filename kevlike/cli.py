@@ -33,6 +33,7 @@ escapes (PYTHONIOENCODING=utf-8 prints it as is).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -78,6 +79,10 @@ under bf16 autocast)."""
 def _fail(msg: str, code: int = EXIT_USAGE) -> int:
     print(f"kevlike: error: {msg}", file=sys.stderr)
     return code
+
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+"""Write errors that come without a file name (a full disk or quota, a file-size limit, a read-only file system)."""
 
 
 def _exit_code(e: BaseException) -> int | None:
@@ -1120,4 +1125,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if (code := _exit_code(e)) is None:
             raise
-        return _fail((str(e) or type(e).__name__).splitlines()[0], code)
+        message = (str(e) or type(e).__name__).splitlines()[0]
+        if isinstance(e, OSError) and e.filename is None and e.errno in FULL_DISK and getattr(args, "out", None):
+            message += f" (writing under --out {args.out})"      # ENOSPC names no file: say where it was writing
+        return _fail(message, code)

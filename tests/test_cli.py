@@ -456,3 +456,19 @@ def test_a_usage_error_is_one_line_with_exit_code_2(capsys):
         cli.main(["decide", "examples/review.json", "--bogus"])
     assert e.value.code == 2 and capsys.readouterr().err == (
         "kevlike decide: error: unrecognized arguments: --bogus (`kevlike decide --help` lists the options)\n")
+
+
+def test_a_full_disk_says_where_it_was_writing(tmp_path, capsys, monkeypatch):
+    """ENOSPC names no file: `kevlike eval --out FULL` printed '[Errno 28] No space left on device' alone
+    (break-test 2026-12-05)."""
+    import errno
+
+    from kevlike import cli
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "_cmd_eval", full)
+    assert cli.main(["eval", "--out", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == (f"kevlike: error: [Errno 28] No space left on device (writing under --out "
+                                       f"{tmp_path / 'runs'})\n")
