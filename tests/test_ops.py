@@ -83,8 +83,10 @@ def start_server(model_dir, preexec_fn=None) -> tuple[subprocess.Popen, int]:
     from kevlike.eval.loadtest import free_port
 
     port = free_port()
+    # SIGHUP as a terminal leaves it (default), also where pytest itself runs under nohup (SIGHUP ignored, inherited)
+    default_hup = lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL)     # noqa: E731
     proc = subprocess.Popen(serve_cmd(port, "--model", model_dir), env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
+                            stderr=subprocess.STDOUT, preexec_fn=preexec_fn or default_hup)
     deadline = time.time() + 120
     while time.time() < deadline:
         if proc.poll() is not None:
