@@ -138,6 +138,20 @@ def by_split(records: list[dict], half: str = "all") -> dict[str, list[dict]]:
     return out
 
 
+def paired_half(a: str, b: str, half: str) -> tuple[list[dict], list[dict]]:
+    """The records of two runs (:func:`load`: directories or records files) of one half of the suite, paired question
+    by question (:func:`shared_questions`); prints how many each run holds alone (the pooling scripts of
+    docs/results/ choose weights on them).
+
+    Raises:
+        ValueError: as :func:`load`.
+    """
+    ra, rb = ([r for r in load(x) if r.get("half") == half] for x in (a, b))
+    ra, rb, only_a, only_b = shared_questions(ra, rb)
+    print(f"{half} half: {len(ra)} questions in both runs ({only_a} only in {a}, {only_b} only in {b})")
+    return ra, rb
+
+
 def write_run(out: str | Path, records: list[dict], half: str, model: str, option_mode: str = "list") -> Path:
     """Write ``records`` (e.g. :func:`kevlike.model.ensemble.pool_records` of members' runs) as a minimal
     generalization-suite run directory ``out``: ``records.jsonl`` and a ``metrics.json`` whose ``meta`` names the

@@ -14,7 +14,7 @@ metrics.json naming the suite), so that `kevlike calibrate DIR --records OUT/rec
 
 import argparse
 
-from kevlike.eval.unseen import by_split, correct, load, shared_questions, unseen, write_run
+from kevlike.eval.unseen import by_split, correct, paired_half, unseen, write_run
 from kevlike.model.ensemble import pool_records
 
 GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
@@ -32,11 +32,7 @@ def main():
     ap.add_argument("--weight", type=float, default=None, help="pool at this weight only (the test half)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    a = [r for r in load(args.default) if r.get("half") == args.half]
-    b = [r for r in load(args.qwen) if r.get("half") == args.half]
-    a, b, only_a, only_b = shared_questions(a, b)
-    print(f"{args.half} half: {len(a)} questions in both runs ({only_a} only in the default's, {only_b} only in "
-          f"kevlike-qwen's)")
+    a, b = paired_half(args.default, args.qwen, args.half)
     rows = []
     for w in ([args.weight] if args.weight is not None else GRID):
         pooled = pool_records([a, b], [w, 1 - w])

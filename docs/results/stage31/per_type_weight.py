@@ -14,7 +14,7 @@ at the chosen (or given) weights are written as an eval run directory, as stage 
 
 import argparse
 
-from kevlike.eval.unseen import by_split, correct, load, shared_questions, unseen, write_run
+from kevlike.eval.unseen import by_split, correct, paired_half, unseen, write_run
 from kevlike.model.ensemble import pool_records
 
 GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
@@ -34,11 +34,7 @@ def main():
     ap.add_argument("--weights", nargs=3, default=None, metavar="TYPE=W", help="pool at these weights only (test)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    a = [r for r in load(args.default) if r.get("half") == args.half]
-    b = [r for r in load(args.qwen) if r.get("half") == args.half]
-    a, b, only_a, only_b = shared_questions(a, b)
-    print(f"{args.half} half: {len(a)} questions in both runs ({only_a} only in the default's, {only_b} only in "
-          f"kevlike-qwen's)")
+    a, b = paired_half(args.default, args.qwen, args.half)
     given = dict(kv.split("=") for kv in args.weights) if args.weights else None
     chosen = {}
     for t in TYPES:

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from kevlike.eval.unseen import by_split, correct, load, shared_questions, unseen, write_run
+from kevlike.eval.unseen import by_split, correct, paired_half, unseen, write_run
 from kevlike.model.ensemble import pool_records
 
 GRID = (0.1, 0.2, 0.3)
@@ -46,11 +46,8 @@ def main():
     ap.add_argument("--v", type=float, default=None, help="pool at this LM weight only (the test half)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    a = [uncalibrated(r) for r in load(args.ensemble) if r.get("half") == args.half]
-    b = [r for r in load(args.lm) if r.get("half") == args.half]
-    a, b, only_a, only_b = shared_questions(a, b)
-    print(f"{args.half} half: {len(a)} questions in both runs ({only_a} only in the ensemble's, {only_b} only in "
-          f"the LM readout's)")
+    a, b = paired_half(args.ensemble, args.lm, args.half)
+    a = [uncalibrated(r) for r in a]
     rows = []
     for v in ([args.v] if args.v is not None else GRID):
         pooled = pool_records([a, b], [1 - v, v])
