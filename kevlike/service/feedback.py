@@ -387,7 +387,8 @@ class FeedbackStore:
 
     def _retrying(self, write, *args):
         """``write(*args)``, tried again (at most :data:`CONFLICT_RETRIES` more times) when another process
-        inserted the same key meanwhile (a backend without :meth:`_lock_request`)."""
+        inserted the same key meanwhile (a backend without :meth:`_lock_request`); an integrity error that outlasts
+        the retries is no race but a constraint or trigger the store does not define: :class:`StoreBroken`."""
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
                 return write(*args)
@@ -466,6 +467,7 @@ class FeedbackStore:
         Raises:
             UnknownRequest: no such request id.
             StoreBusy: the store is locked past the busy timeout, or unreachable.
+            StoreBroken: a stored answer of the request is damaged (names the question).
         """
         with self._busy(), self.engine.connect() as conn:
             if conn.execute(select(requests_table.c.request_id).where(requests_table.c.request_id == request_id)).first() is None:
