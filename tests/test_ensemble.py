@@ -297,7 +297,8 @@ def test_cli_ensemble_decide_and_serve(tmp_path):
 def test_one_model_measurements_refuse_an_ensemble(command):
     p = subprocess.run([sys.executable, "-m", "kevlike", *command, "--model", "kevlike-ensemble"],
                        capture_output=True, text=True)
-    assert p.returncode == 2 and "is an ensemble of kevlike-default, kevlike-qwen, qwen2.5-coder-0.5b-instruct: run it on each member" in p.stderr
+    assert p.returncode == 2 and ("is an ensemble of kevlike-default, kevlike-qwen, qwen2.5-coder-0.5b-instruct: run it "
+                                  "on each member") in p.stderr
     assert "Traceback" not in p.stderr
 
 

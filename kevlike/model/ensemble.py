@@ -8,8 +8,9 @@ distributions: a critique and an annotated bibliography"): for each question
 where ``p_m`` is member ``m``'s served distribution (its own temperatures and score readout applied), and the
 same mixture of the members' ``x_abstain`` over the members that have one (a bare backbone's LM readout has none),
 their weights renormalised to sum to 1: ``x = Σ_{m∈A} w_m x_m / Σ_{m∈A} w_m`` (uniform over ``A`` where those
-weights are all 0 for the question's type); an ensemble none of whose members has it answers without it. A member's weight is one number, or one per question type
-(``{"noul": w, "choice": w, "score": w}``): the weights of each type sum to 1 over the members. The members may
+weights are all 0 for the question's type); an ensemble none of whose members has it answers without it. A
+member's weight is one number, or one per question type (``{"noul": w, "choice": w, "score": w}``): the weights of
+each type sum to 1 over the members. The members may
 run different backbones and tokenizers: each encodes the request itself, so an ensemble costs the sum of its
 members' passes. The mixture can be calibrated
 once more as a whole (``kevlike calibrate ENSEMBLE --records RUN/records.jsonl``): its "logits" are the

@@ -91,7 +91,8 @@ class ModelEntry:
         """The backbones this name needs set up: its own, or each member's for an ensemble (a member that is an
         embedded backbone's name, its LM readout, needs that backbone)."""
         if self.members:
-            return tuple(dict.fromkeys(b for m in self.members for b in (MODELS[m].backbones if m in MODELS else (m,))))
+            return tuple(dict.fromkeys(b for m in self.members
+                                       for b in (MODELS[m].backbones if m in MODELS else (m,))))
         return (self.backbone,)
 
 
