@@ -575,7 +575,8 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             while recorder.pending(rid) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
             if recorder.pending(rid):
-                return busy(f"request {rid!r} is answered but not yet recorded (the outcome store is busy)")
+                return busy(f"request {rid!r} is answered but not yet recorded "      # why: the recorder's last error
+                            f"({recorder.last_error or 'the outcome store is busy'})")
         deadline = time.monotonic() + REPLICA_GRACE_S
         while True:   # another replica on this store may have answered it a moment ago, its record on its way
             try:
