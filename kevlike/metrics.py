@@ -37,9 +37,12 @@ to answerable questions), :func:`abstention`:
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 import random
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -292,3 +295,33 @@ def choice_records(engine, examples: list, batch_size: int = 4, progress: bool =
         return []
     return [r for r in records_from_logits(engine, chosen, batch_size, progress=progress, calibrated=calibrated)
             if r["type"] == "choice"]
+
+
+def read_records(path: str | Path, check=None) -> list[dict]:
+    """The records of a run (one JSON object per line, as ``eval`` and ``calibrate`` write them) from ``path``, a
+    ``records.jsonl`` or that file gzip-compressed (``*.gz``, as the results folders keep them); blank lines are
+    skipped. ``check(record)`` returns None for a good record or why it is not one.
+
+    Raises:
+        ValueError: one line naming the file (and ``FILE:LINE``): unreadable, not gzip, not UTF-8, a line that is not
+            JSON or not an object, or a record ``check`` refuses.
+    """
+    path = Path(path)
+    try:
+        text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read: {e}") from None
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not JSON ({e.msg} at column {e.colno}); a cut-off file?") from None
+        if not isinstance(r, dict):
+            raise ValueError(f"{path}:{i}: a record is a JSON object, got {type(r).__name__}")
+        if check is not None and (why := check(r)) is not None:
+            raise ValueError(f"{path}:{i}: {why}")
+        out.append(r)
+    return out

@@ -144,17 +144,17 @@ def test_calibrate_from_records_reports_accuracy_and_stores_option_orders(tmp_pa
     # the results folders keep records gzip-compressed: read as they are (was "'utf-8' codec can't decode byte 0x8b")
     import gzip
 
-    from kevlike.eval.calibration import read_records
+    from kevlike.metrics import read_records
     gz = tmp_path / "records.jsonl.gz"
     gz.write_bytes(gzip.compress(records.read_bytes()))
     assert read_records(gz) == read_records(records) and len(read_records(gz)) == 5
     again = calibrate_artifact(art, records_path=gz, quiet=True, options=EngineOptions(option_orders=2))
     assert again["types"]["choice"]["accuracy"] == pytest.approx(2 / 3)
     (tmp_path / "bad.jsonl").write_text('{"type": "noul"}\n[1]\n')
-    with pytest.raises(ValueError, match=r"bad\.jsonl, line 2: not a record"):
-        read_records(tmp_path / "bad.jsonl")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: a record is a JSON object, got list$"):
+        calibrate_artifact(art, records_path=tmp_path / "bad.jsonl", quiet=True)
     (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
-    with pytest.raises(ValueError, match=r"bad\.jsonl\.gz: cannot read it"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl\.gz: cannot read: Not a gzipped file"):
         read_records(tmp_path / "bad.jsonl.gz")
 
 

@@ -8,7 +8,6 @@ are fitted per (type, K-bucket) by :func:`kevlike.model.temperatures.fit_table`.
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from dataclasses import replace as _replace
@@ -17,37 +16,11 @@ from pathlib import Path
 
 from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
 from kevlike.data.tasks import TASKS, eval_examples
-from kevlike.metrics import choice_records, records_from_logits
+from kevlike.metrics import choice_records, read_records, records_from_logits
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import ModelDir, calibration_fit, load_temperatures, save_calibration
 from kevlike.model.temperatures import (MIN_BUCKET, TemperatureTable, abstain_records, bound_hits_text, fit_line,
                                         fit_table)
-
-
-def read_records(path: str | Path) -> list[dict]:
-    """The records of an eval or calibrate run: a JSON-lines file, or that file gzip-compressed (``*.gz``, as the
-    results folders keep them).
-
-    Raises:
-        ValueError: one line naming the file (and the line): unreadable, not gzip, not UTF-8, not JSON objects.
-    """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-        text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise ValueError(f"--records {path}: cannot read it ({e})") from None
-    out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                r = json.loads(line)
-            except ValueError as e:
-                raise ValueError(f"--records {path}, line {i}: not JSON ({e})") from None
-            if not isinstance(r, dict):
-                raise ValueError(f"--records {path}, line {i}: not a record (a JSON object)")
-            out.append(r)
-    return out
 
 
 def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | Path | None = None,

@@ -20,13 +20,12 @@ Tibshirani 1993, ch. 13).
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 from pathlib import Path
 
 from kevlike.eval.generalization import unseen_records
-from kevlike.metrics import summary
+from kevlike.metrics import read_records, summary
 
 
 RECORD_KEYS = ("split", "type", "probs", "gold")
@@ -43,26 +42,14 @@ def load(arg: str) -> list[dict]:
     path = Path(arg) if Path(arg).is_file() else Path(arg) / "records.jsonl"
     if not path.is_file():
         raise ValueError(f"{arg}: no records.jsonl (give an eval run directory or its records file)")
-    try:
-        text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: cannot read: {e}") from None
-    out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{i}: not JSON ({e.msg} at column {e.colno}); a cut-off file?") from None
-        if not isinstance(r, dict):
-            raise ValueError(f"{path}:{i}: a record is a JSON object, got {type(r).__name__}")
-        missing = [k for k in RECORD_KEYS if k not in r]
-        if missing:
-            raise ValueError(f"{path}:{i}: no {', '.join(missing)} in the record: not a generalization-suite run "
-                             f"(kevlike eval --suite generalization)")
-        out.append(r)
-    return out
+    return read_records(path, _not_a_suite_record)
+
+
+def _not_a_suite_record(r: dict) -> str | None:
+    """Why ``r`` is no generalization-suite record (a key of :data:`RECORD_KEYS` missing), or None."""
+    missing = [k for k in RECORD_KEYS if k not in r]
+    return (f"no {', '.join(missing)} in the record: not a generalization-suite run (kevlike eval --suite "
+            f"generalization)") if missing else None
 
 
 def unseen(records: list[dict], half: str = "all") -> list[dict]:
