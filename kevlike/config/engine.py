@@ -23,6 +23,10 @@ PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 """A calibration profile's name (its file is ``NAME.json``): no path separator, no leading dot."""
 
 
+PROFILE_NAME_RULE = "1-64 letters, digits, '_', '.' or '-' (not first)"
+""":data:`PROFILE_NAME` in words, for messages."""
+
+
 def check_profile_name(name: str) -> str:
     """Validate a profile name (letters, digits, ``_ . -``, 1-64 characters, not starting with a
     punctuation mark) and return it.
@@ -31,7 +35,7 @@ def check_profile_name(name: str) -> str:
         ValueError: any other name.
     """
     if not isinstance(name, str) or not PROFILE_NAME.match(name):
-        raise ValueError(f"profile name must be 1-64 letters, digits, '_', '.' or '-' (not first), got {name!r}")
+        raise ValueError(f"profile name must be {PROFILE_NAME_RULE}, got {name!r}")
     return name
 
 

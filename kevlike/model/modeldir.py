@@ -287,9 +287,9 @@ def list_profiles(artifact_dir: str | Path, model_name: str) -> list[str]:
 
 
 def unnamed_profile_files(artifact_dir: str | Path, model_name: str) -> list[Path]:
-    """The ``*.json`` files of a model's profiles folder whose names are no profile name (:data:`PROFILE_NAME`: a
-    letter or digit, then up to 63 of letters, digits, ``_``, ``.``, ``-``), sorted: :func:`list_profiles` leaves them
-    out, so they are never served; ``kevlike serve`` names each in a warning."""
+    """The ``*.json`` files of a model's profiles folder whose names are no profile name (:data:`PROFILE_NAME`),
+    sorted: :func:`list_profiles` leaves them out, so they are never served; ``kevlike serve`` names each in a
+    warning."""
     d = profiles_dir(artifact_dir, model_name)
     return sorted(p for p in d.glob("*.json") if not PROFILE_NAME.match(p.stem)) if d.is_dir() else []
 

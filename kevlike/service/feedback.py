@@ -136,11 +136,18 @@ _READ_ONLY = re.compile(r"readonly database|read-only file system")
 """SQLite's operational errors that mean the store cannot be written at all (a read-only file or file system)."""
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of a database error's own message (the driver's, ``exc.orig``, where SQLAlchemy wraps one),
+    at most 200 characters; the error's type name where it has no message."""
+    lines = str(getattr(exc, "orig", None) or exc).splitlines()
+    return lines[0][:200] if lines else type(exc).__name__
+
+
 def _store_error(exc: BaseException) -> StoreBusy | None:
     """The :class:`StoreBusy` (or :class:`StoreBroken`) a database error leaves as, or None for one the caller
     handles itself (an :class:`~sqlalchemy.exc.IntegrityError`: a key another process inserted) or that is no
     database error."""
-    first = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    first = _first_line(exc)
     if isinstance(exc, OperationalError):
         if _READ_ONLY.search(first):
             return StoreBroken(f"the outcome store cannot be written ({first}): make its file and directory "
@@ -394,10 +401,9 @@ class FeedbackStore:
                 return write(*args)
             except IntegrityError as e:
                 if attempt == CONFLICT_RETRIES:   # not a race: a constraint or trigger the store does not define
-                    first = str(getattr(e, "orig", None) or e).splitlines()[0][:200]
-                    raise StoreBroken(f"the outcome store refused the write ({first}): its tables hold a constraint "
-                                      f"or trigger the store does not define; remove it, or start the server on a "
-                                      f"new file") from e
+                    raise StoreBroken(f"the outcome store refused the write ({_first_line(e)}): its tables hold a "
+                                      f"constraint or trigger the store does not define; remove it, or start the "
+                                      f"server on a new file") from e
                 time.sleep(0.01 * (attempt + 1))
 
     def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> bool:

@@ -47,6 +47,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from kevlike.config.engine import PROFILE_NAME_RULE
 from kevlike.config.server import JEV_ALIASES, ServerConfig
 from kevlike.data.labelled import answer_target
 from kevlike.model.backbones import MODELS, SetupError
@@ -750,8 +751,8 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
             if eng.artifact_dir is not None:   # calibration profiles: the same model as MODEL@PROFILE
 
                 for f in unnamed_profile_files(eng.artifact_dir, eng.name):
-                    log.warning("model %s: %s is not served: %r is not a profile name (a letter or digit, then up "
-                                "to 63 of letters, digits, '_', '.', '-'); rename it", eng.name, f, f.stem)
+                    log.warning("model %s: %s is not served: %r is not a profile name (%s); rename it", eng.name,
+                                f, f.stem, PROFILE_NAME_RULE)
                 for prof in list_profiles(eng.artifact_dir, eng.name):
                     try:          # a bad profile file stops the start, naming the file and the field
                         read_temperatures(profile_path(eng.artifact_dir, eng.name, prof))
