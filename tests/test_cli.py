@@ -38,12 +38,14 @@ def test_missing_file_and_unknown_model_exit_2(tmp_path):
 @pytest.mark.backbone
 def test_decide_example_end_to_end(backbone_engine):
     path = ROOT / "examples" / "review.json"
-    p = run("decide", str(path), "--compact")
+    # one thread: on a 2-core Xeon with AMX a fresh process's packed float32 pass at 2 threads gave 0.275880 or
+    # 0.275771 for one answer (1.1e-4 apart, run to run; stable at 1 thread and within one process; not yet explained)
+    p = run("decide", str(path), "--compact", "--threads", "1")
     assert p.returncode == 0, p.stderr.decode()
     out = json.loads(p.stdout)
     assert out["model"] == "kevlike-default" and set(out["answers"]) == set(json.loads(path.read_text())["questions"])
     # the same answers through stdin, and the separate reference mode agrees
-    p2 = run("decide", "-", "--mode", "separate", "--compact", stdin=path.read_bytes())
+    p2 = run("decide", "-", "--mode", "separate", "--compact", "--threads", "1", stdin=path.read_bytes())
     from test_parity import max_abs_diff
 
     assert max_abs_diff(out, json.loads(p2.stdout)) <= 1e-5
