@@ -32,6 +32,7 @@ DEFAULTS = {
                             "noul_twins": 1},
               "spam": {"weight": 0.2}, "sentiment": {"weight": 0.3}},
     "loss": {"perm": 0.5, "ord": 1.0, "readout": 0.0, "abstain": 0.0},
+    "distill": {"teacher": None, "weight": 0.0, "dtype": "auto"},     # added with stage 33; older saves lack it
     "data": [], "stream": None, "set_share": 0.0,
     "optim": {"lr": 3e-4, "head_lr": 1e-3, "weight_decay": 0.01, "warmup": 0.1, "grad_clip": 1.0},
     "batch_size": 4, "grad_accum": 1, "max_steps": 1000, "max_minutes": None, "stop_after": None, "eval_every": 200,

@@ -713,6 +713,18 @@ def test_train_both_option_modes_and_a_labelled_file(tiny_dir, tmp_path):
     bad = kevlike("train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}", f"output_dir={tmp_path}",
                   "data=[{path: nowhere.jsonl}]")
     assert bad.returncode == 2 and "data[0].path: nowhere.jsonl does not exist" in bad.stderr.decode()
+    # the run's artifact as the teacher of another: the distillation term is trained and logged
+    taught = tmp_path / "taught"
+    p = kevlike("train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}", f"output_dir={taught}",
+                *SMOKE, f"distill.teacher={run / 'artifact'}", "distill.weight=1", "--quiet")
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    (trun,) = taught.iterdir()
+    rows = [json.loads(x) for x in (trun / "metrics.jsonl").read_text().splitlines() if '"train"' in x]
+    assert rows and all(r["distill"] > 0 and math.isfinite(r["distill"]) for r in rows)
+    nobody = kevlike("train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}", f"output_dir={taught}",
+                     "distill.teacher=no-such-model", "distill.weight=1", "--quiet")
+    assert nobody.returncode == 2 and "distill.teacher:" in nobody.stderr.decode(), nobody.stderr.decode()[-2000:]
+    assert len(list(taught.iterdir())) == 1                              # no run directory for the refused one
 
 
 def test_mixture_draws_labelled_lines_by_weight(tmp_path):
@@ -786,3 +798,72 @@ def test_stream_examples_round_trip_and_bad_files_are_named(tmp_path):
         RecordedMixture(tmp_path / "plain.txt")
     with pytest.raises(StreamError, match="does not exist"):
         RecordedMixture(tmp_path / "missing.gz")
+
+
+def test_distillation_targets_are_the_teachers_served_answers_and_add_a_hand_checked_term(tiny_dir, tmp_path):
+    """``distill``: the teacher's soft targets are its served (calibrated) answers in each question's listed
+    option order, zero-padded; a request the teacher refuses is not taught; the loss adds λ · CE(student,
+    teacher) over the taught answerable questions, computed here by hand; a run with a teacher trains and logs
+    the term."""
+    from kevlike import Engine
+    from kevlike.request.schema import RequestError
+    from kevlike.training.train import load_teacher, teacher_targets
+
+    cfg = _cfg(tiny_dir)
+    model, tok, resolved = build_model(cfg)
+    batch, aux = make_batch(_examples(), Encoder(tok), "cpu")
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(3):                                                   # a teacher that differs from the student
+        loss_terms(model(batch), batch, aux, cfg)["loss"].backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    teacher_dir = write_artifact(tmp_path / "teacher", model, tok, cfg, resolved, {"nll": 1.0})
+    dcfg = _cfg(tiny_dir, f"distill.teacher={teacher_dir}", "distill.weight=0.5", "distill.dtype=float32")
+    teacher = load_teacher(dcfg)
+    assert load_teacher(cfg) is None                                     # off by default
+    student, tok2, _ = build_model(cfg)
+    examples = _examples()
+    batch, aux = make_batch(examples, Encoder(tok2), "cpu")
+    probs, taught = teacher_targets(teacher, examples, tuple(aux["targets"].shape))
+    served = [Engine.from_pretrained(teacher_dir, dtype="float32", threads=1).decide(e.request) for e in examples]
+    compared = 0
+    for b, (ex, answer) in enumerate(zip(examples, served)):
+        for j, (qid, q) in enumerate(ex.request["questions"].items()):
+            a = answer["answers"][qid]
+            keys = list(q["criteria"]) if q["type"] == "choice" else None
+            want = [a["noul"], 1 - a["noul"]] if q["type"] == "noul" else [a["probabilities"][k] for k in keys or a["probabilities"]]
+            assert taught[b, j]
+            torch.testing.assert_close(probs[b, j, :len(want)], torch.tensor(want), atol=1e-5, rtol=0)
+            assert probs[b, j, len(want):].abs().sum() == 0
+            compared += 1
+    assert compared == sum(len(e.request["questions"]) for e in examples) >= 3
+    assert not taught[:, probs.shape[1]:].any()
+    aux["teacher"], aux["taught"] = probs, taught
+    with torch.no_grad():
+        logits = student(batch)
+    plain = loss_terms(logits, batch, {k: v for k, v in aux.items() if k not in ("teacher", "taught")}, dcfg)
+    terms = loss_terms(logits, batch, aux, dcfg)
+    z = logits[0] if isinstance(logits, tuple) else logits
+    sel = batch.branch_mask & taught
+    hand = -(probs[sel] * torch.log_softmax(z[sel], -1).nan_to_num(neginf=0.0)).sum(-1).mean()
+    assert terms["distill"].item() == pytest.approx(hand.item(), abs=1e-5)
+    assert terms["loss"].item() == pytest.approx(plain["loss"].item() + 0.5 * hand.item(), abs=1e-5)
+
+    class Refusing:                                                      # the second request is refused
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        def encode(self, req):
+            self.calls += 1
+            if self.calls == 2:
+                raise RequestError([{"loc": ["state"], "msg": "too long for the teacher", "type": "too_long"}], 413)
+            return self.inner.encode(req)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    _, taught2 = teacher_targets(Refusing(teacher), examples, tuple(aux["targets"].shape))
+    assert taught2[0].equal(taught[0]) and not taught2[1].any()
+    with pytest.raises(ConfigError, match="distill.teacher is null"):
+        _cfg(tiny_dir, "distill.weight=1")

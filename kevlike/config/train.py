@@ -95,6 +95,21 @@ class LossConfig(Section):
                              'rest); > 0 needs head.abstain; the option CE then skips "cannot tell" ones')
 
 
+@settings("distill")
+class DistillConfig(Section):
+    """Knowledge distillation (Hinton et al. 2015, "Distilling the Knowledge in a Neural Network",
+    arXiv:1503.02531): a teacher decision model answers every training request (no gradient) and its calibrated
+    distributions become a second target of the option cross-entropy (:func:`kevlike.training.train.loss_terms`)."""
+
+    teacher: str | None = setting(None, Rule("str", null=True), "a decision model (registered name, directory, or "
+                                  "an ensemble such as kevlike-ensemble) whose calibrated answers are the soft "
+                                  "targets; null: no distillation")
+    weight: float = setting(0.0, number(0), "λ_distill: the weight of the cross-entropy against the teacher's "
+                            "distribution, beside the gold target's (weight 1); > 0 needs a teacher")
+    dtype: str = setting("auto", Rule("choice", choices=("auto", "float32", "bfloat16")), "the teacher's weight "
+                         "precision (auto: bfloat16 on CPUs with bf16 matrix units and on CUDA, else float32)")
+
+
 @settings("optim")
 class OptimConfig(Section):
     """AdamW and its schedule: linear warmup, then linear decay to 0 at ``max_steps``."""
@@ -152,7 +167,8 @@ class TrainConfig(Section):
     Raises (on construction, or :meth:`from_dict`):
         ConfigError: a value its rule refuses, an unknown key (task options included), a section or task that is
             not a mapping, no task or task weights that sum to 0, a bad ``data`` entry, ``phase: abstain`` without
-            ``head.abstain`` and ``loss.abstain`` > 0, or ``loss.abstain`` > 0 without ``head.abstain``.
+            ``head.abstain`` and ``loss.abstain`` > 0, ``loss.abstain`` > 0 without ``head.abstain``, or
+            ``distill.weight`` > 0 without ``distill.teacher``.
     """
 
     name: str = setting("run", Rule("str"), "the run's name: its directory is OUTPUT_DIR/NAME-YYYYmmdd-HHMMSS")
@@ -183,6 +199,7 @@ class TrainConfig(Section):
     tasks: Mapping[str, Mapping] = setting(DEFAULT_TASKS, None, "task -> sampling weight and augmentation "
                                            "(TASK_OPTIONS); a config's tasks replace these")
     loss: LossConfig = section(LossConfig, "the loss weights")
+    distill: DistillConfig = section(DistillConfig, "the teacher model of knowledge distillation (off by default)")
     data: tuple[DataFile, ...] = setting((), None, "your labelled files, mixed with the tasks (the replay that keeps "
                                          "the built-in skills): [{path: FILE.jsonl, weight: W}], W relative to the "
                                          "task weights")
@@ -217,6 +234,9 @@ class TrainConfig(Section):
         if self.loss.abstain > 0 and not self.head.abstain:
             raise ConfigError(f"loss.abstain is {self.loss.abstain:g} but head.abstain is false: the abstention "
                               f"loss trains the head's none key (set head.abstain: true)")
+        if self.distill.weight > 0 and not self.distill.teacher:
+            raise ConfigError(f"distill.weight is {self.distill.weight:g} but distill.teacher is null: name the "
+                              f"teacher model (e.g. kevlike-ensemble)")
         object.__setattr__(self, "tasks", _tasks(self.tasks))
         if not isinstance(self.data, (list, tuple)):
             raise ConfigError(f"data must be a list of {{path: FILE.jsonl, weight: W}}, got {self.data!r}")

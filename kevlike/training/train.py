@@ -51,7 +51,7 @@ from kevlike.model.heads import PointerHead, abstain_logit, pointer_logits, poin
 from kevlike.model.modeldir import ModelDir, ensure_embedding_rows, save_decision_model
 from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
-from kevlike.request.schema import validate_request
+from kevlike.request.schema import RequestError, validate_request
 from kevlike.runs import git_commit, set_seed
 from kevlike.training.config import (ConfigError, TrainConfig, load_config, resolve_attention, resolve_precision,
                                      resume_config, save_run_config, stream_settings)
@@ -258,14 +258,54 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
     return batch, aux
 
 
+def load_teacher(cfg: TrainConfig):
+    """The engine of ``cfg.distill.teacher`` (None when distillation is off), on the CPU with the training
+    process's torch threads, in ``cfg.distill.dtype``.
+
+    Raises:
+        kevlike.model.backbones.ModelNotFoundError: the teacher is not a registered name nor a model directory.
+    """
+    if not cfg.distill.teacher or cfg.distill.weight <= 0:
+        return None
+    from kevlike.config.engine import EngineOptions
+
+    try:
+        return Engine.from_pretrained(cfg.distill.teacher, EngineOptions(dtype=cfg.distill.dtype,
+                                                                         threads=torch.get_num_threads()))
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"distill.teacher: {e}") from None
+
+
+def teacher_targets(teacher, examples: list[Example], shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher's calibrated answers to ``examples`` as soft targets: ``(probs [B, NB, K], taught [B, NB])``,
+    each question's probabilities in its listed option order (the order of :func:`make_batch`'s targets), zeros
+    and ``taught`` False for padding and for a request the teacher refuses (e.g. longer than its context), which
+    then trains on its gold target alone. ``shape``: the student batch's ``(B, NB, K)``. No gradient."""
+    B, NB, K = shape
+    probs, taught = torch.zeros(B, NB, K), torch.zeros(B, NB, dtype=torch.bool)
+    for b, ex in enumerate(examples):
+        try:
+            req = validate_request(ex.request)
+            zs = teacher.question_logits([teacher.encode(req)])[0]
+            ps = teacher.probabilities(req, zs)
+        except (RequestError, ValueError):
+            continue
+        for j, p in enumerate(ps):
+            probs[b, j, :p.shape[-1]] = p.float()
+            taught[b, j] = True
+    return probs, taught
+
+
 def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: TrainConfig) -> dict:
-    """``{"loss", "ce", "perm", "ord", "readout", "abstain"}``: mean CE over questions + λ_perm · mean symmetric KL
+    """``{"loss", "ce", "perm", "ord", "readout", "abstain", "distill"}``: mean CE over questions + λ_perm · mean symmetric KL
     over twin pairs + λ_ord · mean RPS over score questions (0 where a batch has none) + λ_readout · mean
     :func:`~kevlike.training.losses.normal_readout_nll` over them (reported only when λ_readout > 0) + λ_abstain · mean binary
     cross-entropy of the abstention logit (:func:`kevlike.model.heads.abstain_logit`) against ``cannot_tell``
     over all questions. ``logits``: ``[B, NB, K]``, or the pair ``(logits, none logits [B, NB])`` of a head
     with the none key; with ``loss.abstain`` > 0 the CE and RPS skip the "cannot tell" questions (their
-    options are no answer)."""
+    options are no answer). With ``aux["teacher"]`` (``[B, NB, K]`` probabilities, :func:`teacher_targets`) and
+    ``distill.weight`` > 0, + λ_distill · mean CE against the teacher's distribution over the answerable questions
+    it answered (``aux["taught"]`` ``[B, NB]``), reported as ``distill``."""
     z_none = None
     if isinstance(logits, tuple):
         logits, z_none = logits
@@ -289,6 +329,11 @@ def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: TrainConfig) -> dict:
             readout = normal_readout_nll(logits[s], aux["targets"][s]).mean()
     loss = ce + cfg.loss.perm * perm + cfg.loss.ord * ordq + cfg.loss.readout * readout
     out = {"ce": ce.detach(), "perm": perm.detach(), "ord": ordq.detach()}
+    if aux.get("teacher") is not None and cfg.distill.weight > 0:
+        taught = answerable & aux["taught"]
+        kd = soft_cross_entropy(logits[taught], aux["teacher"][taught]).mean() if taught.any() else zero
+        loss = loss + cfg.distill.weight * kd
+        out["distill"] = kd.detach()
     if cfg.loss.readout > 0:
         out["readout"] = readout.detach()
     if lam_abstain > 0:
@@ -509,7 +554,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     else:
         cfg = load_config(config_path, list(overrides))
         ckpt = None
-        for key, name in (("backbone", cfg.backbone), ("init_from", cfg.init_from)):
+        for key, name in (("backbone", cfg.backbone), ("init_from", cfg.init_from),
+                          ("distill.teacher", cfg.distill.teacher if cfg.distill.weight > 0 else None)):
             if name is not None:          # found before the accelerator starts or a run directory is made
                 try:
                     resolve_model(name, auto_fetch=key == "backbone")
@@ -566,6 +612,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     else:
         mixture = live_mixture(cfg)
         val_examples, scripts = validation_set(cfg), _UNSET
+    teacher = load_teacher(cfg)
     o = cfg.optim
     head_params = list(model.head.parameters())
     lora_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" in n]
@@ -647,6 +694,9 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                 draw = random.Random(f"{cfg.seed}/{step}/{len(window)}")
                 modes = ["set" if draw.random() < cfg.set_share else "list" for _ in examples]
                 batch, aux = make_batch(examples, encoder, accelerator.device, modes)
+                if teacher is not None:
+                    t, taught = teacher_targets(teacher, examples, tuple(aux["targets"].shape))
+                    aux["teacher"], aux["taught"] = t.to(accelerator.device), taught.to(accelerator.device)
                 tokens += sum(batch.n_tokens)
                 recompute = bool(layers) and batch.input_ids.numel() > cfg.recompute_above
                 recomputed += recompute
