@@ -10,7 +10,7 @@ uncalibrated mixture (``logits``) and of their mixed x_abstain (``abstain_logit`
 pool as one record at weight 1 − v: 0.6 (1 − v) × default + 0.4 (1 − v) × kevlike-qwen + v × LM readout, the
 rule's candidate (selection_rule.md, C), pooled by kevlike.model.ensemble.pool_records (the LM readout has no
 x_abstain: the pool's is the two members', as the served ensemble mixes it). Prints unseen, realistic and
-all-answerable accuracy at each v of {0.1, 0.2, 0.3} (or the given ``--v``); the rule: the highest unseen accuracy,
+all-answerable accuracy at each v of {0.1, 0.2, 0.3} (``--grid``; or the given ``--v``); the rule: the highest unseen accuracy,
 ties to the smaller v. The chosen pool's records are written as an eval run directory (kevlike.eval.unseen.write_run)
 for `kevlike calibrate ENSEMBLE_DIR --records OUT/records.jsonl` and `kevlike eval --model ENSEMBLE_DIR --reuse OUT`.
 """
@@ -44,12 +44,13 @@ def main():
     ap.add_argument("lm")
     ap.add_argument("--half", choices=("validation", "test"), required=True)
     ap.add_argument("--v", type=float, default=None, help="pool at this LM weight only (the test half)")
+    ap.add_argument("--grid", type=float, nargs="+", default=GRID, help="the LM weights tried (default: %(default)s)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     a, b = paired_half(args.ensemble, args.lm, args.half)
     a = [uncalibrated(r) for r in a]
     rows = []
-    for v in ([args.v] if args.v is not None else GRID):
+    for v in ([args.v] if args.v is not None else args.grid):
         pooled = pool_records([a, b], [1 - v, v])
         rows.append({"v": v, "unseen": accuracy(unseen(pooled, args.half)),
                      "realistic": accuracy(by_split(pooled, args.half)["realistic"]),
