@@ -49,20 +49,27 @@ def main():
     args = ap.parse_args()
     a, b = paired_half(args.ensemble, args.lm, args.half)
     a = [uncalibrated(r) for r in a]
+    choose_and_write(a, b, [args.v] if args.v is not None else args.grid, args.half, args.out,
+                     f"pool of {args.ensemble} (1 - v) and {args.lm}")
+
+
+def choose_and_write(a, b, grid, half: str, out: str, what: str, label: str = "") -> dict:
+    """Pool ``a`` at 1 − v with ``b`` at v for each v of ``grid``, print unseen, realistic and all-answerable
+    accuracy, choose the highest unseen accuracy (ties: the smaller v) and write its records as an eval run in
+    ``out``; returns the chosen row (``v``, the accuracies, ``records``)."""
     rows = []
-    for v in ([args.v] if args.v is not None else args.grid):
+    for v in grid:
         pooled = pool_records([a, b], [1 - v, v])
-        rows.append({"v": v, "unseen": accuracy(unseen(pooled, args.half)),
-                     "realistic": accuracy(by_split(pooled, args.half)["realistic"]),
+        rows.append({"v": v, "unseen": accuracy(unseen(pooled, half)),
+                     "realistic": accuracy(by_split(pooled, half)["realistic"]),
                      "all": accuracy([r for r in pooled if r.get("gold") is not None]), "records": pooled})
-        print(f"v = {v:.1f}: unseen {rows[-1]['unseen']:.4f}, realistic {rows[-1]['realistic']:.4f}, "
+        print(f"{label}v = {v:.1f}: unseen {rows[-1]['unseen']:.4f}, realistic {rows[-1]['realistic']:.4f}, "
               f"all answerable {rows[-1]['all']:.4f}")
     best = max(rows, key=lambda r: (round(r["unseen"], 12), -r["v"]))
     print(f"chosen: v = {best['v']:.1f}")
-    path = write_run(args.out, best["records"], args.half,
-                     f"pool of {args.ensemble} (1 - v) and {args.lm} (v = {best['v']})")
+    path = write_run(out, best["records"], half, f"{what} (v = {best['v']})")
     print(f"records: {path}")
-
+    return best
 
 if __name__ == "__main__":
     main()

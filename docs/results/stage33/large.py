@@ -18,10 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stage31"))
 
-from third_member import accuracy, uncalibrated  # noqa: E402
+from third_member import choose_and_write, uncalibrated  # noqa: E402
 
-from kevlike.eval.unseen import by_split, paired_half, unseen, write_run  # noqa: E402
-from kevlike.model.ensemble import pool_records  # noqa: E402
+from kevlike.eval.unseen import paired_half  # noqa: E402
 
 GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -38,20 +37,8 @@ def main():
     a, b = paired_half(args.first, args.lm, args.half)
     if args.candidate == "L":
         a = [uncalibrated(r) for r in a]
-    rows = []
-    for v in ([args.v] if args.v is not None else GRID):
-        pooled = pool_records([a, b], [1 - v, v])
-        rows.append({"v": v, "unseen": accuracy(unseen(pooled, args.half)),
-                     "realistic": accuracy(by_split(pooled, args.half)["realistic"]),
-                     "all": accuracy([r for r in pooled if r.get("gold") is not None]), "records": pooled})
-        print(f"{args.candidate}, v = {v:.1f}: unseen {rows[-1]['unseen']:.4f}, realistic {rows[-1]['realistic']:.4f}, "
-              f"all answerable {rows[-1]['all']:.4f}")
-    best = max(rows, key=lambda r: (round(r["unseen"], 12), -r["v"]))
-    print(f"chosen: v = {best['v']:.1f}")
-    path = write_run(args.out, best["records"], args.half,
-                     f"stage 33 {args.candidate}: pool of {args.first} (1 - v) and {args.lm} (v = {best['v']})")
-    print(f"records: {path}")
-
+    choose_and_write(a, b, [args.v] if args.v is not None else GRID, args.half, args.out,
+                     f"stage 33 {args.candidate}: pool of {args.first} (1 - v) and {args.lm}", f"{args.candidate}, ")
 
 if __name__ == "__main__":
     main()
