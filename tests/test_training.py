@@ -720,7 +720,7 @@ def test_train_both_option_modes_and_a_labelled_file(tiny_dir, tmp_path):
     assert p.returncode == 0, p.stderr.decode()[-3000:]
     (trun,) = taught.iterdir()
     rows = [json.loads(x) for x in (trun / "metrics.jsonl").read_text().splitlines() if '"train"' in x]
-    assert rows and all(r["distill"] > 0 and math.isfinite(r["distill"]) for r in rows)
+    assert rows and all(r["distill"] > 0 and math.isfinite(r["distill"]) and r["teacher_refused"] == 0 for r in rows)
     nobody = kevlike("train", str(ROOT / "configs" / "default.yaml"), f"backbone={tiny_dir}", f"output_dir={taught}",
                      "distill.teacher=no-such-model", "distill.weight=1", "--quiet")
     assert nobody.returncode == 2 and "distill.teacher:" in nobody.stderr.decode(), nobody.stderr.decode()[-2000:]
@@ -819,6 +819,11 @@ def test_distillation_targets_are_the_teachers_served_answers_and_add_a_hand_che
         opt.zero_grad()
     model.eval()
     teacher_dir = write_artifact(tmp_path / "teacher", model, tok, cfg, resolved, {"nll": 1.0})
+    from kevlike.model.modeldir import save_calibration
+    from kevlike.model.temperatures import TemperatureTable
+
+    # served answers are tempered: the targets must be those, not a raw softmax of the logits
+    save_calibration(teacher_dir, TemperatureTable(by_type={"noul": 2.0, "choice": 0.5, "score": 3.0}, source="test"))
     dcfg = _cfg(tiny_dir, f"distill.teacher={teacher_dir}", "distill.weight=0.5", "distill.dtype=float32")
     teacher = load_teacher(dcfg)
     assert load_teacher(cfg) is None                                     # off by default
@@ -838,7 +843,14 @@ def test_distillation_targets_are_the_teachers_served_answers_and_add_a_hand_che
             assert probs[b, j, len(want):].abs().sum() == 0
             compared += 1
     assert compared == sum(len(e.request["questions"]) for e in examples) >= 3
-    assert not taught[:, probs.shape[1]:].any()
+    for b, ex in enumerate(examples):                                    # padded question slots are not taught
+        n = len(ex.request["questions"])
+        assert n < probs.shape[1] or b == 0
+        assert not taught[b, n:].any() and probs[b, n:].abs().sum() == 0
+    from kevlike.request.schema import validate_request
+    req = validate_request(examples[1].request)
+    raw = [torch.softmax(z, -1) for z in teacher.question_logits([teacher.encode(req)])[0]]
+    assert not torch.allclose(probs[1, 0, :2], raw[0].float(), atol=1e-3)  # the temperature acted
     aux["teacher"], aux["taught"] = probs, taught
     with torch.no_grad():
         logits = student(batch)
@@ -867,3 +879,5 @@ def test_distillation_targets_are_the_teachers_served_answers_and_add_a_hand_che
     assert taught2[0].equal(taught[0]) and not taught2[1].any()
     with pytest.raises(ConfigError, match="distill.teacher is null"):
         _cfg(tiny_dir, "distill.weight=1")
+    with pytest.raises(ConfigError, match="distill.weight is 0"):
+        _cfg(tiny_dir, f"distill.teacher={teacher_dir}")

@@ -168,7 +168,7 @@ class TrainConfig(Section):
         ConfigError: a value its rule refuses, an unknown key (task options included), a section or task that is
             not a mapping, no task or task weights that sum to 0, a bad ``data`` entry, ``phase: abstain`` without
             ``head.abstain`` and ``loss.abstain`` > 0, ``loss.abstain`` > 0 without ``head.abstain``, or
-            ``distill.weight`` > 0 without ``distill.teacher``.
+            ``distill.weight`` > 0 without ``distill.teacher`` or a teacher at weight 0.
     """
 
     name: str = setting("run", Rule("str"), "the run's name: its directory is OUTPUT_DIR/NAME-YYYYmmdd-HHMMSS")
@@ -237,6 +237,9 @@ class TrainConfig(Section):
         if self.distill.weight > 0 and not self.distill.teacher:
             raise ConfigError(f"distill.weight is {self.distill.weight:g} but distill.teacher is null: name the "
                               f"teacher model (e.g. kevlike-ensemble)")
+        if self.distill.teacher and self.distill.weight <= 0:
+            raise ConfigError(f"distill.teacher is {self.distill.teacher!r} but distill.weight is 0: the teacher "
+                              f"would not be used (set distill.weight > 0, e.g. 1.0, or distill.teacher: null)")
         object.__setattr__(self, "tasks", _tasks(self.tasks))
         if not isinstance(self.data, (list, tuple)):
             raise ConfigError(f"data must be a list of {{path: FILE.jsonl, weight: W}}, got {self.data!r}")

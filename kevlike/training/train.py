@@ -258,12 +258,14 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
     return batch, aux
 
 
-def load_teacher(cfg: TrainConfig):
-    """The engine of ``cfg.distill.teacher`` (None when distillation is off), on the CPU with the training
-    process's torch threads, in ``cfg.distill.dtype``.
+def load_teacher(cfg: TrainConfig, device: str | torch.device = "cpu"):
+    """The engine of ``cfg.distill.teacher`` (None when distillation is off), on ``device`` (the training's) with
+    the training process's torch threads, in ``cfg.distill.dtype``.
 
     Raises:
         kevlike.model.backbones.ModelNotFoundError: the teacher is not a registered name nor a model directory.
+        kevlike.model.backbones.SetupError: the teacher's backbone cannot be set up.
+        ValueError: the teacher cannot be loaded as named (e.g. an ensemble member missing, a bad manifest).
     """
     if not cfg.distill.teacher or cfg.distill.weight <= 0:
         return None
@@ -271,7 +273,8 @@ def load_teacher(cfg: TrainConfig):
 
     try:
         return Engine.from_pretrained(cfg.distill.teacher, EngineOptions(dtype=cfg.distill.dtype,
-                                                                         threads=torch.get_num_threads()))
+                                                                         threads=torch.get_num_threads()),
+                                      device=device)
     except ModelNotFoundError as e:
         raise ModelNotFoundError(f"distill.teacher: {e}") from None
 
@@ -283,12 +286,13 @@ def teacher_targets(teacher, examples: list[Example], shape: tuple[int, int, int
     then trains on its gold target alone. ``shape``: the student batch's ``(B, NB, K)``. No gradient."""
     B, NB, K = shape
     probs, taught = torch.zeros(B, NB, K), torch.zeros(B, NB, dtype=torch.bool)
+    limits = getattr(teacher, "limits", None)
     for b, ex in enumerate(examples):
         try:
-            req = validate_request(ex.request)
+            req = validate_request(ex.request, limits) if limits is not None else validate_request(ex.request)
             zs = teacher.question_logits([teacher.encode(req)])[0]
             ps = teacher.probabilities(req, zs)
-        except (RequestError, ValueError):
+        except RequestError:              # over the teacher's limits (its tokenizer counts differently)
             continue
         for j, p in enumerate(ps):
             probs[b, j, :p.shape[-1]] = p.float()
@@ -297,7 +301,7 @@ def teacher_targets(teacher, examples: list[Example], shape: tuple[int, int, int
 
 
 def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: TrainConfig) -> dict:
-    """``{"loss", "ce", "perm", "ord", "readout", "abstain", "distill"}``: mean CE over questions + λ_perm · mean symmetric KL
+    """``{"loss", "ce", "perm", "ord"}``, with ``"readout"``, ``"abstain"`` and ``"distill"`` where their terms are on: mean CE over questions + λ_perm · mean symmetric KL
     over twin pairs + λ_ord · mean RPS over score questions (0 where a batch has none) + λ_readout · mean
     :func:`~kevlike.training.losses.normal_readout_nll` over them (reported only when λ_readout > 0) + λ_abstain · mean binary
     cross-entropy of the abstention logit (:func:`kevlike.model.heads.abstain_logit`) against ``cannot_tell``
@@ -588,6 +592,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         print(f"attention: {attention} ({attention_reason})", file=sys.stderr)
     try:
         model, tok, resolved = build_model(cfg, str(accelerator.device))
+        teacher = load_teacher(cfg, accelerator.device)
     except BaseException:        # an unknown backbone or init_from: leave no run directory holding only its config
         if not resume and accelerator.is_main_process and [p.name for p in run_dir.iterdir()] == ["config.yaml"]:
             shutil.rmtree(run_dir)
@@ -612,7 +617,6 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     else:
         mixture = live_mixture(cfg)
         val_examples, scripts = validation_set(cfg), _UNSET
-    teacher = load_teacher(cfg)
     o = cfg.optim
     head_params = list(model.head.parameters())
     lora_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" in n]
@@ -683,7 +687,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
     window: list[dict] = []
     interrupt = _Interrupt()
     layers = checkpointed_layers(inner.causal_lm()) if cfg.recompute_above is not None else []
-    recomputed = 0
+    recomputed = teacher_refused = 0      # teacher_refused: requests the teacher would not answer (gold alone)
     try:
         while step < cfg.max_steps:
             for _ in range(cfg.grad_accum):
@@ -697,6 +701,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                 if teacher is not None:
                     t, taught = teacher_targets(teacher, examples, tuple(aux["targets"].shape))
                     aux["teacher"], aux["taught"] = t.to(accelerator.device), taught.to(accelerator.device)
+                    teacher_refused += sum(not bool(taught[b].any()) for b in range(len(examples)))
                 tokens += sum(batch.n_tokens)
                 recompute = bool(layers) and batch.input_ids.numel() > cfg.recompute_above
                 recomputed += recompute
@@ -727,6 +732,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
             if step % 10 == 0 or step == cfg.max_steps:
                 log({"kind": "train", "step": step, "elapsed_s": round(time.monotonic() - t0, 1), "tokens": tokens,
                      "lr": scheduler.get_last_lr()[0], "recomputed_batches": recomputed,
+                     **({"teacher_refused": teacher_refused} if teacher is not None else {}),
                      **{k: float(np.mean([w[k] for w in window])) for k in window[0]}})
                 window = []
             last = step == cfg.max_steps or time.monotonic() > deadline

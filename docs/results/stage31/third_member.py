@@ -63,13 +63,14 @@ def choose_and_write(a, b, grid, half: str, out: str, what: str, label: str = ""
         rows.append({"v": v, "unseen": accuracy(unseen(pooled, half)),
                      "realistic": accuracy(by_split(pooled, half)["realistic"]),
                      "all": accuracy([r for r in pooled if r.get("gold") is not None]), "records": pooled})
-        print(f"{label}v = {v:.1f}: unseen {rows[-1]['unseen']:.4f}, realistic {rows[-1]['realistic']:.4f}, "
+        print(f"{label}v = {v:g}: unseen {rows[-1]['unseen']:.4f}, realistic {rows[-1]['realistic']:.4f}, "
               f"all answerable {rows[-1]['all']:.4f}")
     best = max(rows, key=lambda r: (round(r["unseen"], 12), -r["v"]))
-    print(f"chosen: v = {best['v']:.1f}")
+    print(f"chosen: v = {best['v']:g}")
     path = write_run(out, best["records"], half, f"{what} (v = {best['v']})")
     print(f"records: {path}")
     return best
+
 
 if __name__ == "__main__":
     main()

@@ -40,5 +40,6 @@ def main():
     choose_and_write(a, b, [args.v] if args.v is not None else GRID, args.half, args.out,
                      f"stage 33 {args.candidate}: pool of {args.first} (1 - v) and {args.lm}", f"{args.candidate}, ")
 
+
 if __name__ == "__main__":
     main()
