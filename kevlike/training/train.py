@@ -279,7 +279,8 @@ def load_teacher(cfg: TrainConfig, device: str | torch.device = "cpu"):
         raise ModelNotFoundError(f"distill.teacher: {e}") from None
 
 
-def teacher_targets(teacher, examples: list[Example], shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+def teacher_targets(teacher, examples: list[Example],
+                    shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """The teacher's calibrated answers to ``examples`` as soft targets: ``(probs [B, NB, K], taught [B, NB])``,
     each question's probabilities in its listed option order (the order of :func:`make_batch`'s targets), zeros
     and ``taught`` False for padding and for a request the teacher refuses (e.g. longer than its context), which
@@ -301,15 +302,16 @@ def teacher_targets(teacher, examples: list[Example], shape: tuple[int, int, int
 
 
 def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: TrainConfig) -> dict:
-    """``{"loss", "ce", "perm", "ord"}``, with ``"readout"``, ``"abstain"`` and ``"distill"`` where their terms are on: mean CE over questions + λ_perm · mean symmetric KL
-    over twin pairs + λ_ord · mean RPS over score questions (0 where a batch has none) + λ_readout · mean
-    :func:`~kevlike.training.losses.normal_readout_nll` over them (reported only when λ_readout > 0) + λ_abstain · mean binary
-    cross-entropy of the abstention logit (:func:`kevlike.model.heads.abstain_logit`) against ``cannot_tell``
-    over all questions. ``logits``: ``[B, NB, K]``, or the pair ``(logits, none logits [B, NB])`` of a head
-    with the none key; with ``loss.abstain`` > 0 the CE and RPS skip the "cannot tell" questions (their
-    options are no answer). With ``aux["teacher"]`` (``[B, NB, K]`` probabilities, :func:`teacher_targets`) and
-    ``distill.weight`` > 0, + λ_distill · mean CE against the teacher's distribution over the answerable questions
-    it answered (``aux["taught"]`` ``[B, NB]``), reported as ``distill``."""
+    """``{"loss", "ce", "perm", "ord"}``, with ``"readout"``, ``"abstain"`` and ``"distill"`` where their terms
+    are on: mean CE over questions + λ_perm · mean symmetric KL over twin pairs + λ_ord · mean RPS over score
+    questions (0 where a batch has none) + λ_readout · mean :func:`~kevlike.training.losses.normal_readout_nll`
+    over them (reported only when λ_readout > 0) + λ_abstain · mean binary cross-entropy of the abstention logit
+    (:func:`kevlike.model.heads.abstain_logit`) against ``cannot_tell`` over all questions. ``logits``:
+    ``[B, NB, K]``, or the pair ``(logits, none logits [B, NB])`` of a head with the none key; with
+    ``loss.abstain`` > 0 the CE and RPS skip the "cannot tell" questions (their options are no answer). With
+    ``aux["teacher"]`` (``[B, NB, K]`` probabilities, :func:`teacher_targets`) and ``distill.weight`` > 0,
+    + λ_distill · mean CE against the teacher's distribution over the answerable questions it answered
+    (``aux["taught"]`` ``[B, NB]``), reported as ``distill``."""
     z_none = None
     if isinstance(logits, tuple):
         logits, z_none = logits
