@@ -830,7 +830,7 @@ def test_distillation_targets_are_the_teachers_served_answers_and_add_a_hand_che
     student, tok2, _ = build_model(cfg)
     examples = _examples()
     batch, aux = make_batch(examples, Encoder(tok2), "cpu")
-    probs, taught = teacher_targets(teacher, examples, tuple(aux["targets"].shape))
+    probs, taught = teacher_targets(teacher, aux["requests"], tuple(aux["targets"].shape))
     served = [Engine.from_pretrained(teacher_dir, dtype="float32", threads=1).decide(e.request) for e in examples]
     compared = 0
     for b, (ex, answer) in enumerate(zip(examples, served)):
@@ -875,7 +875,7 @@ def test_distillation_targets_are_the_teachers_served_answers_and_add_a_hand_che
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
-    _, taught2 = teacher_targets(Refusing(teacher), examples, tuple(aux["targets"].shape))
+    _, taught2 = teacher_targets(Refusing(teacher), aux["requests"], tuple(aux["targets"].shape))
     assert taught2[0].equal(taught[0]) and not taught2[1].any()
     with pytest.raises(ConfigError, match="distill.teacher is null"):
         _cfg(tiny_dir, "distill.weight=1")

@@ -220,7 +220,8 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
     """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]``, ``cannot_tell [B, NB]`` (1.0 for a
     question of the example's ``cannot_tell``, the target of ``x_abstain``) and the twin pairs
     (``pairs_a``, ``pairs_b`` as ``(b, j)`` indices and ``perm [P, K]`` aligning b's options to a's: by key,
-    or through a twin's key map ``{key of a: key of b}`` — a negation twin maps true ↔ false).
+    or through a twin's key map ``{key of a: key of b}`` — a negation twin maps true ↔ false); ``requests``: the
+    validated requests, for a distillation teacher (:func:`teacher_targets`).
 
     ``modes``: the option mode of each example (default all ``"list"``). In set mode a choice question's
     logits cannot depend on the order of its options, so a twin pair of two choice questions (a
@@ -253,7 +254,7 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
             a_idx.append((b, ja))
             b_idx.append((b, jb))
     aux = {"targets": targets.to(device), "is_score": is_score.to(device), "cannot_tell": cannot_tell.to(device),
-           "a": a_idx, "b": b_idx,
+           "a": a_idx, "b": b_idx, "requests": reqs,
            "perm": torch.tensor(perms, dtype=torch.long, device=device) if perms else None}
     return batch, aux
 
@@ -267,7 +268,7 @@ def load_teacher(cfg: TrainConfig, device: str | torch.device = "cpu"):
         kevlike.model.backbones.SetupError: the teacher's backbone cannot be set up.
         ValueError: the teacher cannot be loaded as named (e.g. an ensemble member missing, a bad manifest).
     """
-    if not cfg.distill.teacher or cfg.distill.weight <= 0:
+    if not cfg.distill.teacher:       # TrainConfig: a teacher comes with a weight > 0
         return None
     from kevlike.config.engine import EngineOptions
 
@@ -279,21 +280,19 @@ def load_teacher(cfg: TrainConfig, device: str | torch.device = "cpu"):
         raise ModelNotFoundError(f"distill.teacher: {e}") from None
 
 
-def teacher_targets(teacher, examples: list[Example],
-                    shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The teacher's calibrated answers to ``examples`` as soft targets: ``(probs [B, NB, K], taught [B, NB])``,
+def teacher_targets(teacher, requests: list, shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher's calibrated answers to the batch's validated ``requests`` (:func:`make_batch`'s
+    ``aux["requests"]``) as soft targets: ``(probs [B, NB, K], taught [B, NB])``,
     each question's probabilities in its listed option order (the order of :func:`make_batch`'s targets), zeros
     and ``taught`` False for padding and for a request the teacher refuses (e.g. longer than its context), which
     then trains on its gold target alone. ``shape``: the student batch's ``(B, NB, K)``. No gradient."""
     B, NB, K = shape
     probs, taught = torch.zeros(B, NB, K), torch.zeros(B, NB, dtype=torch.bool)
-    limits = getattr(teacher, "limits", None)
-    for b, ex in enumerate(examples):
+    for b, req in enumerate(requests):
         try:
-            req = validate_request(ex.request, limits) if limits is not None else validate_request(ex.request)
             zs = teacher.question_logits([teacher.encode(req)])[0]
             ps = teacher.probabilities(req, zs)
-        except RequestError:              # over the teacher's limits (its tokenizer counts differently)
+        except RequestError:              # 413: over the teacher's token limits (its tokenizer counts differently)
             continue
         for j, p in enumerate(ps):
             probs[b, j, :p.shape[-1]] = p.float()
@@ -561,7 +560,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         cfg = load_config(config_path, list(overrides))
         ckpt = None
         for key, name in (("backbone", cfg.backbone), ("init_from", cfg.init_from),
-                          ("distill.teacher", cfg.distill.teacher if cfg.distill.weight > 0 else None)):
+                          ("distill.teacher", cfg.distill.teacher)):
             if name is not None:          # found before the accelerator starts or a run directory is made
                 try:
                     resolve_model(name, auto_fetch=key == "backbone")
@@ -701,9 +700,9 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                 modes = ["set" if draw.random() < cfg.set_share else "list" for _ in examples]
                 batch, aux = make_batch(examples, encoder, accelerator.device, modes)
                 if teacher is not None:
-                    t, taught = teacher_targets(teacher, examples, tuple(aux["targets"].shape))
+                    t, taught = teacher_targets(teacher, aux["requests"], tuple(aux["targets"].shape))
                     aux["teacher"], aux["taught"] = t.to(accelerator.device), taught.to(accelerator.device)
-                    teacher_refused += sum(not bool(taught[b].any()) for b in range(len(examples)))
+                    teacher_refused += int((~taught.any(dim=1)).sum())
                 tokens += sum(batch.n_tokens)
                 recompute = bool(layers) and batch.input_ids.numel() > cfg.recompute_above
                 recomputed += recompute
