@@ -297,3 +297,53 @@ def test_recalibrate_reads_a_store_without_writing_to_it_and_refuses_a_database_
     assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "M@p", "--profile", "x"]) == 2
     assert "--model M@p: a profile is refitted from its model: --model M (the recorded answers of M and of every " \
            "M@NAME are read)" in capsys.readouterr().err
+
+
+class _RefusingCursor:
+    """A real SQLite cursor whose first ``refusals`` switches to WAL fail at once with "database is locked", as
+    SQLite's own switch does when another connection holds the file (it runs no busy handler for it); ``then``
+    runs after the last refusal (another connection finishing the switch meanwhile)."""
+
+    def __init__(self, cur, refusals: int, then=None):
+        self.cur, self.refusals, self.then, self.tries = cur, refusals, then, 0
+
+    def execute(self, sql):
+        if sql == "PRAGMA journal_mode=WAL":
+            self.tries += 1
+            if self.refusals:
+                self.refusals -= 1
+                if not self.refusals and self.then:
+                    self.then()
+                raise sqlite3.OperationalError("database is locked")
+        return self.cur.execute(sql)
+
+
+def test_the_switch_to_wal_waits_for_a_connection_that_holds_the_file(tmp_path):
+    # stop 53's CI: two servers started on one new file; one failed at once with "database is locked"
+    from kevlike.service.feedback import _journal_mode_wal
+
+    def mode(db):
+        return sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0]
+
+    db = str(tmp_path / "a.db")
+    cur = _RefusingCursor(sqlite3.connect(db).cursor(), refusals=3)
+    t0 = time.perf_counter()
+    _journal_mode_wal(cur, timeout_s=5.0)
+    assert (cur.tries, mode(db)) == (4, "wal") and time.perf_counter() - t0 < 1.0  # pauses 5, 10, 20 ms
+
+    db = str(tmp_path / "b.db")                      # another connection switches it meanwhile: the next try is a no-op
+    cur = _RefusingCursor(sqlite3.connect(db).cursor(), refusals=1,
+                          then=lambda: sqlite3.connect(db).execute("PRAGMA journal_mode=WAL"))
+    _journal_mode_wal(cur, timeout_s=5.0)
+    assert (cur.tries, mode(db)) == (2, "wal")
+
+    db = str(tmp_path / "c.db")                      # held past the timeout: the error leaves, the file unchanged
+    cur = _RefusingCursor(sqlite3.connect(db).cursor(), refusals=10 ** 6)
+    t0 = time.perf_counter()
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+        _journal_mode_wal(cur, timeout_s=0.3)
+    assert 0.2 <= time.perf_counter() - t0 < 1.5 and mode(db) == "delete"
+
+    cur = _RefusingCursor(sqlite3.connect(":memory:").cursor(), refusals=10 ** 6)
+    _journal_mode_wal(cur, timeout_s=0.0)           # an in-memory database keeps its mode: nothing to switch
+    assert cur.tries == 0

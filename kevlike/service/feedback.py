@@ -368,9 +368,9 @@ class FeedbackStore:
         def _connect(dbapi_conn, _record):
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute(f"PRAGMA busy_timeout={ms}")         # first: switching to WAL takes a lock too
+            cur.execute(f"PRAGMA busy_timeout={ms}")
             if wal:
-                cur.execute("PRAGMA journal_mode=WAL")       # 'memory' for sqlite:// (nothing to share there)
+                _journal_mode_wal(cur, self.busy_timeout_s)
             cur.close()
 
         @event.listens_for(self.engine, "begin")
@@ -611,6 +611,31 @@ def _record_of(r) -> dict | None:
             x = min(max(x_abstain, 1e-300), 1 - 2 ** -52)
             rec["abstain_logit"] = scaling[0] * (math.log(x) - math.log1p(-x) - scaling[1])
     return rec
+
+
+def _journal_mode_wal(cur: sqlite3.Cursor, timeout_s: float) -> None:
+    """Put the SQLite database of cursor ``cur`` in WAL mode, waiting up to ``timeout_s`` seconds for another
+    connection that holds it (a no-op where it already is: WAL is a property of the file; an in-memory database
+    stays in its ``memory`` mode). SQLite runs no busy handler for the switch, which needs the file to itself, so
+    ``PRAGMA busy_timeout`` does not cover it: two servers starting together on a new file made one fail at once
+    with "database is locked" (stop 53's CI). The switch is tried again with a growing pause (5 ms doubling to
+    100 ms) until the deadline; where another connection finished it meanwhile, the next try changes nothing.
+
+    Raises:
+        sqlite3.OperationalError: still locked after ``timeout_s``, or another error of the switch.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() not in ("wal", "memory"):
+                cur.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.1)
 
 
 class _BusyContext:
