@@ -35,8 +35,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     the tasks whose validation splits are used; default the artifact's training tasks).
     ``options``: how the model is loaded (:meth:`kevlike.model.engine.Engine.from_pretrained`; ``dtype``: the
     weight precision the validation logits are computed in, recorded in the report). ``options.option_orders``:
-    the engine's option orders to fit the temperatures for; None: the artifact's. The value is written to
-    ``kevlike.json``, so serving uses the setting the temperatures were fitted with.
+    the engine's option orders to fit the temperatures for; None: the artifact's; ``options.noul_twins`` likewise
+    (the negated twins each yes/no question is read with). The values are written to
+    ``kevlike.json``, so serving uses the settings the temperatures were fitted with.
     ``fit_mode``: ``list``, ``set`` or ``both`` (None: both): the option modes whose choice temperatures
     are fitted; set-mode choice questions are stored as type ``choice:set``. With ``records_path``, ``set``
     says the records come from a set-mode run: their choice records fit ``choice:set`` alone, every other
@@ -45,7 +46,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     ``choice:set`` with ``list``) are kept from the existing ``calibration.json``. Raises ValueError for
     a mode the model was not trained for.
     """
-    option_orders = options.option_orders
+    option_orders, noul_twins = options.option_orders, options.noul_twins
 
     artifact = Path(artifact)
     model_dir = ModelDir(artifact)
@@ -74,9 +75,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     else:
         engine = Engine.from_pretrained(artifact, options, option_mode="list")
         precision = f"{engine.dtype} ({engine.dtype_reason})"
-        option_orders = engine.option_orders
+        option_orders, noul_twins = engine.option_orders, engine.noul_twins
         set_engine = Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,
-                            backend=engine.backend, option_mode="set") if "set" in modes else None
+                            backend=engine.backend, option_mode="set", noul_twins=noul_twins) if "set" in modes else None
         records = []
         for t in tasks:
             exs = eval_examples(t, "validation", n, seed=0, noul_twins=1)  # intents also feed the noul temperature
@@ -154,9 +155,10 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         e["accuracy"] = sum(max(range(len(r["logits"])), key=lambda k: r["logits"][k]) == r["gold"] for r in rs) / len(rs)
     if precision is not None:
         report["dtype"] = precision
-    if option_orders is not None:
-        report["option_orders"] = option_orders
-        manifest["option_orders"] = option_orders
+    if option_orders is not None or noul_twins is not None:
+        for key, value in (("option_orders", option_orders), ("noul_twins", noul_twins)):
+            if value is not None:
+                report[key] = manifest[key] = value
         model_dir.write_manifest(manifest)
     save_calibration(artifact, table, report)
     for t, e in report["types"].items():        # the result: printed with --quiet too (it hides progress only)

@@ -180,6 +180,8 @@ class Engine:
         options = replace(options, **settings) if settings else options
         option_mode = options.option_mode or "list"
         self.option_orders = 1 if options.option_orders is None else options.option_orders
+        # the LM readout reads each question once (its template has no negation frames)
+        self.noul_twins = 0 if options.noul_twins is None or head is None else options.noul_twins
         self.abstain_above = options.abstain_above
         self.option_mode = option_mode
         self.readout = readout_for(head)
@@ -207,7 +209,8 @@ class Engine:
         self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype_reason = "the given model's weights"  # from_pretrained: why auto chose it
         self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), options.limits,
-                               option_orders=self.option_orders, option_mode=option_mode)
+                               option_orders=self.option_orders, option_mode=option_mode,
+                               noul_twins=self.noul_twins)
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
         self.limits = options.limits
@@ -270,7 +273,8 @@ class Engine:
             manifest = ModelDir(resolved.artifact_dir).manifest()
             options = replace(options, option_orders=int(manifest.get("option_orders", 1)) if options.option_orders
                               is None else options.option_orders, option_mode=options.option_mode
-                              or manifest.get("option_mode", "list"))
+                              or manifest.get("option_mode", "list"), noul_twins=int(manifest.get("noul_twins", 0))
+                              if options.noul_twins is None else options.noul_twins)
             modes = manifest.get("option_modes", ["list"])
             if options.option_mode not in modes:
                 raise ValueError(f"model {resolved.name!r} was trained for option mode(s) {', '.join(modes)}, "
@@ -297,6 +301,8 @@ class Engine:
         pointer + x_abstain, profile ops``. ``kevlike decide --timing`` prints it; ``kevlike serve`` logs it per
         model."""
         orders = f"{self.option_orders} option order{'' if self.option_orders == 1 else 's'}"
+        if self.noul_twins:
+            orders += f", {self.noul_twins} negated twin{'' if self.noul_twins == 1 else 's'} per yes/no question"
         profile = self.profile or "none (the model's own temperatures)"
         return (f"{self.dtype} [{self.dtype_reason}], option mode {self.option_mode}, {orders}, "
                 f"readout {self.readout.name}{' + x_abstain' if self.abstain else ''}, profile {profile}")
