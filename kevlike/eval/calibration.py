@@ -77,7 +77,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         precision = f"{engine.dtype} ({engine.dtype_reason})"
         option_orders, noul_twins = engine.option_orders, engine.noul_twins
         set_engine = Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,
-                            backend=engine.backend, option_mode="set", noul_twins=noul_twins) if "set" in modes else None
+                            backend=engine.backend, option_mode="set",
+                            noul_twins=noul_twins) if "set" in modes else None
         records = []
         for t in tasks:
             exs = eval_examples(t, "validation", n, seed=0, noul_twins=1)  # intents also feed the noul temperature

@@ -164,8 +164,8 @@ def pool_orders(enc: EncodedRequest, z: torch.Tensor) -> list[torch.Tensor]:
     ``z`` ``[NB, K]``. A question encoded in one order keeps its raw logits; one encoded in M orders
     (:func:`kevlike.request.encode.option_orders`) gets the log-linear pool of its branches,
     ``mean_m log_softmax(z_m)`` (a yes/no question with negated twins: weighted by :func:`branch_weights`,
-    its twins' slots mapped back to the opposite answers) — a log-probability vector, so ``softmax`` of it (divided by the
-    temperature) is the normalised geometric mean of the orders' distributions."""
+    its twins' slots mapped back to the opposite answers) — a log-probability vector, so ``softmax`` of it (divided
+    by the temperature) is the normalised geometric mean of the orders' distributions."""
     per_q: list[list[tuple[torch.Tensor, tuple[int, ...]]]] = [[] for _ in range(enc.n_questions)]
     members: list[list] = [[] for _ in range(enc.n_questions)]
     for j, br in enumerate(enc.branches):

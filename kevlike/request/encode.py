@@ -297,7 +297,7 @@ class Encoder:
                 identity = order == tuple(range(len(order)))
                 branches.append(EncodedBranch(tuple(ids), len(ids) - 1, tuple(opt_at), question=qi,
                                               order=() if identity else order))
-            for framed in twin_instr:   # the negated question, its options as listed: its "true" is the request's "false"
+            for framed in twin_instr:   # the negated question, options as listed: its "true" is the request's "false"
                 ids = [self.q_id, *framed]
                 opt_at = []
                 for o in opts:
