@@ -563,6 +563,8 @@ def _cmd_eval(args) -> int:
         return _fail(f"--probes must be >= 0, got {args.probes}")
     if args.option_orders is not None and args.url is not None:
         return _fail("--option-orders applies to local models only (not --url)")
+    if args.noul_twins is not None and args.url is not None:
+        return _fail("--noul-twins applies to local models only (not --url; the server has its own)")
     if args.option_mode is not None and args.url is not None:
         return _fail("--option-mode applies to local models only (not --url; the server has its own)")
     if args.dtype != "auto" and (args.url is not None or args.reuse is not None):

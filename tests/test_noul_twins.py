@@ -105,3 +105,43 @@ def test_the_setting_is_bounded_ignored_by_the_lm_readout_and_stored_by_calibrat
     report = calibrate_artifact(art, records_path=records, quiet=True, options=EngineOptions(noul_twins=1))
     assert report["noul_twins"] == 1 and json.loads((art / "kevlike.json").read_text())["noul_twins"] == 1
     assert "option_orders" not in report
+
+
+def test_twins_are_named_in_a_413_and_a_bad_manifest_value_is_one_line(tmp_path):
+    from kevlike.request.schema import Limits, RequestError
+
+    plain = make_engine("llama")
+    n = plain.encode(validate_request(request())).n_tokens
+    eng = make_engine("llama", noul_twins=2, limits=Limits(max_request_tokens=n))
+    with pytest.raises(RequestError, match="with 2 negated twins of yes/no questions .*noul_twins = 2"):
+        eng.decide(request())
+    assert make_engine("llama", limits=Limits(max_request_tokens=n)).decide(request())["answers"]   # fits without
+    from kevlike.model.engine import _manifest_count
+
+    for bad in (None, "abc", 9, 1.7, True, -1):
+        with pytest.raises(ValueError, match="kevlike.json field 'noul_twins' must be an integer from 0 to 4"):
+            _manifest_count({"noul_twins": bad}, "noul_twins", 0, 4, "m")
+    assert _manifest_count({}, "noul_twins", 0, 4, "m") == 0
+    assert _manifest_count({"noul_twins": 3}, "noul_twins", 0, 4, "m") == 3
+
+
+def test_calibrate_refuses_twins_it_did_not_fit_and_an_ensemble_refuses_them(tmp_path):
+    from kevlike.eval.calibration import calibrate_artifact
+    from kevlike.model.ensemble import EnsembleEngine, EnsembleError
+
+    art = tmp_path / "artifact"
+    art.mkdir()
+    (art / "kevlike.json").write_text(json.dumps({"format": 1, "training": {"config": {"tasks": {"banking77": {}}}}}))
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"source": "banking77", "type": "choice", "logits": [1.0, 0.0], "gold": 0}) + "\n")
+    with pytest.raises(ValueError, match="--noul-twins 1: no yes/no question was fitted in this call"):
+        calibrate_artifact(art, records_path=records, quiet=True, options=EngineOptions(noul_twins=1))
+    assert "noul_twins" not in json.loads((art / "kevlike.json").read_text())
+    ens = tmp_path / "ens"
+    ens.mkdir()
+    (ens / "kevlike.json").write_text(json.dumps({"format": 1, "ensemble": {"members": [
+        {"model": "a", "weight": 0.5}, {"model": "b", "weight": 0.5}]}}))
+    with pytest.raises(ValueError, match="--noul-twins: .* is an ensemble; each member"):
+        calibrate_artifact(ens, records_path=records, quiet=True, options=EngineOptions(noul_twins=1))
+    with pytest.raises(EnsembleError, match="--noul-twins does not apply"):
+        EnsembleEngine.from_dir(ens, EngineOptions(noul_twins=1), load=None)

@@ -53,6 +53,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     if not ModelDir.holds_one(artifact):
         raise ValueError(f"{artifact} is not a decision-model directory (no {ModelDir.MANIFEST})")
     manifest = model_dir.manifest()
+    if "ensemble" in manifest and noul_twins is not None:
+        raise ValueError(f"--noul-twins: {artifact} is an ensemble; each member reads its yes/no questions with its "
+                         f"own setting (the noul_twins field of the member's kevlike.json)")
     if "ensemble" in manifest and records_path is None:
         raise ValueError(f"{artifact} is an ensemble: calibrate it on the records of an eval run of it (kevlike eval "
                          f"--model {artifact} --suite generalization --half validation, then kevlike calibrate "
@@ -116,6 +119,10 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     # the option temperatures): a type asked only as "cannot tell" keeps the file's temperature
     fitted = ({r["type"] for r in records if not r.get("cannot_tell")}
               | ({"abstain"} if "abstain" in report["types"] and asked else set()))
+    if noul_twins and "noul" not in fitted:      # the yes/no temperature would stay one fitted without twins
+        raise ValueError(f"--noul-twins {noul_twins}: no yes/no question was fitted in this call ({counts}), so "
+                         f"the yes/no temperature would stay one fitted for another setting; fit on records or "
+                         f"data with yes/no questions read with the twins")
     if "abstain" not in fitted and model_dir.calibration_path.is_file():
         report["types"].pop("abstain", None)
     for t, e in report["types"].items():     # each type names the records it was fitted on, so that a later

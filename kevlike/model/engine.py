@@ -9,13 +9,14 @@ training-free LM readout (mean log-probability of each option's answer text).
 from __future__ import annotations
 
 import copy
+import json
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
 
-from kevlike.config.engine import DEFAULT_OPTIONS, MAX_OPTION_ORDERS, MODES, EngineOptions  # noqa: F401 (re-exported)
+from kevlike.config.engine import DEFAULT_OPTIONS, MAX_NOUL_TWINS, MAX_OPTION_ORDERS, MODES, EngineOptions  # noqa: F401 (re-exported)
 from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
@@ -150,6 +151,19 @@ def sliding_window(model) -> bool:
                 or "sliding_attention" in (getattr(model.config, "layer_types", None) or ()))
 
 
+def _manifest_count(manifest: dict, key: str, default: int, most: int, model: str) -> int:
+    """The integer setting ``key`` of a model's ``kevlike.json`` (``default`` where absent), from 0 to ``most``.
+
+    Raises:
+        ValueError: any other value (null, a string, a float, a bool), naming the model, the field and the range.
+    """
+    v = manifest.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= most:
+        raise ValueError(f"model {model!r}: kevlike.json field {key!r} must be an integer from 0 to {most}, got "
+                         f"{json.dumps(v)[:40]} (fix the file, or override it with --{key.replace('_', '-')})")
+    return v
+
+
 class Engine:
     """Answers typed questions about a state.
 
@@ -271,9 +285,11 @@ class Engine:
         manifest = None
         if resolved.artifact_dir is not None:
             manifest = ModelDir(resolved.artifact_dir).manifest()
-            options = replace(options, option_orders=int(manifest.get("option_orders", 1)) if options.option_orders
-                              is None else options.option_orders, option_mode=options.option_mode
-                              or manifest.get("option_mode", "list"), noul_twins=int(manifest.get("noul_twins", 0))
+            options = replace(options, option_orders=_manifest_count(manifest, "option_orders", 1, MAX_OPTION_ORDERS,
+                                                                     resolved.name)
+                              if options.option_orders is None else options.option_orders,
+                              option_mode=options.option_mode or manifest.get("option_mode", "list"),
+                              noul_twins=_manifest_count(manifest, "noul_twins", 0, MAX_NOUL_TWINS, resolved.name)
                               if options.noul_twins is None else options.noul_twins)
             modes = manifest.get("option_modes", ["list"])
             if options.option_mode not in modes:

@@ -210,11 +210,12 @@ class Encoder:
         """A lower bound on the tokens of ``text``, without tokenizing: ``ceil(bytes / max_token_bytes)``."""
         return -(-len(text.encode("utf-8", "surrogatepass")) // self.max_token_bytes)
 
-    def precheck(self, texts: list[str]) -> None:
+    def precheck(self, texts: list[str], note: str = "") -> None:
         """Refuse (413) a request whose texts cannot fit the budgets whatever their tokenization: the
         state alone (``texts[0]``) over the branch context, or all texts together over
         ``limits.max_request_tokens``. Cheap (a byte count), and run before the tokenizer, which is
-        serialised: one huge body must not hold up other requests for seconds."""
+        serialised: one huge body must not hold up other requests for seconds. ``note``: said after "all
+        branches" (the negated twins the engine adds, :meth:`encode`)."""
         state = self.min_tokens(texts[0])
         if state + 2 > self.branch_limit:
             size = len(texts[0].encode("utf-8", "surrogatepass"))
@@ -222,10 +223,10 @@ class Encoder:
                                    f"state + longest branch is {self.branch_limit} tokens (the backbone's context)")
         total = state + sum(self.min_tokens(t) for t in texts[1:])
         if total > self.limits.max_request_tokens:
-            raise _tokens_exceeded(["body"], f"request is at least {total} tokens (state + all branches); the limit "
-                                             f"is {self.limits.max_request_tokens}")
+            raise _tokens_exceeded(["body"], f"request is at least {total} tokens (state + all branches{note}); the "
+                                             f"limit is {self.limits.max_request_tokens}")
 
-    def text_ids(self, texts: list[str], budget: int | None = None) -> list[list[int]]:
+    def text_ids(self, texts: list[str], budget: int | None = None, note: str = "") -> list[list[int]]:
         """Token ids of each user text, with special-token splitting on (no text yields a reserved id).
         Thread-safe: the tokenizer is serialised, in chunks of at most :data:`TOKENIZE_CHUNK_CHARS`
         characters (one text at least) with the lock released in between, so a request of thousands of
@@ -233,7 +234,7 @@ class Encoder:
 
         Raises:
             RequestError: 413 as soon as the texts tokenized so far exceed ``budget`` tokens (a lower
-                bound of the packed length: counting stops there).
+                bound of the packed length: counting stops there); ``note`` as for :meth:`precheck`.
         """
         out: list[list[int]] = []
         total, i = 0, 0
@@ -247,8 +248,9 @@ class Encoder:
             out.extend(list(x) for x in ids)
             total += sum(len(x) for x in ids)
             if budget is not None and total > budget:
-                raise _tokens_exceeded(["body"], f"request is more than {total} tokens (state + all branches; counting "
-                                                 f"stopped after {j} of {len(texts)} texts); the limit is {budget}")
+                raise _tokens_exceeded(["body"], f"request is more than {total} tokens (state + all branches{note}; "
+                                                 f"counting stopped after {j} of {len(texts)} texts); the limit is "
+                                                 f"{budget}")
             i = j
         return out
 
@@ -272,8 +274,11 @@ class Encoder:
             texts.append(" " + render_text(q.instructions))
             texts.extend(" " + option_text(o) for o in q.options)
             texts.extend(" " + normalize_text(f.format(q=render_text(q.instructions))) for f in frames)
-        self.precheck(texts)
-        pieces = iter(self.text_ids(texts, budget=self.limits.max_request_tokens))
+        n_twins = sum(len(f) for f in twins)
+        note = (f", with {n_twins} negated twins of yes/no questions (the engine's noul_twins = {self.noul_twins}; 0 "
+                f"reads each question once)") if n_twins else ""
+        self.precheck(texts, note)
+        pieces = iter(self.text_ids(texts, budget=self.limits.max_request_tokens, note=note))
         state_ids = (self.state_id, *next(pieces))
         branches = []
         for qi, (q, frames) in enumerate(zip(request.questions, twins)):
@@ -338,9 +343,12 @@ class Encoder:
     def check_budget(self, enc: EncodedRequest, request: Request) -> None:
         """Raise a 413 :class:`RequestError` naming the limit; never truncate."""
         total = enc.n_tokens
+        twins = sum(b.negated for b in enc.branches)
+        read_as = (f", with {twins} negated twins of yes/no questions (the engine's noul_twins = {self.noul_twins}; 0 "
+                   f"reads each question once)") if twins else ""
         if total > self.limits.max_request_tokens:
-            raise _tokens_exceeded(["body"], f"request is {total} tokens packed (state + all branches); the limit is "
-                                             f"{self.limits.max_request_tokens}")
+            raise _tokens_exceeded(["body"], f"request is {total} tokens packed (state + all branches{read_as}); the "
+                                             f"limit is {self.limits.max_request_tokens}")
         S = len(enc.state_ids)
         context = f"the limit for state + longest branch is {self.branch_limit} tokens (the backbone's context)"
         if S + 1 > self.branch_limit:
@@ -348,6 +356,8 @@ class Encoder:
         for b in enc.branches:
             if S + b.span > self.branch_limit:
                 qid = request.questions[b.question].id
-                raise _tokens_exceeded(["body", "questions", qid], f"state ({S} tokens) + this question's branch "
+                which = (f"this question's negated twin (the engine's noul_twins = {self.noul_twins})" if b.negated
+                         else "this question's branch")
+                raise _tokens_exceeded(["body", "questions", qid], f"state ({S} tokens) + {which} "
                                        f"({b.span} tokens) = {S + b.span} tokens; the limit is {self.branch_limit} "
                                        f"(the backbone's context)")
