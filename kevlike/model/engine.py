@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 import torch
 
-from kevlike.config.engine import DEFAULT_OPTIONS, MAX_NOUL_TWINS, MAX_OPTION_ORDERS, MODES, EngineOptions  # noqa: F401 (re-exported)
+from kevlike.config.engine import (DEFAULT_OPTIONS, MAX_NOUL_TWINS, MAX_OPTION_ORDERS, MODES,  # noqa: F401 (re-exported)
+                                   EngineOptions)
 from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
