@@ -87,8 +87,7 @@ def forward_parity(model: str | None = None, device: str = "cuda") -> dict:
     flex = Engine.from_pretrained(model, dtype="float32", device=device, backend="flex_attention")
     share_backends(flex.model)      # both engines run the one model, each with its own mask type
     sdpa = Engine(flex.model, flex.encoder.tokenizer, name=flex.name, head=flex.head, backend="sdpa",
-                  temperatures=flex.temperatures, option_mode=flex.option_mode, option_orders=flex.option_orders,
-                  noul_twins=flex.noul_twins)
+                  temperatures=flex.temperatures, option_mode=flex.option_mode, option_orders=flex.option_orders)
     reqs = _example_requests()
 
     def max_dp(a: list[dict], b: list[dict]) -> float:

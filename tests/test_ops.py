@@ -154,6 +154,16 @@ def test_engine_bounds_option_orders(tmp_path):
     engine = make_engine(option_orders=24)  # the limit itself is allowed
     out = engine.decide(REQUEST)
     assert abs(sum(out["answers"]["team"]["probabilities"].values()) - 1) < 1e-5
+    # a model's kevlike.json: a bad value is one line naming the field (was: int(None) a TypeError traceback,
+    # 1.7 and true silently 1)
+    from kevlike.model.engine import _manifest_count
+
+    for bad in (None, "abc", 1.7, True, 25, -1):
+        with pytest.raises(ValueError, match=r"^model 'm': kevlike.json field 'option_orders' must be an integer from 0 "
+                                             r"to 24, got .* \(fix the file, or override it with --option-orders\)$"):
+            _manifest_count({"option_orders": bad}, "option_orders", 1, MAX_OPTION_ORDERS, "m")
+    assert _manifest_count({}, "option_orders", 1, 24, "m") == 1
+    assert _manifest_count({"option_orders": 3}, "option_orders", 1, 24, "m") == 3
 
 
 @pytest.mark.parametrize("soft, hard, want", [(48, 48, "16 soft 48"), (100, 4096, "512 soft 544"),

@@ -62,10 +62,6 @@ tokens), and distinct orders run out at K! for K options (6 options: 720), so an
 turns one request into minutes of CPU time. 24 = 4! reads every order of up to 4 options; pooling
 more orders changes the answers little (docs/guide/options.md, "Option order")."""
 
-MAX_NOUL_TWINS = 4
-"""The most negated twins (``noul_twins``) a yes/no question may be read as
-(:data:`kevlike.request.encode.NOUL_TWIN_FRAMES`): each is one more branch per yes/no question."""
-
 MAX_STATE_CACHE_MB = 2 ** 30
 """The largest ``state_cache_mb`` (1 PiB): a bound that keeps the cap a finite number of bytes."""
 
@@ -90,7 +86,7 @@ def _orders(v) -> bool | str:
 class EngineOptions(Section):
     """How an engine (:class:`kevlike.model.engine.Engine`) is loaded and answers; each field's help text, choices
     and rule are its field's (:func:`kevlike.config.rules.setting`). None: the model's own
-    (``option_mode``, ``option_orders``, ``noul_twins``: from its manifest; ``profile``: its own temperatures) or, for
+    (``option_mode``, ``option_orders``: from its manifest; ``profile``: its own temperatures) or, for
     ``threads``, ``KEVLIKE_THREADS`` else auto. ``dtype``, ``quantize`` and ``profile`` act when a model is loaded.
 
     Attributes:
@@ -100,9 +96,6 @@ class EngineOptions(Section):
             request's order. At most :data:`MAX_OPTION_ORDERS`. The LM readout is order-free already.
         option_mode: ``list`` or ``set`` (:data:`OPTION_MODES`); in set mode adding, removing or reordering
             options leaves the others' logits unchanged and ``option_orders`` does not apply.
-        noul_twins: how many negated twins each yes/no question is also read as in the same pass, pooled with it
-            (:func:`kevlike.request.encode.noul_twin_frames`; pointer readout; 0 none, at most
-            :data:`MAX_NOUL_TWINS`).
         threads: torch's intra-op threads on the CPU: ``"auto"`` (:mod:`kevlike.model.threads`) or N.
         state_cache_mb: MiB of state keys/values kept between requests (:mod:`kevlike.model.state_cache`; 0 off);
             responses then carry ``x_cached_tokens``. Pointer readout without sliding-window layers only.
@@ -130,12 +123,6 @@ class EngineOptions(Section):
         None, THREADS, "torch threads on the CPU: 'auto' uses the cores other processes leave free (measured, at most "
         "once a second), N a fixed count (default: $KEVLIKE_THREADS, else auto)",
         parse=lambda t: t if t == "auto" else int(t))
-    noul_twins: int | None = setting(
-        None, Rule("custom", says=f"an integer from 0 to {MAX_NOUL_TWINS}",
-                   test=lambda v: is_int(v) and 0 <= v <= MAX_NOUL_TWINS),
-        f"negated twins each yes/no question is also read as in the same pass and pooled with, 0 to {MAX_NOUL_TWINS} "
-        f"(each one more branch per yes/no question; pointer readout): a bias towards yes that does not depend on "
-        f"the question cancels{{note}} (default: {{whose}})", metavar="N", words={"whose": "the model's"})
     option_mode: str | None = setting(
         None, one_of(OPTION_MODES), "how a choice question's options are read: list (one after another in one "
         "branch) or set (each option its own sub-branch: no option sees another, so adding, removing or reordering "

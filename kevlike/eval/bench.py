@@ -312,8 +312,7 @@ def run(model: str | None, options: EngineOptions = DEFAULT_OPTIONS, *, quick: b
         mode, mode_source = eng.option_mode, "the model's own"
     else:
         mode, mode_source = "list", "a backbone without a decision model: list"
-    eng = type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=eng.backend, option_mode=mode,
-                    noul_twins=eng.noul_twins)
+    eng = type(eng)(eng.model, eng.encoder.tokenizer, name=eng.name, head=head, backend=eng.backend, option_mode=mode)
     eng.dtype, eng.dtype_reason = label, reason
     if compare is None:
         compare = ["sdpa"] if eng.backend == "kevlike_packed" else []

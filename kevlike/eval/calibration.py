@@ -35,9 +35,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     the tasks whose validation splits are used; default the artifact's training tasks).
     ``options``: how the model is loaded (:meth:`kevlike.model.engine.Engine.from_pretrained`; ``dtype``: the
     weight precision the validation logits are computed in, recorded in the report). ``options.option_orders``:
-    the engine's option orders to fit the temperatures for; None: the artifact's; ``options.noul_twins`` likewise
-    (the negated twins each yes/no question is read with). The values are written to
-    ``kevlike.json``, so serving uses the settings the temperatures were fitted with.
+    the engine's option orders to fit the temperatures for; None: the artifact's. The value is written to
+    ``kevlike.json``, so serving uses the setting the temperatures were fitted with.
     ``fit_mode``: ``list``, ``set`` or ``both`` (None: both): the option modes whose choice temperatures
     are fitted; set-mode choice questions are stored as type ``choice:set``. With ``records_path``, ``set``
     says the records come from a set-mode run: their choice records fit ``choice:set`` alone, every other
@@ -46,16 +45,13 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     ``choice:set`` with ``list``) are kept from the existing ``calibration.json``. Raises ValueError for
     a mode the model was not trained for.
     """
-    option_orders, noul_twins = options.option_orders, options.noul_twins
+    option_orders = options.option_orders
 
     artifact = Path(artifact)
     model_dir = ModelDir(artifact)
     if not ModelDir.holds_one(artifact):
         raise ValueError(f"{artifact} is not a decision-model directory (no {ModelDir.MANIFEST})")
     manifest = model_dir.manifest()
-    if "ensemble" in manifest and noul_twins is not None:
-        raise ValueError(f"--noul-twins: {artifact} is an ensemble; each member reads its yes/no questions with its "
-                         f"own setting (the noul_twins field of the member's kevlike.json)")
     if "ensemble" in manifest and records_path is None:
         raise ValueError(f"{artifact} is an ensemble: calibrate it on the records of an eval run of it (kevlike eval "
                          f"--model {artifact} --suite generalization --half validation, then kevlike calibrate "
@@ -78,10 +74,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     else:
         engine = Engine.from_pretrained(artifact, options, option_mode="list")
         precision = f"{engine.dtype} ({engine.dtype_reason})"
-        option_orders, noul_twins = engine.option_orders, engine.noul_twins
+        option_orders = engine.option_orders
         set_engine = Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,
-                            backend=engine.backend, option_mode="set",
-                            noul_twins=noul_twins) if "set" in modes else None
+                            backend=engine.backend, option_mode="set") if "set" in modes else None
         records = []
         for t in tasks:
             exs = eval_examples(t, "validation", n, seed=0, noul_twins=1)  # intents also feed the noul temperature
@@ -119,10 +114,6 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     # the option temperatures): a type asked only as "cannot tell" keeps the file's temperature
     fitted = ({r["type"] for r in records if not r.get("cannot_tell")}
               | ({"abstain"} if "abstain" in report["types"] and asked else set()))
-    if noul_twins and "noul" not in fitted:      # the yes/no temperature would stay one fitted without twins
-        raise ValueError(f"--noul-twins {noul_twins}: no yes/no question was fitted in this call ({counts}), so "
-                         f"the yes/no temperature would stay one fitted for another setting; fit on records or "
-                         f"data with yes/no questions read with the twins")
     if "abstain" not in fitted and model_dir.calibration_path.is_file():
         report["types"].pop("abstain", None)
     for t, e in report["types"].items():     # each type names the records it was fitted on, so that a later
@@ -163,10 +154,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         e["accuracy"] = sum(max(range(len(r["logits"])), key=lambda k: r["logits"][k]) == r["gold"] for r in rs) / len(rs)
     if precision is not None:
         report["dtype"] = precision
-    if option_orders is not None or noul_twins is not None:
-        for key, value in (("option_orders", option_orders), ("noul_twins", noul_twins)):
-            if value is not None:
-                report[key] = manifest[key] = value
+    if option_orders is not None:
+        report["option_orders"] = option_orders
+        manifest["option_orders"] = option_orders
         model_dir.write_manifest(manifest)
     save_calibration(artifact, table, report)
     for t, e in report["types"].items():        # the result: printed with --quiet too (it hides progress only)

@@ -185,7 +185,6 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
 
     meta = {"model": engine.name, "data": str(data), "requests": len(items), "labelled_questions": len(records),
             "url": url, "temperatures": engine.temperatures.source, "option_mode": getattr(engine, "option_mode", None),
-            "negated_twins": getattr(engine, "noul_twins", None),
             "costs": cost_table, "git_commit": git_commit(), "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None)}
     (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))

@@ -16,8 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-from kevlike.config.engine import (DEFAULT_OPTIONS, MAX_NOUL_TWINS, MAX_OPTION_ORDERS, MODES,  # noqa: F401 (re-exported)
-                                   EngineOptions)
+from kevlike.config.engine import DEFAULT_OPTIONS, MAX_OPTION_ORDERS, MODES, EngineOptions  # noqa: F401 (re-exported)
 from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
@@ -156,7 +155,8 @@ def _manifest_count(manifest: dict, key: str, default: int, most: int, model: st
     """The integer setting ``key`` of a model's ``kevlike.json`` (``default`` where absent), from 0 to ``most``.
 
     Raises:
-        ValueError: any other value (null, a string, a float, a bool), naming the model, the field and the range.
+        ValueError: any other value (null, a string, a float, a bool), naming the model, the field and the range
+            (before: ``int(None)`` was a traceback and ``1.7`` silently 1).
     """
     v = manifest.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= most:
@@ -195,8 +195,6 @@ class Engine:
         options = replace(options, **settings) if settings else options
         option_mode = options.option_mode or "list"
         self.option_orders = 1 if options.option_orders is None else options.option_orders
-        # the LM readout reads each question once (its template has no negation frames)
-        self.noul_twins = 0 if options.noul_twins is None or head is None else options.noul_twins
         self.abstain_above = options.abstain_above
         self.option_mode = option_mode
         self.readout = readout_for(head)
@@ -224,8 +222,7 @@ class Engine:
         self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype_reason = "the given model's weights"  # from_pretrained: why auto chose it
         self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), options.limits,
-                               option_orders=self.option_orders, option_mode=option_mode,
-                               noul_twins=self.noul_twins)
+                               option_orders=self.option_orders, option_mode=option_mode)
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
         self.limits = options.limits
@@ -289,9 +286,7 @@ class Engine:
             options = replace(options, option_orders=_manifest_count(manifest, "option_orders", 1, MAX_OPTION_ORDERS,
                                                                      resolved.name)
                               if options.option_orders is None else options.option_orders,
-                              option_mode=options.option_mode or manifest.get("option_mode", "list"),
-                              noul_twins=_manifest_count(manifest, "noul_twins", 0, MAX_NOUL_TWINS, resolved.name)
-                              if options.noul_twins is None else options.noul_twins)
+                              option_mode=options.option_mode or manifest.get("option_mode", "list"))
             modes = manifest.get("option_modes", ["list"])
             if options.option_mode not in modes:
                 raise ValueError(f"model {resolved.name!r} was trained for option mode(s) {', '.join(modes)}, "
@@ -318,8 +313,6 @@ class Engine:
         pointer + x_abstain, profile ops``. ``kevlike decide --timing`` prints it; ``kevlike serve`` logs it per
         model."""
         orders = f"{self.option_orders} option order{'' if self.option_orders == 1 else 's'}"
-        if self.noul_twins:
-            orders += f", {self.noul_twins} negated twin{'' if self.noul_twins == 1 else 's'} per yes/no question"
         profile = self.profile or "none (the model's own temperatures)"
         return (f"{self.dtype} [{self.dtype_reason}], option mode {self.option_mode}, {orders}, "
                 f"readout {self.readout.name}{' + x_abstain' if self.abstain else ''}, profile {profile}")

@@ -100,31 +100,15 @@ def abstain_logit(z: torch.Tensor, z_none: torch.Tensor) -> torch.Tensor:
     return z_none.float() - torch.logsumexp(zs, dim=-1)
 
 
-def branch_weights(branches) -> torch.Tensor:
-    """The pooling weights ``[M]`` of one question's M branches (they sum to 1): equal over option orders; a
-    yes/no question read with negated twins (``EncodedBranch.negated``) gives 1/2 to its own branch and 1/2 to
-    the twins together, so a constant bias towards "yes" cancels whatever the number of twins."""
-    neg = torch.tensor([bool(getattr(b, "negated", False)) for b in branches])
-    n_neg = int(neg.sum())
-    if n_neg == 0 or n_neg == len(branches):
-        return torch.full((len(branches),), 1.0 / len(branches))
-    return torch.where(neg, 0.5 / n_neg, 0.5 / (len(branches) - n_neg))
-
-
 def pool_abstain(enc: EncodedRequest, z: torch.Tensor, z_none: torch.Tensor) -> list[torch.Tensor]:
     """Per-question abstention logits (scalar tensors) of one request: ``z`` ``[NB, K]`` its branch logits,
-    ``z_none`` ``[NB]`` its none logits. A question read in M option orders (or with negated twins) takes the
-    :func:`branch_weights` mean of its branches' :func:`abstain_logit` (in branch order, which is a function of
-    the option set)."""
+    ``z_none`` ``[NB]`` its none logits. A question read in M option orders takes the mean of its branches'
+    :func:`abstain_logit` (in branch order, which is a function of the option set)."""
     per_branch = abstain_logit(z, z_none)                                       # (NB,)
-    per_q: list[list[int]] = [[] for _ in range(enc.n_questions)]
+    per_q: list[list[torch.Tensor]] = [[] for _ in range(enc.n_questions)]
     for j, br in enumerate(enc.branches):
-        per_q[br.question].append(j)
-    out = []
-    for js in per_q:
-        w = branch_weights([enc.branches[j] for j in js])
-        out.append(per_branch[js].mean() if bool((w == w[0]).all()) else (w * per_branch[js]).sum())
-    return out
+        per_q[br.question].append(per_branch[j])
+    return [torch.stack(v).mean() for v in per_q]
 
 
 def lm_option_scores(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Module) -> torch.Tensor:
@@ -163,26 +147,21 @@ def pool_orders(enc: EncodedRequest, z: torch.Tensor) -> list[torch.Tensor]:
     """Per-question logits ``[K_q]`` in request option order from one request's branch logits
     ``z`` ``[NB, K]``. A question encoded in one order keeps its raw logits; one encoded in M orders
     (:func:`kevlike.request.encode.option_orders`) gets the log-linear pool of its branches,
-    ``mean_m log_softmax(z_m)`` (a yes/no question with negated twins: weighted by :func:`branch_weights`,
-    its twins' slots mapped back to the opposite answers) — a log-probability vector, so ``softmax`` of it (divided
-    by the temperature) is the normalised geometric mean of the orders' distributions."""
+    ``mean_m log_softmax(z_m)`` — a log-probability vector, so ``softmax`` of it (divided by the
+    temperature) is the normalised geometric mean of the orders' distributions."""
     per_q: list[list[tuple[torch.Tensor, tuple[int, ...]]]] = [[] for _ in range(enc.n_questions)]
-    members: list[list] = [[] for _ in range(enc.n_questions)]
     for j, br in enumerate(enc.branches):
         K = max(len(br.options), len(br.answers))
         per_q[br.question].append((z[j, :K], br.order or tuple(range(K))))
-        members[br.question].append(br)
     out = []
-    for branches, brs in zip(per_q, members):
+    for branches in per_q:
         first = branches[0][1]
         if len(branches) == 1:
             zc = branches[0][0]
         else:  # pool in the first branch's slot order, so the sums never depend on the request's order
             slots = [{i: s for s, i in enumerate(order)} for _, order in branches]
             zc = torch.stack([zj[torch.tensor([slot[i] for i in first])] for (zj, _), slot in zip(branches, slots)])
-            w = branch_weights(brs)
-            zc = torch.log_softmax(zc, -1).mean(0) if bool((w == w[0]).all()) else \
-                (w[:, None] * torch.log_softmax(zc, -1)).sum(0)
+            zc = torch.log_softmax(zc, -1).mean(0)
         out.append(torch.empty_like(zc).index_copy_(0, torch.tensor(first), zc))
     return out
 

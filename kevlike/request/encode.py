@@ -14,8 +14,8 @@ import random
 import threading
 from dataclasses import dataclass, replace
 
-from kevlike.config.engine import MAX_NOUL_TWINS, OPTION_MODES
-from kevlike.request.render import lm_answers, lm_prompt, lm_state, normalize_text, option_text, render_text
+from kevlike.config.engine import OPTION_MODES
+from kevlike.request.render import lm_answers, lm_prompt, lm_state, option_text, render_text
 from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError
 
 DELIMITERS = ("<state>", "<q>", "<opt>", "</opt>", "<decide>")
@@ -47,8 +47,7 @@ class EncodedBranch:
     the positions and context of a separate ``[state][prompt][answer]`` run, with the prompt encoded once.
     ``question`` is the index of the question in the request. ``order`` (pointer template) is the
     request index of the option in each slot (``()``: the request's own order); a question encoded
-    in several orders has one branch per order (see :func:`option_orders`). ``negated``: a negated twin of a
-    yes/no question (:func:`noul_twin_frames`; its ``order`` is ``(1, 0)``).
+    in several orders has one branch per order (see :func:`option_orders`).
     """
 
     ids: tuple[int, ...]
@@ -57,7 +56,6 @@ class EncodedBranch:
     answers: tuple[tuple[int, ...], ...] = ()
     question: int = 0
     order: tuple[int, ...] = ()
-    negated: bool = False
 
     @property
     def n_tokens(self) -> int:
@@ -85,30 +83,6 @@ class EncodedRequest:
         separate ``[state][branch]`` run that a packed branch must equal."""
         branches = tuple(replace(b, question=0) for b in self.branches if b.question == q)
         return EncodedRequest(self.state_ids, branches, 1)
-
-
-NOUL_TWIN_FRAMES = (
-    'Is the answer to "{q}" no?', 'Would the honest answer to "{q}" be no?', 'Is "no" the right reply to "{q}"?',
-    'Is it false that the answer to "{q}" is yes?',
-)
-"""The frames that negate a yes/no question for :func:`noul_twin_frames`, in the order they are used: four of the
-training frames of :data:`kevlike.data.families.NEGATION_FRAMES` (``wrap_negation``), whose answer is the opposite
-of the framed question's."""
-
-
-def noul_twin_frames(question: Question, n: int) -> tuple[str, ...]:
-    """The first ``n`` of :data:`NOUL_TWIN_FRAMES` for a yes/no question whose instructions are a non-blank string
-    and whose answers are not described (``criteria``), else ``()``. Each frame's ``{q}`` takes the instructions; the framed
-    question is read as another branch of the same pass whose options sit in the request's order but answer
-    the opposite (its ``order`` is ``(1, 0)``), so :func:`kevlike.model.heads.pool_orders` pools
-    ``log p(true | Q)`` (weight 1/2) with ``log p(false | not Q)`` (1/2 shared by the twins). A bias towards "yes"
-    that does not depend on what is asked then cancels: a test-time form of the coherence twins the models are trained with (P(yes | Q) + P(yes | not Q)
-    = 1), in the spirit of contextual calibration (Zhao et al. 2021, "Calibrate Before Use", arXiv:2102.09690)."""
-    if n <= 0 or question.type != "noul" or any(o.description for o in question.options):
-        return ()
-    if not isinstance(question.instructions, str) or not question.instructions.strip():
-        return ()
-    return NOUL_TWIN_FRAMES[:n]
 
 
 def option_orders(question: Question, n: int) -> list[tuple[int, ...]]:
@@ -173,16 +147,11 @@ class Encoder:
             Ignored for choice questions in set mode (one branch, no order).
         option_mode: ``"list"`` (default) or ``"set"``: how choice questions are encoded (see
             :meth:`encode`); noul and score questions are always read as a list.
-        noul_twins: how many negated twins each yes/no question is also read as (pointer template, 0 to
-            :data:`MAX_NOUL_TWINS`; 0, the default, used by training: none), see :func:`noul_twin_frames`.
     """
 
     def __init__(self, tokenizer, context_limit: int | None = None, limits: Limits = DEFAULT_LIMITS,
-                 option_orders: int = 0, option_mode: str = "list", noul_twins: int = 0):
+                 option_orders: int = 0, option_mode: str = "list"):
         self.option_orders = option_orders
-        if not (isinstance(noul_twins, int) and 0 <= noul_twins <= MAX_NOUL_TWINS):
-            raise ValueError(f"noul_twins must be an integer from 0 to {MAX_NOUL_TWINS}, got {noul_twins!r}")
-        self.noul_twins = noul_twins
         self.option_mode = check_option_mode(option_mode)
         vocab = tokenizer.get_vocab()            # a fresh dict of the whole vocabulary per call: read it once
         missing = [t for t in DELIMITERS if t not in vocab]
@@ -210,12 +179,11 @@ class Encoder:
         """A lower bound on the tokens of ``text``, without tokenizing: ``ceil(bytes / max_token_bytes)``."""
         return -(-len(text.encode("utf-8", "surrogatepass")) // self.max_token_bytes)
 
-    def precheck(self, texts: list[str], note: str = "") -> None:
+    def precheck(self, texts: list[str]) -> None:
         """Refuse (413) a request whose texts cannot fit the budgets whatever their tokenization: the
         state alone (``texts[0]``) over the branch context, or all texts together over
         ``limits.max_request_tokens``. Cheap (a byte count), and run before the tokenizer, which is
-        serialised: one huge body must not hold up other requests for seconds. ``note``: said after "all
-        branches" (the negated twins the engine adds, :meth:`encode`)."""
+        serialised: one huge body must not hold up other requests for seconds."""
         state = self.min_tokens(texts[0])
         if state + 2 > self.branch_limit:
             size = len(texts[0].encode("utf-8", "surrogatepass"))
@@ -223,10 +191,10 @@ class Encoder:
                                    f"state + longest branch is {self.branch_limit} tokens (the backbone's context)")
         total = state + sum(self.min_tokens(t) for t in texts[1:])
         if total > self.limits.max_request_tokens:
-            raise _tokens_exceeded(["body"], f"request is at least {total} tokens (state + all branches{note}); the "
-                                             f"limit is {self.limits.max_request_tokens}")
+            raise _tokens_exceeded(["body"], f"request is at least {total} tokens (state + all branches); the limit "
+                                             f"is {self.limits.max_request_tokens}")
 
-    def text_ids(self, texts: list[str], budget: int | None = None, note: str = "") -> list[list[int]]:
+    def text_ids(self, texts: list[str], budget: int | None = None) -> list[list[int]]:
         """Token ids of each user text, with special-token splitting on (no text yields a reserved id).
         Thread-safe: the tokenizer is serialised, in chunks of at most :data:`TOKENIZE_CHUNK_CHARS`
         characters (one text at least) with the lock released in between, so a request of thousands of
@@ -234,7 +202,7 @@ class Encoder:
 
         Raises:
             RequestError: 413 as soon as the texts tokenized so far exceed ``budget`` tokens (a lower
-                bound of the packed length: counting stops there); ``note`` as for :meth:`precheck`.
+                bound of the packed length: counting stops there).
         """
         out: list[list[int]] = []
         total, i = 0, 0
@@ -248,9 +216,8 @@ class Encoder:
             out.extend(list(x) for x in ids)
             total += sum(len(x) for x in ids)
             if budget is not None and total > budget:
-                raise _tokens_exceeded(["body"], f"request is more than {total} tokens (state + all branches{note}; "
-                                                 f"counting stopped after {j} of {len(texts)} texts); the limit is "
-                                                 f"{budget}")
+                raise _tokens_exceeded(["body"], f"request is more than {total} tokens (state + all branches; counting "
+                                                 f"stopped after {j} of {len(texts)} texts); the limit is {budget}")
             i = j
         return out
 
@@ -269,22 +236,16 @@ class Encoder:
         """
         option_mode = self.option_mode if option_mode is None else check_option_mode(option_mode)
         texts = [render_text(request.state)]
-        twins = [noul_twin_frames(q, self.noul_twins) for q in request.questions]
-        for q, frames in zip(request.questions, twins):
+        for q in request.questions:
             texts.append(" " + render_text(q.instructions))
             texts.extend(" " + option_text(o) for o in q.options)
-            texts.extend(" " + normalize_text(f.format(q=render_text(q.instructions))) for f in frames)
-        n_twins = sum(len(f) for f in twins)
-        note = (f", with {n_twins} negated twins of yes/no questions (the engine's noul_twins = {self.noul_twins}; 0 "
-                f"reads each question once)") if n_twins else ""
-        self.precheck(texts, note)
-        pieces = iter(self.text_ids(texts, budget=self.limits.max_request_tokens, note=note))
+        self.precheck(texts)
+        pieces = iter(self.text_ids(texts, budget=self.limits.max_request_tokens))
         state_ids = (self.state_id, *next(pieces))
         branches = []
-        for qi, (q, frames) in enumerate(zip(request.questions, twins)):
+        for qi, q in enumerate(request.questions):
             instr = next(pieces)
             opts = [next(pieces) for _ in q.options]
-            twin_instr = [next(pieces) for _ in frames]
             if option_mode == "set" and q.type == "choice":
                 subs = tuple((self.opt_id, *o, self.end_opt_id) for o in opts)
                 branches.append(EncodedBranch((self.q_id, *instr, self.decide_id), len(instr) + 1,
@@ -302,16 +263,6 @@ class Encoder:
                 identity = order == tuple(range(len(order)))
                 branches.append(EncodedBranch(tuple(ids), len(ids) - 1, tuple(opt_at), question=qi,
                                               order=() if identity else order))
-            for framed in twin_instr:   # the negated question, options as listed: its "true" is the request's "false"
-                ids = [self.q_id, *framed]
-                opt_at = []
-                for o in opts:
-                    ids.extend((self.opt_id, *o))
-                    opt_at.append(len(ids))
-                    ids.append(self.end_opt_id)
-                ids.append(self.decide_id)
-                branches.append(EncodedBranch(tuple(ids), len(ids) - 1, tuple(opt_at), question=qi, order=(1, 0),
-                                              negated=True))
         enc = EncodedRequest(state_ids, tuple(branches), len(request.questions))
         self.check_budget(enc, request)
         return enc
@@ -343,12 +294,9 @@ class Encoder:
     def check_budget(self, enc: EncodedRequest, request: Request) -> None:
         """Raise a 413 :class:`RequestError` naming the limit; never truncate."""
         total = enc.n_tokens
-        twins = sum(b.negated for b in enc.branches)
-        read_as = (f", with {twins} negated twins of yes/no questions (the engine's noul_twins = {self.noul_twins}; 0 "
-                   f"reads each question once)") if twins else ""
         if total > self.limits.max_request_tokens:
-            raise _tokens_exceeded(["body"], f"request is {total} tokens packed (state + all branches{read_as}); the "
-                                             f"limit is {self.limits.max_request_tokens}")
+            raise _tokens_exceeded(["body"], f"request is {total} tokens packed (state + all branches); the limit is "
+                                             f"{self.limits.max_request_tokens}")
         S = len(enc.state_ids)
         context = f"the limit for state + longest branch is {self.branch_limit} tokens (the backbone's context)"
         if S + 1 > self.branch_limit:
@@ -356,8 +304,6 @@ class Encoder:
         for b in enc.branches:
             if S + b.span > self.branch_limit:
                 qid = request.questions[b.question].id
-                which = (f"this question's negated twin (the engine's noul_twins = {self.noul_twins})" if b.negated
-                         else "this question's branch")
-                raise _tokens_exceeded(["body", "questions", qid], f"state ({S} tokens) + {which} "
+                raise _tokens_exceeded(["body", "questions", qid], f"state ({S} tokens) + this question's branch "
                                        f"({b.span} tokens) = {S + b.span} tokens; the limit is {self.branch_limit} "
                                        f"(the backbone's context)")
