@@ -301,8 +301,8 @@ def test_recalibrate_reads_a_store_without_writing_to_it_and_refuses_a_database_
 
 class _RefusingCursor:
     """A real SQLite cursor whose first ``refusals`` switches to WAL fail at once with "database is locked", as
-    SQLite's own switch does when another connection holds the file (it runs no busy handler for it); ``then``
-    runs after the last refusal (another connection finishing the switch meanwhile)."""
+    SQLite's own switch does when two connections wait for the file (it refuses one without running its busy
+    handler); ``then`` runs after the last refusal (another connection finishing the switch meanwhile)."""
 
     def __init__(self, cur, refusals: int, then=None):
         self.cur, self.refusals, self.then, self.tries = cur, refusals, then, 0

@@ -159,8 +159,9 @@ def test_engine_bounds_option_orders(tmp_path):
     from kevlike.model.engine import _manifest_count
 
     for bad in (None, "abc", 1.7, True, 25, -1):
-        with pytest.raises(ValueError, match=r"^model 'm': kevlike.json field 'option_orders' must be an integer from 0 "
-                                             r"to 24, got .* \(fix the file, or override it with --option-orders\)$"):
+        with pytest.raises(ValueError, match=r"^model 'm': kevlike.json field 'option_orders' must be an integer "
+                                             r"from 0 to 24, got .* \(fix the file, or override it with "
+                                             r"--option-orders\)$"):
             _manifest_count({"option_orders": bad}, "option_orders", 1, MAX_OPTION_ORDERS, "m")
     assert _manifest_count({}, "option_orders", 1, 24, "m") == 1
     assert _manifest_count({"option_orders": 3}, "option_orders", 1, 24, "m") == 3

@@ -619,9 +619,10 @@ def _journal_mode_wal(cur: sqlite3.Cursor, timeout_s: float) -> None:
     stays in its ``memory`` mode). The switch needs the file to itself, and where two connections both wait for it
     SQLite refuses one at once instead of running its busy handler (deadlock avoidance), so ``PRAGMA
     busy_timeout`` does not cover it: two servers starting together on a new file made one fail at once with
-    "database is locked" (stop 53's CI). One try can still wait out the busy timeout (a reader holding the file),
-    so the whole wait can approach twice ``timeout_s``. The switch is tried again with a growing pause (5 ms doubling to
-    100 ms) until the deadline; where another connection finished it meanwhile, the next try changes nothing.
+    "database is locked" (stop 53's CI). The switch is tried again with a growing pause (5 ms doubling to 100 ms)
+    until the deadline; where another connection finished it meanwhile, the next try changes nothing. One try can
+    still wait out the busy timeout (a reader holding the file), so the whole wait can approach twice
+    ``timeout_s``.
 
     Raises:
         sqlite3.OperationalError: still locked after ``timeout_s``, or another error of the switch.
