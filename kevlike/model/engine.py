@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from kevlike.config.engine import DEFAULT_OPTIONS, MAX_OPTION_ORDERS, MODES, EngineOptions  # noqa: F401 (re-exported)
+from kevlike.config.rules import is_int
 from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
@@ -159,7 +160,7 @@ def _manifest_count(manifest: dict, key: str, default: int, most: int, model: st
             (before: ``int(None)`` was a traceback and ``1.7`` silently 1).
     """
     v = manifest.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= most:
+    if not is_int(v) or not 0 <= v <= most:
         raise ValueError(f"model {model!r}: kevlike.json field {key!r} must be an integer from 0 to {most}, got "
                          f"{json.dumps(v)[:40]} (fix the file, or override it with --{key.replace('_', '-')})")
     return v
