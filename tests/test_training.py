@@ -344,6 +344,81 @@ def test_a_fine_tune_keeps_the_option_mode_and_orders_of_the_model_it_starts_fro
     assert (man["option_mode"], man["option_modes"], "option_orders" in man) == ("list", ["list"], False)
 
 
+def test_the_lm_readout_trains_from_the_bare_backbones_answers_and_saves_what_the_engine_serves(tiny_dir, tmp_path):
+    """``readout: lm``: no head, LoRA alone learns the backbone's own readout. Step 0 is the bare backbone's LM
+    readout (LoRA B starts at 0); the saved model is served by the same readout with the adapter merged, and a
+    fine-tune or a soup of it starts from it exactly."""
+    from kevlike import Engine
+    from kevlike.model.modeldir import ModelDir
+    from kevlike.request.schema import validate_request
+    from kevlike.training.soup import soup
+
+    cfg = _cfg(tiny_dir, "readout=lm")
+    model, tok, resolved = build_model(cfg)
+    assert model.head is None
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)           # no head, no delimiter rows
+    batch, aux = make_batch(_examples(), Encoder(tok), "cpu", readout="lm")
+    assert aux["perm"] is None          # the only twins reorder a choice: order-free in the LM readout, dropped
+    bare = Engine.from_pretrained(tiny_dir, threads=1)
+    assert bare.readout.name == "lm"
+    encoded = [bare.encode(validate_request(e.request)) for e in _examples()]
+    model.eval()
+    with torch.no_grad():
+        start = model(batch)
+    for b, per_q in enumerate(bare.question_logits(encoded)):
+        for j, z in enumerate(per_q):
+            assert (z - start[b, j, :len(z)]).abs().max().item() <= 1e-5
+    model.train()
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-3)
+    first = None
+    for _ in range(30):
+        terms = loss_terms(model(batch), batch, aux, cfg)
+        first = first if first is not None else terms["ce"].item()
+        terms["loss"].backward()
+        opt.step()
+        opt.zero_grad()
+    assert terms["ce"].item() < 0.5 * first, (first, terms)
+    model.eval()
+    art = write_artifact(tmp_path / "lm", model, tok, cfg, resolved, {"nll": 1.0})
+    man = ModelDir(art).manifest()
+    assert (man["readout"], "head" in man, (art / ModelDir.HEAD).exists()) == ("lm", False, False)
+    loaded = Engine.from_pretrained(art, threads=1)
+    assert (loaded.head, loaded.readout.name, loaded.abstain) == (None, "lm", False)
+    with torch.no_grad():
+        trained = model(batch)
+    served = loaded.question_logits(encoded)
+    for b, per_q in enumerate(served):
+        for j, z in enumerate(per_q):
+            assert (z - trained[b, j, :len(z)]).abs().max().item() <= 1e-5
+    assert (served[1][0] - start[1, 0, :2]).abs().max().item() > 1e-3       # it learned: not the bare readout
+    child_cfg = _cfg(tiny_dir, "readout=lm", f"init_from={art}")
+    child, _, _ = build_model(child_cfg)
+    child.eval()
+    with torch.no_grad():
+        assert (child(batch) - trained).nan_to_num(posinf=0.0, neginf=0.0).abs().max().item() <= 1e-5
+    with pytest.raises(ValueError, match="reads its answers with the lm readout; the config says readout: pointer"):
+        build_model(_cfg(tiny_dir, f"init_from={art}"))
+    soup([art, art], [0.5, 0.5], tmp_path / "soup")
+    souped = Engine.from_pretrained(tmp_path / "soup", threads=1)
+    assert souped.readout.name == "lm" and not (tmp_path / "soup" / ModelDir.HEAD).exists()
+    for x, y in zip(souped.question_logits(encoded), served):
+        for a, b in zip(x, y):
+            assert (a - b).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("override, message", [
+    ("head.abstain=true", "readout is 'lm' but head.abstain is true"),
+    ("phase=head", "readout is 'lm' but phase is 'head'"),
+    ("set_share=0.5", "readout is 'lm' but set_share is 0.5"),
+])
+def test_the_lm_readout_refuses_what_only_a_pointer_head_has(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["readout=lm", override])
+    with pytest.raises(ConfigError, match="readout must be 'pointer' or 'lm', got 'head'"):
+        load_config(None, ["readout=head"])
+
+
 # --- config ------------------------------------------------------------------------------------
 
 def test_every_config_file_loads():

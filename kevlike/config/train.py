@@ -17,6 +17,8 @@ from kevlike.config.rules import (SEED, SHARE, ConfigError, FrozenMap, Rule, Sec
                                   setting, settings)
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+READOUTS = ("pointer", "lm")
+"""How a trained model reads its answers (``readout``): its pointer head, or the backbone's LM readout."""
 
 # tasks.NAME.KEY: what each option of a task accepts and means; kevlike.data.tasks.make_example passes them on to
 # the example builders, whose defaults apply where a config leaves an option out (so an option has no default here)
@@ -168,7 +170,8 @@ class TrainConfig(Section):
         ConfigError: a value its rule refuses, an unknown key (task options included), a section or task that is
             not a mapping, no task or task weights that sum to 0, a bad ``data`` entry, ``phase: abstain`` without
             ``head.abstain`` and ``loss.abstain`` > 0, ``loss.abstain`` > 0 without ``head.abstain``, or
-            ``distill.weight`` > 0 without ``distill.teacher`` or a teacher at weight 0.
+            ``distill.weight`` > 0 without ``distill.teacher`` or a teacher at weight 0, or ``readout: lm`` with
+            ``head.abstain``, a ``phase`` other than full or ``set_share`` > 0.
     """
 
     name: str = setting("run", Rule("str"), "the run's name: its directory is OUTPUT_DIR/NAME-YYYYmmdd-HHMMSS")
@@ -189,7 +192,13 @@ class TrainConfig(Section):
                              "mask elsewhere (resolve_attention; flex has no backward on the CPU)")
     lora: LoraConfig = section(LoraConfig, "the LoRA adapter")
     head: HeadConfig = section(HeadConfig, "the pointer head")
-    train_delimiters: bool = setting(True, Rule("bool"), "the five delimiter embedding rows are trainable")
+    readout: str = setting("pointer", Rule("choice", choices=READOUTS),
+                           "how answers are read: pointer (the pointer head at each <decide>, on the delimiter "
+                           "template) or lm (no head: the backbone's own mean log-probability of each option's "
+                           "answer text, the LM readout, on the plain-text template; LoRA alone learns, starting "
+                           "from the untrained backbone's zero-shot answers; no x_abstain, phase full, set_share 0)")
+    train_delimiters: bool = setting(True, Rule("bool"), "the five delimiter embedding rows are trainable (pointer "
+                                     "readout; the LM readout's template has no delimiter)")
     phase: str = setting("full", Rule("choice", choices=("full", "head", "abstain")),
                          "full: LoRA, delimiter rows and head; head: phase A of the design, the pointer head alone "
                          "on a frozen backbone (its forward under no_grad, no backward through it): the cheap check "
@@ -234,6 +243,14 @@ class TrainConfig(Section):
         if self.loss.abstain > 0 and not self.head.abstain:
             raise ConfigError(f"loss.abstain is {self.loss.abstain:g} but head.abstain is false: the abstention "
                               f"loss trains the head's none key (set head.abstain: true)")
+        if self.readout == "lm":
+            for bad, why in ((self.head.abstain, "head.abstain is true (the LM readout has no none key)"),
+                             (self.phase != "full", f"phase is {self.phase!r} (phases head and abstain train a "
+                                                    f"pointer head; the LM readout has none)"),
+                             (self.set_share > 0, f"set_share is {self.set_share:g} (the LM readout reads every "
+                                                  f"option in its own sub-branch already)")):
+                if bad:
+                    raise ConfigError(f"readout is 'lm' but {why}")
         if self.distill.weight > 0 and not self.distill.teacher:
             raise ConfigError(f"distill.weight is {self.distill.weight:g} but distill.teacher is null: name the "
                               f"teacher model (e.g. kevlike-ensemble)")

@@ -3,7 +3,8 @@
     kevlike.json          manifest: backbone name or path (and its hash), delimiter tokens and ids,
                           head shape, format version, training config and metrics
     adapter/              the peft LoRA adapter (optional; absent = the frozen backbone)
-    head.safetensors      pointer head weights (w_q, w_k; with the x_abstain capability also w_none, b_none)
+    head.safetensors      pointer head weights (w_q, w_k; with the x_abstain capability also w_none, b_none);
+                          absent where the manifest says ``"readout": "lm"`` (a LoRA-tuned LM readout, no head)
     delimiters.safetensors  the input-embedding rows of the delimiter ids
     calibration.json      temperatures (see :mod:`kevlike.model.temperatures`)
 
@@ -74,6 +75,11 @@ class ModelDir:
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / self.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
+    def readout(self) -> str:
+        """How the model reads its answers: ``"pointer"`` (its head) or ``"lm"`` (the manifest's ``readout``: the
+        backbone's LM readout through the adapter, no head file)."""
+        return self.manifest().get("readout", "pointer")
+
     def head_weights(self) -> dict:
         """``{"w_q", "w_k"}`` tensors of the pointer head (and ``w_none``, ``b_none`` with the abstain key)."""
         return load_file(str(self.path / self.HEAD))
@@ -104,12 +110,14 @@ class ModelDir:
         return load_temperatures(self.calibration_path)
 
 
-def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, head: PointerHead,
+def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, head: PointerHead | None,
                         temperatures: TemperatureTable | None = None, extra: dict | None = None,
                         adapter=None) -> Path:
     """Write the directory. ``model`` is the backbone (or the peft model) whose input embeddings give the
     trained delimiter rows; ``adapter`` a peft model whose LoRA adapter is saved under ``adapter/``
-    (without the embedding matrix: only the delimiter rows are trained, DESIGN §11)."""
+    (without the embedding matrix: only the delimiter rows are trained, DESIGN §11). ``head`` None writes a model
+    that answers with the LM readout (``"readout": "lm"``, no head file; its delimiter rows are the backbone's,
+    kept so that every decision model has the same files but the head)."""
     path = Path(path)
     d = ModelDir(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -117,18 +125,22 @@ def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, he
     ids = list(enc.delimiter_ids)
     if adapter is not None:
         adapter.save_pretrained(str(d.adapter_dir), save_embedding_layers=False)
-    tensors = {"w_q": head.w_q.weight.detach().cpu().contiguous(), "w_k": head.w_k.weight.detach().cpu().contiguous()}
-    if head.abstain:
-        tensors.update(w_none=head.w_none.detach().cpu().contiguous(), b_none=head.b_none.detach().cpu().contiguous())
-    save_file(tensors, str(path / d.HEAD))
+    if head is not None:
+        tensors = {"w_q": head.w_q.weight.detach().cpu().contiguous(),
+                   "w_k": head.w_k.weight.detach().cpu().contiguous()}
+        if head.abstain:
+            tensors.update(w_none=head.w_none.detach().cpu().contiguous(),
+                           b_none=head.b_none.detach().cpu().contiguous())
+        save_file(tensors, str(path / d.HEAD))
     emb = model.get_input_embeddings()
     with torch.no_grad():  # through the module, so peft's trainable-token rows are the ones read
         rows = emb(torch.tensor(ids, device=next(model.parameters()).device)).detach().float().cpu().contiguous()
     save_file({"rows": rows}, str(path / d.DELIMITERS))
     save_calibration(path, temperatures or TemperatureTable())
     d.write_manifest({"format": FORMAT, "backbone": str(backbone), "delimiters": list(DELIMITERS), "delimiter_ids": ids,
-                      "head": {"d_model": head.d_model, "d_head": head.d_head},
-                      **({"capabilities": [ABSTAIN]} if head.abstain else {}), **(extra or {})})
+                      **({"head": {"d_model": head.d_model, "d_head": head.d_head}} if head is not None
+                         else {"readout": "lm"}),
+                      **({"capabilities": [ABSTAIN]} if head is not None and head.abstain else {}), **(extra or {})})
     return path
 
 
@@ -156,9 +168,10 @@ def save_calibration(path: str | Path, table: TemperatureTable, report: dict | N
     ModelDir(path).calibration_path.write_text(calibration_json(table, report))
 
 
-def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, PointerHead, TemperatureTable]:
+def load_decision_model(path: str | Path, model, tokenizer) -> tuple[object, PointerHead | None, TemperatureTable]:
     """Apply a decision model to a loaded backbone: merge the LoRA adapter (if any), restore the
-    delimiter rows and the head. Returns ``(model, head, temperatures)``; use the returned model (the
+    delimiter rows and the head. Returns ``(model, head, temperatures)``, ``head`` None for a model of the LM
+    readout (``"readout": "lm"``); use the returned model (the
     backbone with the adapter merged into its weights). :mod:`kevlike.model.merged` keeps the merged model in a
     cache, so that later loads skip the merge.
 
@@ -197,8 +210,9 @@ def _checked_manifest(path: Path, tokenizer) -> dict:
     return manifest
 
 
-def load_decision_head(path: str | Path, model, tokenizer) -> tuple[PointerHead, TemperatureTable]:
-    """The pointer head (on the model's device, eval mode) and the temperature table of a decision model whose
+def load_decision_head(path: str | Path, model, tokenizer) -> tuple[PointerHead | None, TemperatureTable]:
+    """The pointer head (on the model's device, eval mode; None for the LM readout) and the temperature table of
+    a decision model whose
     adapter and delimiter rows are already in ``model`` (:func:`load_decision_model` puts them there; a cached
     merge of :mod:`kevlike.model.merged` holds them).
 
@@ -209,9 +223,21 @@ def load_decision_head(path: str | Path, model, tokenizer) -> tuple[PointerHead,
     return _head(path, _checked_manifest(path, tokenizer), model.get_input_embeddings().weight.device)
 
 
-def _head(path: Path, manifest: dict, device) -> tuple[PointerHead, TemperatureTable]:
-    """The head and temperatures of the decision model at ``path`` whose manifest is already checked."""
+def _head(path: Path, manifest: dict, device) -> tuple[PointerHead | None, TemperatureTable]:
+    """The head (None for the LM readout) and temperatures of the decision model at ``path`` whose manifest is
+    already checked.
+
+    Raises:
+        ValueError: an unknown ``readout``; ``x_abstain`` declared over a head file without its tensors, or by a
+            model of the LM readout."""
     d = ModelDir(path)
+    readout = manifest.get("readout", "pointer")
+    if readout not in ("pointer", "lm"):
+        raise ValueError(f"{path}: unknown readout {readout!r} in {d.MANIFEST} (pointer or lm)")
+    if readout == "lm":
+        if ABSTAIN in manifest.get("capabilities", []):
+            raise ValueError(f"{path}: the manifest declares {ABSTAIN} but the LM readout has no none key")
+        return None, d.temperatures()
     h = manifest["head"]
     abstain = ABSTAIN in manifest.get("capabilities", [])
     head = PointerHead(h["d_model"], h["d_head"], abstain=abstain)

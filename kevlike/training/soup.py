@@ -44,7 +44,7 @@ TENSOR_FILES = (ADAPTER_WEIGHTS, ModelDir.HEAD, ModelDir.DELIMITERS)
 # not base_model_name_or_path: peft records the backbone's folder, which moves with $KEVLIKE_HOME (a model trained on
 # another machine); the manifest's backbone name and GGUF hash (SAME_MANIFEST) say which backbone it is
 SAME_CONFIG = ("r", "lora_alpha", "target_modules", "trainable_token_indices")
-SAME_MANIFEST = ("backbone", "backbone_sha256", "delimiters", "delimiter_ids", "head")
+SAME_MANIFEST = ("backbone", "backbone_sha256", "delimiters", "delimiter_ids", "head", "readout")
 
 
 def _ingredient(manifest: dict) -> dict:
@@ -123,6 +123,8 @@ def soup(models: list[Path], weights: list[float], out: Path) -> list[float]:
     num, den = [0.0] * len(models), 0.0
     try:
         for name in TENSOR_FILES:
+            if name == ModelDir.HEAD and ma.get("readout") == "lm":   # the LM readout: no head file
+                continue
             try:
                 ts = [load_file(m / name) for m in models]
             except (OSError, SafetensorError) as e:

@@ -47,7 +47,7 @@ from kevlike.data.tasks import TaskMixture, eval_examples, training_scripts
 from kevlike.metrics import choice_records, records_from_logits, summarize
 from kevlike.model.backbones import EMBEDDED, ModelNotFoundError, load_backbone, resolve_model
 from kevlike.model.engine import Engine, backbone_hidden
-from kevlike.model.heads import PointerHead, abstain_logit, pointer_logits, pointer_none_logits
+from kevlike.model.heads import PointerHead, abstain_logit, lm_option_scores, pointer_logits, pointer_none_logits
 from kevlike.model.modeldir import ModelDir, ensure_embedding_rows, save_decision_model
 from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
@@ -63,13 +63,17 @@ DELIMITER_INIT = {"<state>": "Text:", "<q>": "\nQuestion:", "<opt>": "\n-", "</o
 
 
 class DecisionModel(nn.Module):
-    """The trainable decision model: a (peft-wrapped) causal LM and a :class:`PointerHead`.
+    """The trainable decision model: a (peft-wrapped) causal LM and a :class:`PointerHead`, or no head (``head``
+    None: ``readout: lm``, the backbone's LM readout).
 
     ``forward(batch)`` returns pointer logits ``[B, NB, K]`` (float32, ``-inf`` on padded options); with a head
-    that reads ``x_abstain`` (``head.abstain``), the pair ``(logits, none logits [B, NB])``.
+    that reads ``x_abstain`` (``head.abstain``), the pair ``(logits, none logits [B, NB])``. Without a head, the
+    LM readout's scores ``[B, NB, K]`` of a batch in its template (:meth:`Encoder.encode_lm
+    <kevlike.request.encode.Encoder.encode_lm>`): each option's mean answer-token log-probability
+    (:func:`kevlike.model.heads.lm_option_scores`), the logits the serving engine reads for such a model.
     """
 
-    def __init__(self, lm: nn.Module, head: PointerHead, backend: str = "sdpa", head_only: bool = False):
+    def __init__(self, lm: nn.Module, head: PointerHead | None, backend: str = "sdpa", head_only: bool = False):
         super().__init__()
         self.lm = lm
         self.head = head
@@ -84,6 +88,8 @@ class DecisionModel(nn.Module):
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.head_only):
             hidden = backbone_hidden(self.causal_lm(), self.backend, batch.input_ids, batch.segment_ids,
                                      batch.position_ids, batch.option_ids)
+        if self.head is None:
+            return lm_option_scores(hidden, batch, self.causal_lm().get_output_embeddings())
         z = pointer_logits(self.head, hidden, batch)
         if self.head.abstain:
             return z, pointer_none_logits(self.head, hidden, batch)
@@ -137,21 +143,20 @@ def build_model(cfg: TrainConfig, device: str | None = None):
     peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                           target_modules=list(lora.target_modules), bias="none",
                           trainable_token_indices=({"embed_tokens": list(enc.delimiter_ids)}
-                                                   if cfg.train_delimiters else None))
+                                                   if cfg.train_delimiters and cfg.readout == "pointer" else None))
     with warnings.catch_warnings():  # peft 0.21 calls a transformers API deprecated in v5 (FutureWarning)
         warnings.simplefilter("ignore", FutureWarning)
         lm = get_peft_model(model, peft_cfg)
     d = model.config.hidden_size
     torch.manual_seed(cfg.seed)
+    if cfg.readout == "lm":       # no head: LoRA alone learns the backbone's LM readout
+        if init is not None:
+            _load_adapter(lm, init)
+        return DecisionModel(lm, None, backend=backend), tok, resolved
     init_abstain = init is not None and "w_none" in ModelDir(init).head_weights()
     head = PointerHead(d, cfg.head.d_head or d, abstain=cfg.head.abstain or init_abstain)
     if init is not None:
-        adapter = ModelDir(init).adapter_weights()
-        result = set_peft_model_state_dict(lm, adapter)
-        missing_lora = [k for k in result.missing_keys if "lora_" in k]
-        if missing_lora or result.unexpected_keys:
-            raise ValueError(f"init_from {init}: adapter does not match the config's LoRA layout "
-                             f"(missing {missing_lora[:3]}, unexpected {list(result.unexpected_keys)[:3]})")
+        _load_adapter(lm, init)
         w = ModelDir(init).head_weights()
         if w["w_q"].shape != head.w_q.weight.shape:
             raise ValueError(f"init_from {init}: head {tuple(w['w_q'].shape)} does not match d_head {head.d_head}")
@@ -169,6 +174,18 @@ def build_model(cfg: TrainConfig, device: str | None = None):
         head.w_q.weight.requires_grad_(False)
         head.w_k.weight.requires_grad_(False)
     return DecisionModel(lm, head, backend=backend, head_only=head_only), tok, resolved
+
+
+def _load_adapter(lm, init: Path) -> None:
+    """Load ``init``'s LoRA adapter into the peft model ``lm``.
+
+    Raises:
+        ValueError: the adapter's tensors do not match the config's LoRA layout."""
+    result = set_peft_model_state_dict(lm, ModelDir(init).adapter_weights())
+    missing_lora = [k for k in result.missing_keys if "lora_" in k]
+    if missing_lora or result.unexpected_keys:
+        raise ValueError(f"init_from {init}: adapter does not match the config's LoRA layout "
+                         f"(missing {missing_lora[:3]}, unexpected {list(result.unexpected_keys)[:3]})")
 
 
 @torch.no_grad()
@@ -197,7 +214,7 @@ def _init_artifact(cfg: TrainConfig, resolved) -> Path | None:
     """The decision-model directory named by ``init_from`` (None when unset).
 
     Raises:
-        ValueError: not a decision model, or one trained on another backbone or LoRA rank.
+        ValueError: not a decision model, or one trained on another backbone, readout or LoRA rank.
     """
     if not cfg.init_from:
         return None
@@ -207,6 +224,10 @@ def _init_artifact(cfg: TrainConfig, resolved) -> Path | None:
         raise ValueError(f"init_from {cfg.init_from!r} is not a decision model (no kevlike.json)")
     if init.backbone_dir != resolved.backbone_dir:
         raise ValueError(f"init_from {cfg.init_from!r} was trained on another backbone than {cfg.backbone!r}")
+    init_readout = ModelDir(init.artifact_dir).readout()
+    if init_readout != cfg.readout:
+        raise ValueError(f"init_from {cfg.init_from!r} reads its answers with the {init_readout} readout; the config "
+                         f"says readout: {cfg.readout}")
     acfg = ModelDir(init.artifact_dir).adapter_config()
     if acfg.get("r") != cfg.lora.r or acfg.get("lora_alpha") != cfg.lora.alpha:
         raise ValueError(f"init_from {cfg.init_from!r} has LoRA r={acfg.get('r')}, alpha={acfg.get('lora_alpha')}; "
@@ -216,7 +237,8 @@ def _init_artifact(cfg: TrainConfig, resolved) -> Path | None:
 # --- batches ---------------------------------------------------------------------------------
 
 
-def make_batch(examples: list[Example], encoder, device, modes: list[str] | None = None) -> tuple[PackedBatch, dict]:
+def make_batch(examples: list[Example], encoder, device, modes: list[str] | None = None,
+               readout: str = "pointer") -> tuple[PackedBatch, dict]:
     """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]``, ``cannot_tell [B, NB]`` (1.0 for a
     question of the example's ``cannot_tell``, the target of ``x_abstain``) and the twin pairs
     (``pairs_a``, ``pairs_b`` as ``(b, j)`` indices and ``perm [P, K]`` aligning b's options to a's: by key,
@@ -226,10 +248,16 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
     ``modes``: the option mode of each example (default all ``"list"``). In set mode a choice question's
     logits cannot depend on the order of its options, so a twin pair of two choice questions (a
     reordering twin) is dropped there: its symmetric KL would be 0 up to rounding, a term that teaches
-    nothing. Twins across types (a noul and its two-option choice) stay: they tie two templates."""
+    nothing. Twins across types (a noul and its two-option choice) stay: they tie two templates.
+
+    ``readout``: ``"pointer"`` (the delimiter template, :meth:`Encoder.encode`) or ``"lm"`` (the LM readout's
+    plain-text template, :meth:`Encoder.encode_lm`, whose options are order-free sub-branches, so its modes are
+    all ``"set"``)."""
+    if readout == "lm":
+        modes = ["set"] * len(examples)
     modes = list(modes) if modes is not None else ["list"] * len(examples)
     reqs = [validate_request(e.request) for e in examples]
-    encoded = [encoder.encode(r, m) for r, m in zip(reqs, modes)]
+    encoded = [encoder.encode_lm(r) if readout == "lm" else encoder.encode(r, m) for r, m in zip(reqs, modes)]
     batch = pack(encoded, encoder.pad_id).to(device)
     B, NB, K = batch.option_mask.shape
     targets = torch.zeros(B, NB, K)
@@ -449,9 +477,10 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: TrainConfig, reso
             scripts = trained_scripts(cfg)
         except DataUnavailableError:  # artifacts written without the data packages declare no scripts
             scripts = None
-    modes = ["list", "set"] if cfg.set_share > 0 else ["list"]
+    # the LM readout reads every option in its own sub-branch (set mode) whatever the request's mode
+    modes = ["list", "set"] if cfg.set_share > 0 or cfg.readout == "lm" else ["list"]
     extra = {"backbone_sha256": EMBEDDED[backbone].gguf_sha256 if backbone in EMBEDDED else None,
-             "scripts": scripts, "option_modes": modes, "option_mode": "list",
+             "scripts": scripts, "option_modes": modes, "option_mode": "set" if cfg.readout == "lm" else "list",
              "training": {"config": cfg.to_dict(), "metrics": metrics, "git_commit": commit or git_commit()}}
     parent = _init_artifact(cfg, resolved)
     if parent is not None:  # provenance: the training record of the model this run fine-tuned
@@ -619,7 +648,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         mixture = live_mixture(cfg)
         val_examples, scripts = validation_set(cfg), _UNSET
     o = cfg.optim
-    head_params = list(model.head.parameters())
+    head_params = list(model.head.parameters()) if model.head is not None else []
     lora_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" in n]
     token_params = [p for n, p in model.lm.named_parameters() if p.requires_grad and "lora_" not in n]
     groups = [{"params": lora_params, "lr": o.lr}, {"params": head_params + token_params, "lr": o.head_lr}]
@@ -698,7 +727,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                 # each request's option mode, a function of (seed, step, draw): the same on resume
                 draw = random.Random(f"{cfg.seed}/{step}/{len(window)}")
                 modes = ["set" if draw.random() < cfg.set_share else "list" for _ in examples]
-                batch, aux = make_batch(examples, encoder, accelerator.device, modes)
+                batch, aux = make_batch(examples, encoder, accelerator.device, modes, cfg.readout)
                 if teacher is not None:
                     t, taught = teacher_targets(teacher, aux["requests"], tuple(aux["targets"].shape))
                     aux["teacher"], aux["taught"] = t.to(accelerator.device), taught.to(accelerator.device)
