@@ -27,6 +27,7 @@ DEFAULTS = {
     "lora": {"r": 16, "alpha": 32, "dropout": 0.0,
              "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
     "head": {"d_head": None, "scale_init": True, "abstain": False},
+    "readout": "pointer",                                                 # added with stage 35; older saves lack it
     "train_delimiters": True, "phase": "full",
     "tasks": {"banking77": {"weight": 1.0, "negatives": 23, "full_set": 0.0, "perm_twin": 0.25, "irrelevant": 0.1,
                             "noul_twins": 1},
