@@ -116,8 +116,8 @@ def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, he
     """Write the directory. ``model`` is the backbone (or the peft model) whose input embeddings give the
     trained delimiter rows; ``adapter`` a peft model whose LoRA adapter is saved under ``adapter/``
     (without the embedding matrix: only the delimiter rows are trained, DESIGN §11). ``head`` None writes a model
-    that answers with the LM readout (``"readout": "lm"``, no head file; its delimiter rows are the backbone's,
-    kept so that every decision model has the same files but the head)."""
+    that answers with the LM readout (``"readout": "lm"``, no head file; its delimiter rows, which that readout's
+    template never uses, are kept untrained so that every decision model has the same files but the head)."""
     path = Path(path)
     d = ModelDir(path)
     path.mkdir(parents=True, exist_ok=True)
