@@ -326,6 +326,8 @@ def _cmd_models(args) -> int:
                   f"{m.description}")
             continue
         readout = "pointer head" if m.artifact else "LM readout"
+        if m.artifact and ModelDir.holds_one(m.artifact) and ModelDir(m.artifact).readout() == "lm":
+            readout = "LM readout, LoRA-trained"
         if m.artifact and ModelDir.holds_one(m.artifact):
             has = ABSTAIN in ModelDir(m.artifact).capabilities()
             readout += ", x_abstain" if has else ", no x_abstain"

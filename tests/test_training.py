@@ -385,6 +385,10 @@ def test_the_lm_readout_trains_from_the_bare_backbones_answers_and_saves_what_th
     assert (man["readout"], "head" in man, (art / ModelDir.HEAD).exists()) == ("lm", False, False)
     loaded = Engine.from_pretrained(art, threads=1)
     assert (loaded.head, loaded.readout.name, loaded.abstain) == (None, "lm", False)
+    from kevlike.eval.heldout import _LMBaseline, _readout_name     # eval: the bare backbone is its baseline row
+    assert (_LMBaseline(loaded, None, True).same, _LMBaseline(bare, None, True).same) == (False, True)
+    assert (_readout_name(loaded), _readout_name(bare)) == ("LM readout, LoRA-trained (no head)",
+                                                            "LM readout (training-free)")
     with torch.no_grad():
         trained = model(batch)
     served = loaded.question_logits(encoded)

@@ -371,6 +371,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
 
 def _readout_name(engine) -> str:
     name = getattr(getattr(engine, "readout", None), "name", None)
+    if name == "lm" and getattr(engine, "artifact_dir", None) is not None:
+        return "LM readout, LoRA-trained (no head)"
     return {"pointer": "pointer head", "lm": "LM readout (training-free)",
             "ensemble": "a linear pool of its members' answers"}.get(name, "as served (--url)")
 
@@ -381,7 +383,9 @@ class _LMBaseline:
 
     def __init__(self, engine, url: str | None, wanted: bool, lm_engine=None, options: EngineOptions = DEFAULT_OPTIONS):
         self.loaded, self.ran = lm_engine, False
-        self.same = getattr(getattr(engine, "readout", None), "name", None) == "lm"
+        # a bare backbone is its own baseline; a model trained through the LM readout (readout: lm) is not
+        self.same = (getattr(getattr(engine, "readout", None), "name", None) == "lm"
+                     and getattr(engine, "artifact_dir", None) is None)
         self.options = EngineOptions(dtype=options.dtype, quantize=options.quantize, threads=options.threads)
         self.artifact = getattr(engine, "artifact_dir", None)
         self.note = None
