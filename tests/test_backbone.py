@@ -173,3 +173,46 @@ def test_qwen_model_packed_equals_separate_with_x_abstain():
     xp = {k: a["x_abstain"] for k, a in packed["answers"].items()}
     assert set(xp) == set(req["questions"]) and all(0 <= v <= 1 for v in xp.values())
     assert max(abs(xp[k] - separate["answers"][k]["x_abstain"]) for k in xp) <= 1e-5
+
+
+# --- the opt-in reading model, kevlike-reader (stage 35) ------------------------------------------------------
+
+def test_reader_model_is_a_complete_lm_readout_model_for_its_backbone():
+    """kevlike-reader's files (no backbone needed): an LM-readout model (no head file, no x_abstain) for the
+    registry entry's backbone and its pinned GGUF hash, with temperatures fitted on the validation half, every file
+    whole, and within the size the package can carry."""
+    from kevlike.model.backbones import EMBEDDED, MODELS, check_model_files
+    from kevlike.model.modeldir import ModelDir
+    from kevlike.model.registry import READER_ARTIFACT, READER_MODEL
+
+    entry = MODELS[READER_MODEL]
+    assert Path(entry.artifact) == READER_ARTIFACT and ModelDir.holds_one(READER_ARTIFACT)
+    check_model_files(READER_ARTIFACT, "reinstall kevlike")
+    manifest = json.loads((READER_ARTIFACT / "kevlike.json").read_text())
+    assert manifest["backbone"] == entry.backbone == "qwen2.5-coder-1.5b-instruct"
+    assert manifest["backbone_sha256"] == EMBEDDED[entry.backbone].gguf_sha256
+    assert ModelDir(READER_ARTIFACT).readout() == "lm" and ModelDir(READER_ARTIFACT).capabilities() == []
+    assert "head" not in manifest and not (READER_ARTIFACT / ModelDir.HEAD).exists()
+    assert manifest["training"]["config"]["readout"] == "lm"
+    cal = json.loads((READER_ARTIFACT / "calibration.json").read_text())
+    assert "fitted on validation splits" in cal["source"] and set(cal["by_type"]) >= {"noul", "score"}
+    assert not (READER_ARTIFACT / "adapter" / "README.md").exists()     # peft's blank card is not shipped
+    size = sum(p.stat().st_size for p in READER_ARTIFACT.rglob("*") if p.is_file())
+    assert size < 40_000_000, size
+
+
+def test_reader_model_packed_equals_separate():
+    """kevlike-reader on its backbone (fp32): packed == separate (≤ 1e-5) through the trained LM readout, and its
+    answers are not the bare backbone's. Skipped unless the 1.1 GB backbone is set up."""
+    from kevlike import Engine
+    from kevlike.model.backbones import is_fetched
+    from kevlike.model.registry import READER_MODEL
+
+    if not is_fetched("qwen2.5-coder-1.5b-instruct"):
+        pytest.skip("optional backbone not set up: kevlike fetch qwen2.5-coder-1.5b-instruct")
+    eng = Engine.from_pretrained(READER_MODEL, dtype="float32", threads=1)
+    assert (eng.name, eng.head, eng.readout.name, eng.abstain) == (READER_MODEL, None, "lm", False)
+    req = json.loads(EXAMPLES[0].read_text())
+    packed, separate = eng.decide(req), eng.decide(req, mode="separate")
+    assert max_abs_diff(packed, separate) <= 1e-5
+    assert all("x_abstain" not in a for a in packed["answers"].values())
