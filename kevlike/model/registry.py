@@ -124,7 +124,8 @@ class ModelEntry:
     backbone: str
     description: str
     release_date: str
-    artifact: str | None = None  # directory of a trained decision model (pointer head); None = LM readout
+    artifact: str | None = None  # a trained decision model's directory (pointer head, or a LoRA-trained LM readout
+    #                                  whose manifest says "readout": "lm"); None = the bare backbone's LM readout
     members: tuple[str, ...] = ()  # an ensemble (kevlike.model.ensemble): its member models; backbone is then ""
 
     @property
