@@ -19,7 +19,7 @@ from kevlike.request.encode import Encoder
 from kevlike.training.config import ConfigError, load_config
 from kevlike.training.train import build_model, loss_terms, make_batch, train
 
-from tiny import REQUEST, make_engine, make_tokenizer, max_dp, save_tiny_model
+from tiny import REQUEST, fit, make_engine, make_tokenizer, max_dp, save_tiny_model
 
 INF = float("inf")
 
@@ -186,15 +186,8 @@ def test_phase_abstain_trains_the_none_key_alone(tiny_dir):
     exs = [family_example("abstain_docs", r, rng) for r in rows]
     assert any(e.cannot_tell for e in exs)
     batch, aux = make_batch(exs, Encoder(tok), "cpu")
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-2)
     model.train()
-    first = None
-    for _ in range(40):
-        terms = loss_terms(model(batch), batch, aux, cfg)
-        first = first if first is not None else terms["abstain"].item()
-        terms["loss"].backward()
-        opt.step()
-        opt.zero_grad()
+    first, terms = fit(model, batch, aux, cfg, steps=40, lr=5e-2, term="abstain")
     assert terms["abstain"].item() < first * 0.8, (first, terms)
 
 

@@ -22,7 +22,7 @@ from kevlike.model.temperatures import normal_readout
 from kevlike.training.losses import normal_readout_nll, ranked_probability_score, soft_cross_entropy, symmetric_kl
 from kevlike.training.train import build_model, checkpointed_layers, loss_terms, make_batch, write_artifact
 
-from tiny import make_tokenizer, save_tiny_model
+from tiny import fit, make_tokenizer, save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 INF = float("inf")
@@ -149,15 +149,8 @@ def test_one_batch_overfit(tiny_dir):
     batch, aux = make_batch(_examples(), enc, "cpu")
     # 5e-3: at 1e-2 the loss reached 0.002 by step 16 and then diverged with two threads on an AMD EPYC Zen 4
     # (0.35 at step 80; one thread, or the AVX2 EPYC, stayed down): Adam at the edge of stability
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-3)
     model.train()
-    first = None
-    for _ in range(80):
-        terms = loss_terms(model(batch), batch, aux, cfg)
-        first = first if first is not None else terms["ce"].item()
-        terms["loss"].backward()
-        opt.step()
-        opt.zero_grad()
+    first, terms = fit(model, batch, aux, cfg, steps=80, lr=5e-3)
     assert first > 0.5
     assert terms["ce"].item() < 0.05, terms
 
@@ -250,16 +243,12 @@ def test_phase_head_trains_the_head_alone_with_no_backward_through_the_backbone(
     assert names and all(n.startswith("head.") for n in names)
     batch, aux = make_batch(_examples(), Encoder(tok), "cpu")
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-2)
     model.train()
-    first = None
-    for _ in range(60):
-        terms = loss_terms(model(batch), batch, aux, cfg)
-        first = first if first is not None else terms["ce"].item()
-        terms["loss"].backward()
+
+    def no_grad_outside_the_head():
         assert all(p.grad is None for n, p in model.named_parameters() if not n.startswith("head."))
-        opt.step()
-        opt.zero_grad()
+
+    first, terms = fit(model, batch, aux, cfg, steps=60, lr=5e-2, after_backward=no_grad_outside_the_head)
     changed = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
     assert changed == {n for n in before if n.startswith("head.")}
     assert terms["ce"].item() < first * 0.7, (first, terms)
@@ -274,11 +263,7 @@ def test_save_load_is_bit_identical_and_merged_equals_unmerged(tiny_dir, tmp_pat
     cfg = _cfg(tiny_dir)
     model, tok, resolved = build_model(cfg)
     batch, aux = make_batch(_examples(), Encoder(tok), "cpu")
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    for _ in range(3):                                                   # move LoRA B away from zero
-        loss_terms(model(batch), batch, aux, cfg)["loss"].backward()
-        opt.step()
-        opt.zero_grad()
+    fit(model, batch, aux, cfg, steps=3, lr=1e-2)                       # move LoRA B away from zero
     model.eval()
     art = write_artifact(tmp_path / "artifact", model, tok, cfg, resolved, {"nll": 1.0})
     assert (art / "adapter" / "adapter_config.json").is_file()
@@ -370,14 +355,7 @@ def test_the_lm_readout_trains_from_the_bare_backbones_answers_and_saves_what_th
         for j, z in enumerate(per_q):
             assert (z - start[b, j, :len(z)]).abs().max().item() <= 1e-5
     model.train()
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-3)
-    first = None
-    for _ in range(30):
-        terms = loss_terms(model(batch), batch, aux, cfg)
-        first = first if first is not None else terms["ce"].item()
-        terms["loss"].backward()
-        opt.step()
-        opt.zero_grad()
+    first, terms = fit(model, batch, aux, cfg, steps=30, lr=5e-3)
     assert terms["ce"].item() < 0.5 * first, (first, terms)
     model.eval()
     art = write_artifact(tmp_path / "lm", model, tok, cfg, resolved, {"nll": 1.0})
@@ -891,11 +869,7 @@ def test_distillation_targets_are_the_teachers_served_answers_and_add_a_hand_che
     cfg = _cfg(tiny_dir)
     model, tok, resolved = build_model(cfg)
     batch, aux = make_batch(_examples(), Encoder(tok), "cpu")
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    for _ in range(3):                                                   # a teacher that differs from the student
-        loss_terms(model(batch), batch, aux, cfg)["loss"].backward()
-        opt.step()
-        opt.zero_grad()
+    fit(model, batch, aux, cfg, steps=3, lr=1e-2)                       # a teacher that differs from the student
     model.eval()
     teacher_dir = write_artifact(tmp_path / "teacher", model, tok, cfg, resolved, {"nll": 1.0})
     from kevlike.model.modeldir import save_calibration

@@ -97,3 +97,23 @@ def save_tiny_model(path, arch: str = "llama") -> str:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+def fit(model, batch, aux, cfg, *, steps: int, lr: float, term: str = "ce", after_backward=None):
+    """``steps`` Adam steps at rate ``lr`` on ``model``'s trainable parameters, each on the whole of ``batch`` with
+    the training loss (:func:`kevlike.training.train.loss_terms`), in whatever mode (train/eval) the caller left the
+    model. ``after_backward()``, if given, runs after each backward, before the step. Returns ``(first, terms)``:
+    the ``term`` loss of the first step (a float) and the last step's terms."""
+    from kevlike.training.train import loss_terms
+
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    first = terms = None
+    for _ in range(steps):
+        terms = loss_terms(model(batch), batch, aux, cfg)
+        first = first if first is not None else terms[term].item()
+        terms["loss"].backward()
+        if after_backward is not None:
+            after_backward()
+        opt.step()
+        opt.zero_grad()
+    return first, terms

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kevlike.config.engine import PROFILE_NAME, check_profile_name  # noqa: F401  (re-exported)
+from kevlike.config.train import READOUTS
 from kevlike.model.heads import PointerHead
 from kevlike.model.registry import MANIFEST
 from kevlike.model.temperatures import TemperatureTable, read_temperatures
@@ -232,8 +233,8 @@ def _head(path: Path, manifest: dict, device) -> tuple[PointerHead | None, Tempe
             model of the LM readout."""
     d = ModelDir(path)
     readout = manifest.get("readout", "pointer")
-    if readout not in ("pointer", "lm"):
-        raise ValueError(f"{path}: unknown readout {readout!r} in {d.MANIFEST} (pointer or lm)")
+    if readout not in READOUTS:
+        raise ValueError(f"{path}: unknown readout {readout!r} in {d.MANIFEST} ({' or '.join(READOUTS)})")
     if readout == "lm":
         if ABSTAIN in manifest.get("capabilities", []):
             raise ValueError(f"{path}: the manifest declares {ABSTAIN} but the LM readout has no none key")
