@@ -134,27 +134,39 @@ def test_optional_qwen_backbone_packed_equals_separate():
 
 # --- the second shipped decision model, kevlike-qwen ------------------------------------------------
 
+def _shipped_manifest(name: str, artifact: Path, backbone: str, max_bytes: int) -> dict:
+    """The checks every shipped optional model's files pass (no backbone needed): the registry entry points at
+    ``artifact``, which holds a model whose every file is whole; its manifest names ``backbone`` and that
+    backbone's pinned GGUF hash; peft's blank card is not shipped; all files together are under ``max_bytes``.
+    Returns the manifest."""
+    from kevlike.model.backbones import EMBEDDED, MODELS, check_model_files
+    from kevlike.model.modeldir import ModelDir
+
+    entry = MODELS[name]
+    assert Path(entry.artifact) == artifact and ModelDir.holds_one(artifact)
+    check_model_files(artifact, "reinstall kevlike")
+    manifest = json.loads((artifact / "kevlike.json").read_text())
+    assert manifest["backbone"] == entry.backbone == backbone
+    assert manifest["backbone_sha256"] == EMBEDDED[entry.backbone].gguf_sha256
+    assert not (artifact / "adapter" / "README.md").exists()     # peft's blank card is not shipped
+    size = sum(p.stat().st_size for p in artifact.rglob("*") if p.is_file())
+    assert size < max_bytes, size
+    return manifest
+
+
 def test_qwen_model_is_a_complete_decision_model_for_its_backbone():
     """kevlike-qwen's files (no backbone needed): the manifest names the registry entry's backbone and its pinned
     GGUF hash, declares x_abstain, carries fitted temperatures, and every file is whole."""
-    from kevlike.model.backbones import EMBEDDED, MODELS, QWEN_ARTIFACT, QWEN_MODEL, check_model_files
+    from kevlike.model.backbones import QWEN_ARTIFACT, QWEN_MODEL
     from kevlike.model.modeldir import ModelDir
 
-    entry = MODELS[QWEN_MODEL]
-    assert Path(entry.artifact) == QWEN_ARTIFACT and ModelDir.holds_one(QWEN_ARTIFACT)
-    check_model_files(QWEN_ARTIFACT, "reinstall kevlike")
-    manifest = json.loads((QWEN_ARTIFACT / "kevlike.json").read_text())
-    assert manifest["backbone"] == entry.backbone == "qwen2.5-coder-0.5b-instruct"
-    assert manifest["backbone_sha256"] == EMBEDDED[entry.backbone].gguf_sha256
+    manifest = _shipped_manifest(QWEN_MODEL, QWEN_ARTIFACT, "qwen2.5-coder-0.5b-instruct", max_bytes=45_000_000)
     assert ModelDir(QWEN_ARTIFACT).capabilities() == ["x_abstain"]
     assert manifest["option_modes"] == ["list", "set"] and manifest["head"]["d_model"] == 896
     cal = json.loads((QWEN_ARTIFACT / "calibration.json").read_text())
     assert "fitted on validation splits" in cal["source"] and set(cal["by_type"]) >= {"noul", "abstain"}
     # served in set mode since stage 26 (chosen on the validation half), with set-mode choice temperatures
     assert manifest["option_mode"] == "set" and "choice:set" in cal["by_type"]
-    assert not (QWEN_ARTIFACT / "adapter" / "README.md").exists()     # peft's blank card is not shipped
-    size = sum(p.stat().st_size for p in QWEN_ARTIFACT.rglob("*") if p.is_file())
-    assert size < 45_000_000, size
 
 
 def test_qwen_model_packed_equals_separate_with_x_abstain():
@@ -181,29 +193,20 @@ def test_reader_model_is_a_complete_lm_readout_model_for_its_backbone():
     """kevlike-reader's files (no backbone needed): an LM-readout model (no head file, no x_abstain) for the
     registry entry's backbone and its pinned GGUF hash, with temperatures fitted on the validation half, every file
     whole, and within the size the package can carry."""
-    from kevlike.model.backbones import EMBEDDED, MODELS, check_model_files
     from kevlike.model.modeldir import ModelDir
     from kevlike.model.registry import READER_ARTIFACT, READER_MODEL
 
-    entry = MODELS[READER_MODEL]
-    assert Path(entry.artifact) == READER_ARTIFACT and ModelDir.holds_one(READER_ARTIFACT)
-    check_model_files(READER_ARTIFACT, "reinstall kevlike")
-    manifest = json.loads((READER_ARTIFACT / "kevlike.json").read_text())
-    assert manifest["backbone"] == entry.backbone == "qwen2.5-coder-1.5b-instruct"
-    assert manifest["backbone_sha256"] == EMBEDDED[entry.backbone].gguf_sha256
+    manifest = _shipped_manifest(READER_MODEL, READER_ARTIFACT, "qwen2.5-coder-1.5b-instruct", max_bytes=40_000_000)
     assert ModelDir(READER_ARTIFACT).readout() == "lm" and ModelDir(READER_ARTIFACT).capabilities() == []
     assert "head" not in manifest and not (READER_ARTIFACT / ModelDir.HEAD).exists()
     assert manifest["training"]["config"]["readout"] == "lm"
     cal = json.loads((READER_ARTIFACT / "calibration.json").read_text())
     assert "fitted on validation splits" in cal["source"] and set(cal["by_type"]) >= {"noul", "score"}
-    assert not (READER_ARTIFACT / "adapter" / "README.md").exists()     # peft's blank card is not shipped
-    size = sum(p.stat().st_size for p in READER_ARTIFACT.rglob("*") if p.is_file())
-    assert size < 40_000_000, size
 
 
 def test_reader_model_packed_equals_separate():
-    """kevlike-reader on its backbone (fp32): packed == separate (≤ 1e-5) through the trained LM readout, and its
-    answers are not the bare backbone's. Skipped unless the 1.1 GB backbone is set up."""
+    """kevlike-reader on its backbone (fp32): it loads as an LM-readout model without a head or x_abstain, and
+    packed == separate (≤ 1e-5) through the trained LM readout. Skipped unless the 1.1 GB backbone is set up."""
     from kevlike import Engine
     from kevlike.model.backbones import is_fetched
     from kevlike.model.registry import READER_MODEL
