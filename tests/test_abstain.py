@@ -16,6 +16,7 @@ from kevlike.data.sources import Example
 from kevlike.metrics import abstention, auroc, risk_coverage, summary
 from kevlike.model.heads import abstain_logit
 from kevlike.request.encode import Encoder
+from kevlike.request.schema import validate_request
 from kevlike.training.config import ConfigError, load_config
 from kevlike.training.train import build_model, loss_terms, make_batch, train
 
@@ -24,9 +25,10 @@ from tiny import REQUEST, fit, make_engine, make_tokenizer, max_dp, save_tiny_mo
 INF = float("inf")
 
 
-@pytest.fixture(scope="module")
-def eng():
-    return make_engine(abstain=True)
+@pytest.fixture(scope="module", params=["pointer", "lm"])
+def eng(request):
+    """A tiny engine with x_abstain: its pointer head's none key, or its LM readout's none answer."""
+    return make_engine(readout=request.param, abstain=True)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,7 @@ def test_x_abstain_is_p_none_of_a_softmax_over_the_options_and_the_none_key(eng)
 
 
 def test_jev_fields_are_identical_to_a_model_without_the_capability(eng):
-    plain = make_engine()               # the same weights, a head without the none key
+    plain = make_engine(readout=eng.readout.name)   # the same weights, without the none key / none answer
     a, b = eng.decide(REQUEST), plain.decide(REQUEST)
     assert "x_abstain" not in json.dumps(b) and not plain.abstain and eng.abstain
     for qid, ans in a["answers"].items():
@@ -211,6 +213,55 @@ def test_a_tiny_training_run_writes_a_model_that_answers_with_x_abstain(tiny_dir
     assert torch.equal(loaded.head.b_none.detach().cpu(), w["b_none"])
     x = _x(loaded.decide(REQUEST))
     assert set(x) == set(REQUEST["questions"]) and all(0 <= v <= 1 for v in x.values())
+
+
+def test_the_lm_readout_trains_its_none_answer_and_serves_what_it_trained(tiny_dir, tmp_path):
+    """``readout: lm`` with ``head.abstain``: x_abstain is the none answer's score against the options' (the
+    pointer formula); the options' scores are those of the same model without the none answer (their sub-branches
+    do not see it); λ_abstain teaches it; the saved model declares the capability and the engine serves the
+    training model's abstention logits."""
+    from kevlike.model.engine import Engine
+    from kevlike.model.heads import lm_none_scores
+    from kevlike.model.modeldir import ModelDir
+    from kevlike.training.train import write_artifact
+    cfg = load_config(None, [f"backbone={tiny_dir}", "lora.r=4", "lora.alpha=8", "readout=lm", "head.abstain=true",
+                             "loss.abstain=1"])
+    model, tok, resolved = build_model(cfg)
+    assert model.head is None and model.lm_abstain
+    rng = random.Random(0)
+    from kevlike.data.families import family_example
+    exs = [family_example("abstain_docs", abstain_data.docs_row(rng), rng) for _ in range(4)]
+    assert any(e.cannot_tell for e in exs)
+    batch, aux = make_batch(exs, Encoder(tok), "cpu", readout="lm", abstain=True)
+    plain_batch, _ = make_batch(exs, Encoder(tok), "cpu", readout="lm")
+    assert plain_batch.none_mask is None and bool(batch.none_mask[batch.branch_mask].all())
+    with pytest.raises(ValueError, match="no none answers"):
+        lm_none_scores(torch.zeros(1, 1, 1), plain_batch, None)
+    model.eval()
+    with torch.no_grad():
+        z, z_none = model(batch)
+        model.lm_abstain = False
+        z_plain = model(plain_batch)
+        model.lm_abstain = True
+    assert (z - z_plain).nan_to_num(posinf=0.0, neginf=0.0).abs().max().item() <= 1e-5
+    model.train()
+    first, terms = fit(model, batch, aux, cfg, steps=30, lr=5e-3, term="abstain")
+    assert terms["abstain"].item() < 0.7 * first, (first, terms)
+    model.eval()
+    art = write_artifact(tmp_path / "lm_abstain", model, tok, cfg, resolved, {"nll": 1.0})
+    assert ModelDir(art).capabilities() == ["x_abstain"] and ModelDir(art).readout() == "lm"
+    loaded = Engine.from_pretrained(art, threads=1)
+    assert loaded.abstain and loaded.readout.name == "lm"
+    with torch.no_grad():
+        z, z_none = model(batch)
+    encoded = [loaded.encode(validate_request(e.request)) for e in exs]
+    _, served = loaded.question_outputs(encoded)
+    for b, per_q in enumerate(served):
+        for j, a in enumerate(per_q):
+            want = float(abstain_logit(z[b, j][batch.option_mask[b, j]], z_none[b, j]))
+            assert float(a) == pytest.approx(want, abs=1e-5)
+    x = _x(loaded.decide(REQUEST))
+    assert set(x) == set(REQUEST["questions"]) and all(0 < v < 1 for v in x.values())
 
 
 # --- labelled "cannot tell" golds and the risk–coverage figures ----------------------------------------------

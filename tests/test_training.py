@@ -390,7 +390,6 @@ def test_the_lm_readout_trains_from_the_bare_backbones_answers_and_saves_what_th
 
 
 @pytest.mark.parametrize("override, message", [
-    ("head.abstain=true", "readout is 'lm' but head.abstain is true"),
     ("phase=head", "readout is 'lm' but phase is 'head'"),
     ("set_share=0.5", "readout is 'lm' but set_share is 0.5"),
 ])

@@ -58,7 +58,7 @@ def make_model(arch: str, vocab: int = 420, sliding_window: int | None = None, s
 def make_engine(arch: str = "llama", readout: str = "pointer", sliding_window: int | None = None,
                 abstain: bool = False, **kw) -> Engine:
     """A tiny engine; ``abstain``: its pointer head reads ``x_abstain`` (a random none key and bias 0.3, so the
-    readout is not the trivial all-zero one)."""
+    readout is not the trivial all-zero one), or its LM readout reads the none answer (``readout="lm"``)."""
     model = make_model(arch, sliding_window=sliding_window)
     tok = make_tokenizer()
     head = None
@@ -72,7 +72,7 @@ def make_engine(arch: str = "llama", readout: str = "pointer", sliding_window: i
     # one fixed thread: tests compare logits of two calls bit for bit, and ``threads="auto"`` may pick another
     # thread count between the calls on a busy machine (another reduction order)
     kw.setdefault("threads", 1)
-    return Engine(model, tok, name=f"tiny-{arch}", head=head, **kw)
+    return Engine(model, tok, name=f"tiny-{arch}", head=head, lm_abstain=abstain and readout == "lm", **kw)
 
 
 REQUEST = {

@@ -82,7 +82,8 @@ class HeadConfig(Section):
     scale_init: bool = setting(True, Rule("bool"), "a fresh head (no init_from) divided by the RMS of the final "
                                "norm weight, so its first logits have the same size on every backbone")
     abstain: bool = setting(False, Rule("bool"), "add the none key that reads x_abstain (docs/guide/abstention.md); "
-                            "kept anyway when init_from's head has it")
+                            "kept anyway when init_from's head has it; with readout: lm, read x_abstain from the "
+                            "none answer (\" cannot tell\") scored like an option instead")
 
 
 @settings("loss")
@@ -171,7 +172,7 @@ class TrainConfig(Section):
             not a mapping, no task or task weights that sum to 0, a bad ``data`` entry, ``phase: abstain`` without
             ``head.abstain`` and ``loss.abstain`` > 0, ``loss.abstain`` > 0 without ``head.abstain``, or
             ``distill.weight`` > 0 without ``distill.teacher`` or a teacher at weight 0, or ``readout: lm`` with
-            ``head.abstain``, a ``phase`` other than full or ``set_share`` > 0.
+            a ``phase`` other than full or ``set_share`` > 0.
     """
 
     name: str = setting("run", Rule("str"), "the run's name: its directory is OUTPUT_DIR/NAME-YYYYmmdd-HHMMSS")
@@ -196,7 +197,8 @@ class TrainConfig(Section):
                            "how answers are read: pointer (the pointer head at each <decide>, on the delimiter "
                            "template) or lm (no head: the backbone's own mean log-probability of each option's "
                            "answer text, the LM readout, on the plain-text template; LoRA alone learns, starting "
-                           "from the untrained backbone's zero-shot answers; no x_abstain, phase full, set_share 0)")
+                           "from the untrained backbone's zero-shot answers; phase full, set_share 0; head.abstain "
+                           "reads x_abstain from a none answer)")
     train_delimiters: bool = setting(True, Rule("bool"), "the five delimiter embedding rows are trainable (pointer "
                                      "readout; the LM readout's template has no delimiter)")
     phase: str = setting("full", Rule("choice", choices=("full", "head", "abstain")),
@@ -244,8 +246,7 @@ class TrainConfig(Section):
             raise ConfigError(f"loss.abstain is {self.loss.abstain:g} but head.abstain is false: the abstention "
                               f"loss trains the head's none key (set head.abstain: true)")
         if self.readout == "lm":
-            for bad, why in ((self.head.abstain, "head.abstain is true (the LM readout has no none key)"),
-                             (self.phase != "full", f"phase is {self.phase!r} (phases head and abstain train a "
+            for bad, why in ((self.phase != "full", f"phase is {self.phase!r} (phases head and abstain train a "
                                                     f"pointer head; the LM readout has none)"),
                              (self.set_share > 0, f"set_share is {self.set_share:g} (the LM readout reads every "
                                                   f"option in its own sub-branch already)")):

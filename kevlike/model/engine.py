@@ -22,7 +22,7 @@ from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
 from kevlike.model.modeldir import (
-    ModelDir, check_profile_name, ensure_embedding_rows, existing_profile_path, load_temperatures
+    ABSTAIN, ModelDir, check_profile_name, ensure_embedding_rows, existing_profile_path, load_temperatures
 )
 from kevlike.model.merged import load_weights
 from kevlike.model.quantize import quantize_int8, resolve_quantize
@@ -183,6 +183,8 @@ class Engine:
         backend: ``"kevlike_packed"`` (block-sparse CPU kernel, no mask), ``"sdpa"`` (dense bool mask) or
             ``"flex_attention"`` (BlockMask); default by device (see :mod:`kevlike.model.kernels.attention`).
         scripts: the scripts the model was trained on (``kevlike.json`` ``scripts``); None = unknown.
+        lm_abstain: with ``head`` None, also read ``x_abstain`` from the LM readout's none answer
+            (:class:`kevlike.model.heads.LMReadout`; a manifest with ``"readout": "lm"`` and the capability).
 
     Raises:
         kevlike.config.rules.SettingError: a refused setting (a ``ValueError`` naming the field).
@@ -192,13 +194,14 @@ class Engine:
 
     def __init__(self, model, tokenizer, options: EngineOptions = DEFAULT_OPTIONS, *, name: str = DEFAULT_MODEL,
                  head: PointerHead | None = None, temperatures: TemperatureTable | None = None,
-                 backend: str | None = None, scripts=None, thread_policy: ThreadPolicy | None = None, **settings):
+                 backend: str | None = None, scripts=None, thread_policy: ThreadPolicy | None = None,
+                 lm_abstain: bool = False, **settings):
         options = replace(options, **settings) if settings else options
         option_mode = options.option_mode or "list"
         self.option_orders = 1 if options.option_orders is None else options.option_orders
         self.abstain_above = options.abstain_above
         self.option_mode = option_mode
-        self.readout = readout_for(head)
+        self.readout = readout_for(head, lm_abstain)
         self.sliding_window = sliding_window(model)
         if options.state_cache_mb and (refusal := state_cache_refusal(model, self.readout)) is not None:
             raise ValueError(refusal)
@@ -294,8 +297,11 @@ class Engine:
                                  f"not {options.option_mode!r}")
         if options.state_cache_mb and state_cache_refusal(model, readout_for(head)) is not None:
             options = replace(options, state_cache_mb=0.0)
+        lm_abstain = (manifest is not None and manifest.get("readout") == "lm"
+                      and ABSTAIN in manifest.get("capabilities", []))
         engine = cls(model, tok, options, name=resolved.name, head=head, temperatures=temperatures, backend=backend,
-                     scripts=None if manifest is None else manifest.get("scripts"), thread_policy=policy)
+                     scripts=None if manifest is None else manifest.get("scripts"), thread_policy=policy,
+                     lm_abstain=lm_abstain)
         if manifest is not None:
             engine.option_modes = tuple(modes)
         engine.dtype_reason = dtype_reason if quantize_reason == "quantize none" else f"{dtype_reason}; {quantize_reason}"
@@ -373,7 +379,8 @@ class Engine:
 
     @property
     def abstain(self) -> bool:
-        """Whether this engine's answers carry ``x_abstain`` (its pointer head has the none key)."""
+        """Whether this engine's answers carry ``x_abstain`` (its pointer head has the none key, or its LM readout
+        reads the none answer)."""
         return self.readout.abstain
 
     @torch.inference_mode()
@@ -389,7 +396,7 @@ class Engine:
         hidden = self.hidden_states(batch.input_ids, batch.segment_ids, batch.position_ids, batch.option_ids)
         z = self.readout.logits(self.model, hidden, batch)                                 # (B, NB, K)
         logits = [pool_orders(enc, z[b].cpu()) for b, enc in enumerate(encoded)]
-        z_none = self.readout.none_logits(hidden, batch)                                   # (B, NB) or None
+        z_none = self.readout.none_logits(self.model, hidden, batch)                       # (B, NB) or None
         if z_none is None:
             return logits, None
         return logits, [pool_abstain(enc, z[b].cpu(), z_none[b].cpu()) for b, enc in enumerate(encoded)]

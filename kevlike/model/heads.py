@@ -111,6 +111,31 @@ def pool_abstain(enc: EncodedRequest, z: torch.Tensor, z_none: torch.Tensor) -> 
     return [torch.stack(v).mean() for v in per_q]
 
 
+def _mean_answer_logprob(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Module,
+                         spans: list[tuple[int, int, int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean log-probability of each answer sub-branch in ``spans`` (``(b, j, start, end)``: request b, branch j,
+    the answer at packed ``[start, end)``), ``[len(spans)]`` float32, and the answers' group index tensor. The
+    first answer token is scored by the branch's ``decide_index`` (the prompt's last token), each later one by the
+    answer token before it; the LM head is applied only at those positions."""
+    rows, cols, targets, group = [], [], [], []
+    for g, (b, j, start, end) in enumerate(spans):
+        reads = [int(batch.decide_index[b, j]), *range(start, end - 1)]
+        rows.extend([b] * len(reads))
+        cols.extend(reads)
+        targets.extend(range(start, end))
+        group.extend([g] * len(reads))
+    dev = hidden.device
+    rows_t = torch.tensor(rows, dtype=torch.long, device=dev)
+    group_t = torch.tensor(group, dtype=torch.long, device=dev)
+    h = hidden[rows_t, torch.tensor(cols, dtype=torch.long, device=dev)]        # (N, d)
+    logp = torch.log_softmax(lm_head(h).float(), dim=-1)                       # (N, V)
+    target = batch.input_ids.to(dev)[rows_t, torch.tensor(targets, dtype=torch.long, device=dev)]  # (N,)
+    tok = logp.gather(1, target[:, None]).squeeze(1)                           # (N,)
+    total = torch.zeros(len(spans), device=dev).index_add_(0, group_t, tok)
+    count = torch.zeros(len(spans), device=dev).index_add_(0, group_t, torch.ones_like(tok))
+    return total / count.clamp_min(1)
+
+
 def lm_option_scores(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Module) -> torch.Tensor:
     """LM readout: mean log-probability of each option's answer tokens, ``[B, NB, K]`` float32,
     ``-inf`` on padded options.
@@ -122,25 +147,31 @@ def lm_option_scores(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Modul
     positions, not at all L.
     """
     B, NB, K = batch.option_mask.shape
-    rows, cols, targets, group = [], [], [], []
-    for b, j, k in batch.option_mask.nonzero().tolist():
-        start, end = int(batch.option_index[b, j, k]), int(batch.option_end[b, j, k])
-        reads = [int(batch.decide_index[b, j]), *range(start, end - 1)]
-        rows.extend([b] * len(reads))
-        cols.extend(reads)
-        targets.extend(range(start, end))
-        group.extend([(b * NB + j) * K + k] * len(reads))
-    dev = hidden.device
-    rows_t = torch.tensor(rows, dtype=torch.long, device=dev)
-    group_t = torch.tensor(group, dtype=torch.long, device=dev)
-    h = hidden[rows_t, torch.tensor(cols, dtype=torch.long, device=dev)]        # (N, d)
-    logp = torch.log_softmax(lm_head(h).float(), dim=-1)                       # (N, V)
-    target = batch.input_ids.to(dev)[rows_t, torch.tensor(targets, dtype=torch.long, device=dev)]  # (N,)
-    tok = logp.gather(1, target[:, None]).squeeze(1)                           # (N,)
-    total = torch.zeros(B * NB * K, device=dev).index_add_(0, group_t, tok)
-    count = torch.zeros(B * NB * K, device=dev).index_add_(0, group_t, torch.ones_like(tok))
-    scores = (total / count.clamp_min(1)).reshape(B, NB, K)
-    return scores.masked_fill(~batch.option_mask.to(dev), float("-inf"))
+    cells = batch.option_mask.nonzero().tolist()
+    spans = [(b, j, int(batch.option_index[b, j, k]), int(batch.option_end[b, j, k])) for b, j, k in cells]
+    flat = torch.full((B * NB * K,), float("-inf"), device=hidden.device)
+    flat[torch.tensor([(b * NB + j) * K + k for b, j, k in cells], dtype=torch.long, device=hidden.device)] = \
+        _mean_answer_logprob(hidden, batch, lm_head, spans)
+    return flat.reshape(B, NB, K)
+
+
+def lm_none_scores(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Module) -> torch.Tensor:
+    """LM readout with ``x_abstain``: mean log-probability of each branch's none answer
+    (:data:`kevlike.request.render.LM_ABSTAIN_ANSWER`, at ``none_index : none_end``), ``[B, NB]`` float32, read as
+    :func:`lm_option_scores` reads an option (0 on branches without one). With the options' scores ``z`` it gives
+    the abstention logit ``z_none − logsumexp_k z_k`` (:func:`abstain_logit`), the pointer head's formula.
+
+    Raises:
+        ValueError: the batch was packed without none answers."""
+    if batch.none_mask is None:
+        raise ValueError("this batch has no none answers: encode it with encode_lm(request, abstain=True)")
+    B, NB = batch.none_mask.shape
+    cells = batch.none_mask.nonzero().tolist()
+    out = torch.zeros(B * NB, device=hidden.device)
+    spans = [(b, j, int(batch.none_index[b, j]), int(batch.none_end[b, j])) for b, j in cells]
+    out[torch.tensor([b * NB + j for b, j in cells], dtype=torch.long, device=hidden.device)] = \
+        _mean_answer_logprob(hidden, batch, lm_head, spans)
+    return out.reshape(B, NB)
 
 
 def pool_orders(enc: EncodedRequest, z: torch.Tensor) -> list[torch.Tensor]:
@@ -196,7 +227,7 @@ class PointerReadout:
         """``[B, NB, K]`` float32 pointer logits, ``-inf`` on padding."""
         return pointer_logits(self.head, hidden, batch)
 
-    def none_logits(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor | None:
+    def none_logits(self, model: nn.Module, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor | None:
         """``[B, NB]`` float32 none-key logits (:func:`pointer_none_logits`), None without the capability."""
         return pointer_none_logits(self.head, hidden, batch) if self.head.abstain else None
 
@@ -208,22 +239,29 @@ class PointerReadout:
 class LMReadout:
     """The training-free baseline: the backbone's own mean log-probability of each option's answer text
     (:func:`lm_option_scores`), on the plain-text template; every answer is its own sub-branch whatever the
-    option mode, so it is order-free in both, and its temperatures are the plain ``choice`` ones."""
+    option mode, so it is order-free in both, and its temperatures are the plain ``choice`` ones.
+
+    Args:
+        abstain: also read ``x_abstain`` from the none answer's score (:func:`lm_none_scores`), one more
+            sub-branch per question in the same pass (a model whose manifest declares the capability).
+    """
 
     name = "lm"
     state_cache = False
     head = None
-    abstain = False
 
-    def none_logits(self, hidden: torch.Tensor, batch: PackedBatch) -> None:
-        """The LM readout has no abstention."""
-        return None
+    def __init__(self, abstain: bool = False):
+        self.abstain = bool(abstain)
+
+    def none_logits(self, model: nn.Module, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor | None:
+        """``[B, NB]`` float32 none-answer scores (:func:`lm_none_scores`), None without the capability."""
+        return lm_none_scores(hidden, batch, model.get_output_embeddings()) if self.abstain else None
 
     def layout(self, option_mode: str) -> str:
         return "set"
 
     def encode(self, encoder: Encoder, request: Request, option_mode: str) -> EncodedRequest:
-        return encoder.encode_lm(request)
+        return encoder.encode_lm(request, abstain=self.abstain)
 
     def logits(self, model: nn.Module, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """``[B, NB, K]`` float32 mean log-probabilities, ``-inf`` on padding."""
@@ -233,6 +271,12 @@ class LMReadout:
         return "list"
 
 
-def readout_for(head: PointerHead | None) -> PointerReadout | LMReadout:
-    """The readout of a model: its pointer head's, or the LM readout when it has none."""
-    return LMReadout() if head is None else PointerReadout(head)
+def readout_for(head: PointerHead | None, lm_abstain: bool = False) -> PointerReadout | LMReadout:
+    """The readout of a model: its pointer head's, or the LM readout when it has none (reading ``x_abstain``
+    with ``lm_abstain``, :class:`LMReadout`).
+
+    Raises:
+        ValueError: ``lm_abstain`` with a pointer head (its none key is the head's)."""
+    if head is not None and lm_abstain:
+        raise ValueError("lm_abstain is for the LM readout; a pointer head reads x_abstain with its none key")
+    return LMReadout(lm_abstain) if head is None else PointerReadout(head)

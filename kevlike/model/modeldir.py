@@ -113,12 +113,14 @@ class ModelDir:
 
 def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, head: PointerHead | None,
                         temperatures: TemperatureTable | None = None, extra: dict | None = None,
-                        adapter=None) -> Path:
+                        adapter=None, lm_abstain: bool = False) -> Path:
     """Write the directory. ``model`` is the backbone (or the peft model) whose input embeddings give the
     trained delimiter rows; ``adapter`` a peft model whose LoRA adapter is saved under ``adapter/``
     (without the embedding matrix: only the delimiter rows are trained, DESIGN §11). ``head`` None writes a model
     that answers with the LM readout (``"readout": "lm"``, no head file; its delimiter rows, which that readout's
-    template never uses, are kept untrained so that every decision model has the same files but the head)."""
+    template never uses, are kept untrained so that every decision model has the same files but the head);
+    ``lm_abstain`` declares ``x_abstain`` for such a model (read from its none answer,
+    :class:`kevlike.model.heads.LMReadout`)."""
     path = Path(path)
     d = ModelDir(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -141,7 +143,8 @@ def save_decision_model(path: str | Path, *, backbone: str, model, tokenizer, he
     d.write_manifest({"format": FORMAT, "backbone": str(backbone), "delimiters": list(DELIMITERS), "delimiter_ids": ids,
                       **({"head": {"d_model": head.d_model, "d_head": head.d_head}} if head is not None
                          else {"readout": "lm"}),
-                      **({"capabilities": [ABSTAIN]} if head is not None and head.abstain else {}), **(extra or {})})
+                      **({"capabilities": [ABSTAIN]} if (head.abstain if head is not None else lm_abstain) else {}),
+                      **(extra or {})})
     return path
 
 
@@ -229,15 +232,12 @@ def _head(path: Path, manifest: dict, device) -> tuple[PointerHead | None, Tempe
     already checked.
 
     Raises:
-        ValueError: an unknown ``readout``; ``x_abstain`` declared over a head file without its tensors, or by a
-            model of the LM readout."""
+        ValueError: an unknown ``readout``; ``x_abstain`` declared over a head file without its tensors."""
     d = ModelDir(path)
     readout = manifest.get("readout", "pointer")
     if readout not in READOUTS:
         raise ValueError(f"{path}: unknown readout {readout!r} in {d.MANIFEST} ({' or '.join(READOUTS)})")
-    if readout == "lm":
-        if ABSTAIN in manifest.get("capabilities", []):
-            raise ValueError(f"{path}: the manifest declares {ABSTAIN} but the LM readout has no none key")
+    if readout == "lm":   # x_abstain, if declared, is the none answer's score (kevlike.model.heads.LMReadout)
         return None, d.temperatures()
     h = manifest["head"]
     abstain = ABSTAIN in manifest.get("capabilities", [])

@@ -208,6 +208,6 @@ def cached_branch_outputs(engine, enc, state_cache: StateCache) -> tuple[list[to
     rows = SimpleNamespace(decide_index=torch.tensor([decide], device=dev), option_end=option_end,
                            option_mask=option_mask)
     z = engine.readout.logits(engine.model, h[None], rows)[0]
-    z_none = engine.readout.none_logits(h[None], rows)
+    z_none = engine.readout.none_logits(engine.model, h[None], rows)
     abstain = None if z_none is None else pool_abstain(enc, z.float().cpu(), z_none[0].cpu())
     return pool_orders(enc, z.float().cpu()), abstain, n_cached

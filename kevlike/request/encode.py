@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, replace
 
 from kevlike.config.engine import OPTION_MODES
-from kevlike.request.render import lm_answers, lm_prompt, lm_state, option_text, render_text
+from kevlike.request.render import LM_ABSTAIN_ANSWER, lm_answers, lm_prompt, lm_state, option_text, render_text
 from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError
 
 DELIMITERS = ("<state>", "<q>", "<opt>", "</opt>", "<decide>")
@@ -45,6 +45,8 @@ class EncodedBranch:
     option's answer tokens as a *sub-branch* packed after the prompt: it sees the state, the prompt
     and itself, not the other answers, and its positions restart right after the prompt — exactly
     the positions and context of a separate ``[state][prompt][answer]`` run, with the prompt encoded once.
+    ``none`` (LM template with ``x_abstain``) holds the tokens of :data:`~kevlike.request.render.LM_ABSTAIN_ANSWER`,
+    one more sub-branch after the answers, read like them and seen by none of them (empty without the capability).
     ``question`` is the index of the question in the request. ``order`` (pointer template) is the
     request index of the option in each slot (``()``: the request's own order); a question encoded
     in several orders has one branch per order (see :func:`option_orders`).
@@ -56,15 +58,16 @@ class EncodedBranch:
     answers: tuple[tuple[int, ...], ...] = ()
     question: int = 0
     order: tuple[int, ...] = ()
+    none: tuple[int, ...] = ()
 
     @property
     def n_tokens(self) -> int:
-        return len(self.ids) + sum(len(a) for a in self.answers)
+        return len(self.ids) + sum(len(a) for a in self.answers) + len(self.none)
 
     @property
     def span(self) -> int:
         """Positions the branch occupies after the state (prompt + longest sub-branch)."""
-        return len(self.ids) + max((len(a) for a in self.answers), default=0)
+        return len(self.ids) + max((len(a) for a in (*self.answers, self.none)), default=0)
 
 
 @dataclass(frozen=True)
@@ -268,17 +271,20 @@ class Encoder:
         return enc
 
     # -- LM readout template ---------------------------------------------------------------
-    def encode_lm(self, request: Request) -> EncodedRequest:
+    def encode_lm(self, request: Request, abstain: bool = False) -> EncodedRequest:
         """Plain-text ids for the LM readout: the state, then per question its prompt with one answer
-        sub-branch per option (see :class:`EncodedBranch`). No reserved id appears.
+        sub-branch per option (see :class:`EncodedBranch`), and with ``abstain`` one more, the none answer
+        (:data:`~kevlike.request.render.LM_ABSTAIN_ANSWER`, ``EncodedBranch.none``). No reserved id appears.
 
         Raises:
-            RequestError: status 413 as for :meth:`encode`.
+            RequestError: status 413 as for :meth:`encode` (the none answers count in the budget).
         """
         texts = [lm_state(request.state)]
         for q in request.questions:
             texts.append(lm_prompt(q))
             texts.extend(lm_answers(q))
+            if abstain:
+                texts.append(LM_ABSTAIN_ANSWER)
         self.precheck(texts)
         pieces = iter(self.text_ids(texts, budget=self.limits.max_request_tokens))
         state_ids = tuple(next(pieces))
@@ -286,7 +292,8 @@ class Encoder:
         for qi, q in enumerate(request.questions):
             prompt = tuple(next(pieces))
             answers = tuple(tuple(next(pieces)) for _ in q.options)
-            branches.append(EncodedBranch(prompt, len(prompt) - 1, answers=answers, question=qi))
+            none = tuple(next(pieces)) if abstain else ()
+            branches.append(EncodedBranch(prompt, len(prompt) - 1, answers=answers, question=qi, none=none))
         enc = EncodedRequest(state_ids, tuple(branches), len(request.questions))
         self.check_budget(enc, request)
         return enc

@@ -9,7 +9,8 @@ at S for every branch, so each branch sees exactly the positions of its separate
 
 A branch with answer sub-branches (the LM readout) is laid out ``[prompt][answer 1]…[answer K]``;
 ``option_ids`` are o ≥ 1 on answer o's tokens (0 elsewhere), and every answer's positions restart
-right after the prompt.
+right after the prompt. The LM readout's none answer (``x_abstain``, :attr:`EncodedBranch.none
+<kevlike.request.encode.EncodedBranch>`) is one more such sub-branch, after the answers (``option_ids`` K_b + 1).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class PackedBatch:
     option_end: torch.Tensor     # [B, NB, K] long: one past option k's last read token
     option_mask: torch.Tensor    # [B, NB, K] bool
     n_tokens: list[int]          # real (unpadded) tokens per request
+    none_index: torch.Tensor | None = None  # [B, NB] long: packed index of the none answer's first token (LM readout
+    none_end: torch.Tensor | None = None    # [B, NB] long: one past its last token              with x_abstain)
+    none_mask: torch.Tensor | None = None   # [B, NB] bool: the branch has a none answer; None: no branch has one
 
     def to(self, device) -> "PackedBatch":
         return PackedBatch(**{f.name: (getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), torch.Tensor)
@@ -74,6 +78,10 @@ def pack(requests: Sequence[EncodedRequest], pad_id: int, padding_side: str = "r
     option_index = torch.zeros((B, NB, K), dtype=torch.long)
     option_end = torch.zeros((B, NB, K), dtype=torch.long)
     option_mask = torch.zeros((B, NB, K), dtype=torch.bool)
+    with_none = any(b.none for r in requests for b in r.branches)
+    none_index = torch.zeros((B, NB), dtype=torch.long)
+    none_end = torch.zeros((B, NB), dtype=torch.long)
+    none_mask = torch.zeros((B, NB), dtype=torch.bool)
 
     for i, r in enumerate(requests):
         off = L - lengths[i] if padding_side == "left" else 0
@@ -104,6 +112,13 @@ def pack(requests: Sequence[EncodedRequest], pad_id: int, padding_side: str = "r
                 option_index[i, k, j] = a_start
                 option_end[i, k, j] = a_start + len(a)
                 option_mask[i, k, j] = True
+            if b.none:
+                a_start = off + len(ids)
+                ids.extend(b.none)
+                seg.extend([k + 1] * len(b.none))
+                pos.extend(range(S + n, S + n + len(b.none)))
+                opt.extend([len(b.answers) + 1] * len(b.none))
+                none_index[i, k], none_end[i, k], none_mask[i, k] = a_start, a_start + len(b.none), True
         n = len(ids)
         input_ids[i, off:off + n] = torch.tensor(ids, dtype=torch.long)
         segment_ids[i, off:off + n] = torch.tensor(seg, dtype=torch.long)
@@ -111,4 +126,5 @@ def pack(requests: Sequence[EncodedRequest], pad_id: int, padding_side: str = "r
         option_ids[i, off:off + n] = torch.tensor(opt, dtype=torch.long)
 
     return PackedBatch(input_ids, segment_ids, position_ids, option_ids, branch_mask, decide_index,
-                       option_index, option_end, option_mask, lengths)
+                       option_index, option_end, option_mask, lengths,
+                       *((none_index, none_end, none_mask) if with_none else ()))

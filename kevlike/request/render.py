@@ -129,6 +129,13 @@ def lm_prompt(question: Question) -> str:
     return "\n".join(lines)
 
 
+LM_ABSTAIN_ANSWER = " cannot tell"
+"""The continuation whose mean log-probability is the LM readout's none score (``x_abstain``, issue 33): read in
+its own answer sub-branch after the question prompt, beside the options' answers, so the options' scores are those
+of a model without it. An option whose answer text is the same words gets the same score (its ``x_abstain`` is then
+at most one half before calibration)."""
+
+
 def lm_answers(question: Question) -> list[str]:
     """The continuation scored for each option, in option order (leading space included)."""
     if question.type == "noul":

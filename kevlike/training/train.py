@@ -47,7 +47,9 @@ from kevlike.data.tasks import TaskMixture, eval_examples, training_scripts
 from kevlike.metrics import choice_records, records_from_logits, summarize
 from kevlike.model.backbones import EMBEDDED, ModelNotFoundError, load_backbone, resolve_model
 from kevlike.model.engine import Engine, backbone_hidden
-from kevlike.model.heads import PointerHead, abstain_logit, lm_option_scores, pointer_logits, pointer_none_logits
+from kevlike.model.heads import (
+    PointerHead, abstain_logit, lm_none_scores, lm_option_scores, pointer_logits, pointer_none_logits
+)
 from kevlike.model.modeldir import ModelDir, ensure_embedding_rows, save_decision_model
 from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
@@ -70,15 +72,19 @@ class DecisionModel(nn.Module):
     that reads ``x_abstain`` (``head.abstain``), the pair ``(logits, none logits [B, NB])``. Without a head, the
     LM readout's scores ``[B, NB, K]`` of a batch in its template (:meth:`Encoder.encode_lm
     <kevlike.request.encode.Encoder.encode_lm>`): each option's mean answer-token log-probability
-    (:func:`kevlike.model.heads.lm_option_scores`), the logits the serving engine reads for such a model.
+    (:func:`kevlike.model.heads.lm_option_scores`), the logits the serving engine reads for such a model; with
+    ``lm_abstain`` (a batch encoded with its none answers), the pair with the none answers' scores ``[B, NB]``
+    (:func:`kevlike.model.heads.lm_none_scores`).
     """
 
-    def __init__(self, lm: nn.Module, head: PointerHead | None, backend: str = "sdpa", head_only: bool = False):
+    def __init__(self, lm: nn.Module, head: PointerHead | None, backend: str = "sdpa", head_only: bool = False,
+                 lm_abstain: bool = False):
         super().__init__()
         self.lm = lm
         self.head = head
         self.backend = backend
         self.head_only = head_only   # phase A: the backbone's forward without autograd, only the head learns
+        self.lm_abstain = lm_abstain and head is None
 
     def causal_lm(self):
         """The HF causal LM inside the peft wrapper (LoRA layers injected in place)."""
@@ -89,7 +95,9 @@ class DecisionModel(nn.Module):
             hidden = backbone_hidden(self.causal_lm(), self.backend, batch.input_ids, batch.segment_ids,
                                      batch.position_ids, batch.option_ids)
         if self.head is None:
-            return lm_option_scores(hidden, batch, self.causal_lm().get_output_embeddings())
+            lm_head = self.causal_lm().get_output_embeddings()
+            z = lm_option_scores(hidden, batch, lm_head)
+            return (z, lm_none_scores(hidden, batch, lm_head)) if self.lm_abstain else z
         z = pointer_logits(self.head, hidden, batch)
         if self.head.abstain:
             return z, pointer_none_logits(self.head, hidden, batch)
@@ -152,7 +160,7 @@ def build_model(cfg: TrainConfig, device: str | None = None):
     if cfg.readout == "lm":       # no head: LoRA alone learns the backbone's LM readout
         if init is not None:
             _load_adapter(lm, init)
-        return DecisionModel(lm, None, backend=backend), tok, resolved
+        return DecisionModel(lm, None, backend=backend, lm_abstain=cfg.head.abstain), tok, resolved
     init_abstain = init is not None and "w_none" in ModelDir(init).head_weights()
     head = PointerHead(d, cfg.head.d_head or d, abstain=cfg.head.abstain or init_abstain)
     if init is not None:
@@ -238,7 +246,7 @@ def _init_artifact(cfg: TrainConfig, resolved) -> Path | None:
 
 
 def make_batch(examples: list[Example], encoder, device, modes: list[str] | None = None,
-               readout: str = "pointer") -> tuple[PackedBatch, dict]:
+               readout: str = "pointer", abstain: bool = False) -> tuple[PackedBatch, dict]:
     """Encode and pack examples; targets ``[B, NB, K]``, ``is_score [B, NB]``, ``cannot_tell [B, NB]`` (1.0 for a
     question of the example's ``cannot_tell``, the target of ``x_abstain``) and the twin pairs
     (``pairs_a``, ``pairs_b`` as ``(b, j)`` indices and ``perm [P, K]`` aligning b's options to a's: by key,
@@ -252,12 +260,12 @@ def make_batch(examples: list[Example], encoder, device, modes: list[str] | None
 
     ``readout``: ``"pointer"`` (the delimiter template, :meth:`Encoder.encode`) or ``"lm"`` (the LM readout's
     plain-text template, :meth:`Encoder.encode_lm`, whose options are order-free sub-branches, so its modes are
-    all ``"set"``)."""
+    all ``"set"``); ``abstain`` (LM readout): with each question's none answer, for ``x_abstain``."""
     if readout == "lm":
         modes = ["set"] * len(examples)
     modes = list(modes) if modes is not None else ["list"] * len(examples)
     reqs = [validate_request(e.request) for e in examples]
-    encoded = [encoder.encode_lm(r) if readout == "lm" else encoder.encode(r, m) for r, m in zip(reqs, modes)]
+    encoded = [encoder.encode_lm(r, abstain) if readout == "lm" else encoder.encode(r, m) for r, m in zip(reqs, modes)]
     batch = pack(encoded, encoder.pad_id).to(device)
     B, NB, K = batch.option_mask.shape
     targets = torch.zeros(B, NB, K)
@@ -371,7 +379,8 @@ def loss_terms(logits, batch: PackedBatch, aux: dict, cfg: TrainConfig) -> dict:
         out["readout"] = readout.detach()
     if lam_abstain > 0:
         if z_none is None:
-            raise ValueError("loss.abstain > 0 needs a head with the none key (head.abstain: true)")
+            raise ValueError("loss.abstain > 0 needs x_abstain: a head with the none key or the LM readout's none "
+                             "answer (head.abstain: true)")
         a = abstain_logit(logits[valid], z_none[valid])                         # (N,)
         bce = torch.nn.functional.binary_cross_entropy_with_logits(a, aux["cannot_tell"][valid])
         loss = loss + lam_abstain * bce
@@ -496,7 +505,8 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: TrainConfig, reso
     # phase abstain leaves every option logit as init_from's: its fitted temperatures still hold
     temperatures = ModelDir(parent).temperatures() if parent is not None and cfg.phase == "abstain" else None
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,
-                               temperatures=temperatures, extra=extra, adapter=model.lm)
+                               temperatures=temperatures, extra=extra, adapter=model.lm,
+                               lm_abstain=model.head is None and cfg.head.abstain)
 
 
 def plot_metrics(run_dir: Path) -> None:
@@ -685,7 +695,8 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
 
     # validation reads the training model through the serving engine, on the training backend (an engine of
     # another backend would switch the shared model's attention implementation under the training loop)
-    engine = Engine(inner.causal_lm(), tok, name=cfg.name, head=inner.head, backend=inner.backend)
+    engine = Engine(inner.causal_lm(), tok, name=cfg.name, head=inner.head, backend=inner.backend,
+                    lm_abstain=inner.lm_abstain)
     set_engine = (Engine(inner.causal_lm(), tok, name=cfg.name, head=inner.head, backend=inner.backend,
                          option_mode="set") if cfg.set_share > 0 else None)
 
@@ -727,7 +738,7 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
                 # each request's option mode, a function of (seed, step, draw): the same on resume
                 draw = random.Random(f"{cfg.seed}/{step}/{len(window)}")
                 modes = ["set" if draw.random() < cfg.set_share else "list" for _ in examples]
-                batch, aux = make_batch(examples, encoder, accelerator.device, modes, cfg.readout)
+                batch, aux = make_batch(examples, encoder, accelerator.device, modes, cfg.readout, cfg.head.abstain)
                 if teacher is not None:
                     t, taught = teacher_targets(teacher, aux["requests"], tuple(aux["targets"].shape))
                     aux["teacher"], aux["taught"] = t.to(accelerator.device), taught.to(accelerator.device)
