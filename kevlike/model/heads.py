@@ -112,10 +112,9 @@ def pool_abstain(enc: EncodedRequest, z: torch.Tensor, z_none: torch.Tensor) -> 
 
 
 def _mean_answer_logprob(hidden: torch.Tensor, batch: PackedBatch, lm_head: nn.Module,
-                         spans: list[tuple[int, int, int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+                         spans: list[tuple[int, int, int, int]]) -> torch.Tensor:
     """Mean log-probability of each answer sub-branch in ``spans`` (``(b, j, start, end)``: request b, branch j,
-    the answer at packed ``[start, end)``), ``[len(spans)]`` float32, and the answers' group index tensor. The
-    first answer token is scored by the branch's ``decide_index`` (the prompt's last token), each later one by the
+    the answer at packed ``[start, end)``), ``[len(spans)]`` float32. The first answer token is scored by the branch's ``decide_index`` (the prompt's last token), each later one by the
     answer token before it; the LM head is applied only at those positions."""
     rows, cols, targets, group = [], [], [], []
     for g, (b, j, start, end) in enumerate(spans):
