@@ -190,14 +190,14 @@ def test_qwen_model_packed_equals_separate_with_x_abstain():
 # --- the opt-in reading model, kevlike-reader (stage 35) ------------------------------------------------------
 
 def test_reader_model_is_a_complete_lm_readout_model_for_its_backbone():
-    """kevlike-reader's files (no backbone needed): an LM-readout model (no head file, no x_abstain) for the
-    registry entry's backbone and its pinned GGUF hash, with temperatures fitted on the validation half, every file
-    whole, and within the size the package can carry."""
+    """kevlike-reader's files (no backbone needed): an LM-readout model (no head file; x_abstain declared, read from
+    its none answer since stage 38) for the registry entry's backbone and its pinned GGUF hash, with temperatures
+    fitted on the validation half, every file whole, and within the size the package can carry."""
     from kevlike.model.modeldir import ModelDir
     from kevlike.model.registry import READER_ARTIFACT, READER_MODEL
 
     manifest = _shipped_manifest(READER_MODEL, READER_ARTIFACT, "qwen2.5-coder-1.5b-instruct", max_bytes=40_000_000)
-    assert ModelDir(READER_ARTIFACT).readout() == "lm" and ModelDir(READER_ARTIFACT).capabilities() == []
+    assert ModelDir(READER_ARTIFACT).readout() == "lm" and ModelDir(READER_ARTIFACT).capabilities() == ["x_abstain"]
     assert "head" not in manifest and not (READER_ARTIFACT / ModelDir.HEAD).exists()
     assert manifest["training"]["config"]["readout"] == "lm"
     cal = json.loads((READER_ARTIFACT / "calibration.json").read_text())
@@ -205,8 +205,9 @@ def test_reader_model_is_a_complete_lm_readout_model_for_its_backbone():
 
 
 def test_reader_model_packed_equals_separate():
-    """kevlike-reader on its backbone (fp32): it loads as an LM-readout model without a head or x_abstain, and
-    packed == separate (≤ 1e-5) through the trained LM readout. Skipped unless the 1.1 GB backbone is set up."""
+    """kevlike-reader on its backbone (fp32): it loads as an LM-readout model without a head, with x_abstain, and
+    packed == separate (≤ 1e-5) through the trained LM readout, x_abstain included. Skipped unless the 1.1 GB
+    backbone is set up."""
     from kevlike import Engine
     from kevlike.model.backbones import is_fetched
     from kevlike.model.registry import READER_MODEL
@@ -214,8 +215,10 @@ def test_reader_model_packed_equals_separate():
     if not is_fetched("qwen2.5-coder-1.5b-instruct"):
         pytest.skip("optional backbone not set up: kevlike fetch qwen2.5-coder-1.5b-instruct")
     eng = Engine.from_pretrained(READER_MODEL, dtype="float32", threads=1)
-    assert (eng.name, eng.head, eng.readout.name, eng.abstain) == (READER_MODEL, None, "lm", False)
+    assert (eng.name, eng.head, eng.readout.name, eng.abstain) == (READER_MODEL, None, "lm", True)
     req = json.loads(EXAMPLES[0].read_text())
     packed, separate = eng.decide(req), eng.decide(req, mode="separate")
     assert max_abs_diff(packed, separate) <= 1e-5
-    assert all("x_abstain" not in a for a in packed["answers"].values())
+    xp = {k: a["x_abstain"] for k, a in packed["answers"].items()}
+    assert set(xp) == set(req["questions"]) and all(0 <= v <= 1 for v in xp.values())
+    assert max(abs(xp[k] - separate["answers"][k]["x_abstain"]) for k in xp) <= 1e-5
