@@ -59,7 +59,10 @@ def test_abandoned_requests_are_dropped_before_their_forward_pass_and_never_reco
             c = socket.create_connection(("127.0.0.1", s.port))
             c.sendall(raw_request({"state": "the lazy dog", "questions": {"q": NOUL}}, f"gone-{i}"))
             gone.append(c)
-        time.sleep(0.5)      # read, tokenized and queued
+        deadline = time.time() + 30
+        while health(s)["waiting"] < 5 and time.time() < deadline:   # read, tokenized and queued (a loaded
+            time.sleep(0.1)                                            # machine takes longer than an idle one)
+        assert health(s)["waiting"] == 5, "the five requests were not queued behind the slow one"
         for c in gone:
             c.close()
         time.sleep(0.2)
