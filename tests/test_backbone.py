@@ -169,6 +169,14 @@ def test_qwen_model_is_a_complete_decision_model_for_its_backbone():
     assert manifest["option_mode"] == "set" and "choice:set" in cal["by_type"]
 
 
+def assert_x_abstain_packed_equals_separate(req: dict, packed: dict, separate: dict) -> None:
+    """Every question of ``req`` carries an x_abstain in [0, 1], equal packed and separate to 1e-5 (the Jev
+    probabilities are compared by ``max_abs_diff``, which does not read x_abstain)."""
+    xp = {k: a["x_abstain"] for k, a in packed["answers"].items()}
+    assert set(xp) == set(req["questions"]) and all(0 <= v <= 1 for v in xp.values())
+    assert max(abs(xp[k] - separate["answers"][k]["x_abstain"]) for k in xp) <= 1e-5
+
+
 def test_qwen_model_packed_equals_separate_with_x_abstain():
     """kevlike-qwen on its backbone (fp32): every answer carries x_abstain, and packed == separate (≤ 1e-5) for
     the Jev probabilities and x_abstain alike. Skipped unless the backbone is set up."""
@@ -182,9 +190,7 @@ def test_qwen_model_packed_equals_separate_with_x_abstain():
     req = json.loads(EXAMPLES[0].read_text())
     packed, separate = eng.decide(req), eng.decide(req, mode="separate")
     assert max_abs_diff(packed, separate) <= 1e-5
-    xp = {k: a["x_abstain"] for k, a in packed["answers"].items()}
-    assert set(xp) == set(req["questions"]) and all(0 <= v <= 1 for v in xp.values())
-    assert max(abs(xp[k] - separate["answers"][k]["x_abstain"]) for k in xp) <= 1e-5
+    assert_x_abstain_packed_equals_separate(req, packed, separate)
 
 
 # --- the opt-in reading model, kevlike-reader (stage 35) ------------------------------------------------------
@@ -219,6 +225,4 @@ def test_reader_model_packed_equals_separate():
     req = json.loads(EXAMPLES[0].read_text())
     packed, separate = eng.decide(req), eng.decide(req, mode="separate")
     assert max_abs_diff(packed, separate) <= 1e-5
-    xp = {k: a["x_abstain"] for k, a in packed["answers"].items()}
-    assert set(xp) == set(req["questions"]) and all(0 <= v <= 1 for v in xp.values())
-    assert max(abs(xp[k] - separate["answers"][k]["x_abstain"]) for k in xp) <= 1e-5
+    assert_x_abstain_packed_equals_separate(req, packed, separate)
