@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from serving import wait_healthy
 from tiny import REQUEST, make_engine, save_tiny_model
 
 
@@ -59,16 +60,6 @@ def test_port_is_checked_before_the_model(tmp_path):
     assert p.returncode == 3 and p.stderr.decode().startswith("kevlike: error: cannot listen on 127.0.0.1:")
 
 
-def _get(port, path, timeout=5.0):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        r = conn.getresponse()
-        return r.status, r.read()
-    finally:
-        conn.close()
-
-
 def _post(port, body, timeout=120.0):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -87,17 +78,8 @@ def start_server(model_dir, preexec_fn=None) -> tuple[subprocess.Popen, int]:
     default_hup = lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL)     # noqa: E731
     proc = subprocess.Popen(serve_cmd(port, "--model", model_dir), env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, preexec_fn=preexec_fn or default_hup)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stdout.read().decode()}")
-        try:
-            if _get(port, "/health")[0] == 200:
-                return proc, port
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("server did not start")
+    wait_healthy([(proc, port)])
+    return proc, port
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from kevlike.eval.loadtest import free_port
 
+from serving import wait_healthy
 from tiny import REQUEST, save_tiny_model
 
 NOUL = {"type": "noul", "instructions": "Is a fox mentioned?"}
@@ -29,16 +30,7 @@ class Server:
             [sys.executable, "-m", "kevlike", "serve", "--model", model_dir, "--port", str(self.port),
              "--log-level", "warning", *args],
             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stdout.read().decode()}")
-            try:
-                if self.request("GET", "/health")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError("server did not start")
+        wait_healthy([(self.proc, self.port)])
 
     def request(self, method, path, body=None, headers=None, timeout=120):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)

@@ -20,6 +20,7 @@ from kevlike.eval.loadtest import free_port
 from kevlike.service import feedback as fb
 from kevlike.service.feedback import FeedbackStore, StoreBusy, UnknownRequest, report
 
+from serving import wait_healthy
 from stores import store_url  # noqa: F401  (the fixture)
 from tiny import REQUEST, save_tiny_model
 
@@ -53,24 +54,7 @@ def _start_servers(model_dir, url, n):
                                  "--threads", "1", "--log-level", "warning", "--record", url],
                                 env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         servers.append((proc, port))
-    deadline = time.time() + 120
-    for proc, port in servers:
-        while True:
-            if proc.poll() is not None:
-                out = proc.stdout.read().decode()
-                for p, _ in servers:
-                    p.kill()
-                raise RuntimeError(f"server exited {proc.returncode}: {out}")
-            try:
-                if _call(port, "GET", "/health", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                for p, _ in servers:
-                    p.kill()
-                raise RuntimeError("server did not start within 120 s")
-            time.sleep(0.2)
+    wait_healthy(servers)
     return servers
 
 
