@@ -177,9 +177,9 @@ MODELS = {
     READER_MODEL: ModelEntry(
         name=READER_MODEL,
         backbone="qwen2.5-coder-1.5b-instruct",
-        description="Qwen2.5-Coder-1.5B-Instruct + LoRA r=8 trained through its own LM readout (no pointer head, no "
-                    "x_abstain): reads realistic pages best of the kevlike models, at about 10x kevlike-default's "
-                    "time per request; its backbone is a 1.1 GB download on first use (model card: "
+        description="Qwen2.5-Coder-1.5B-Instruct + LoRA r=8 trained through its own LM readout (no pointer head; "
+                    "x_abstain from its none answer): reads realistic pages best of the kevlike models, at about 10x "
+                    "kevlike-default's time per request; its backbone is a 1.1 GB download on first use (model card: "
                     "kevlike/models/reader/MODEL_CARD.md)",
         release_date="2026-12-06",
         artifact=str(READER_ARTIFACT),
@@ -189,8 +189,8 @@ MODELS = {
         backbone="",
         description="kevlike-default, kevlike-qwen and the bare Qwen2.5-Coder-0.5B's LM readout answering together, "
                     "their calibrated distributions mixed (a linear pool, weights chosen on the validation half): the "
-                    "most accurate answers kevlike gives, at the cost of three passes (model card: "
-                    "kevlike/models/ensemble/MODEL_CARD.md)",
+                    "most accurate on labelled classification (intents, spam, sentiment), at the cost of three "
+                    "passes (model card: kevlike/models/ensemble/MODEL_CARD.md)",
         release_date="2026-12-05",
         artifact=str(ENSEMBLE_ARTIFACT),
         members=(DEFAULT_MODEL, QWEN_MODEL, "qwen2.5-coder-0.5b-instruct"),
