@@ -2,13 +2,15 @@
 serving a tiny random Llama: every kind of traffic ran, no 5xx, no answered decision without its record, no
 outcome posted without its row, slow clients cut off with 408, and the server's RSS sampled throughout."""
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from kevlike.eval.loadtest import soak
+from kevlike.eval.loadtest import free_port, soak, wait_healthy
 
 from tiny import save_tiny_model
 
@@ -50,3 +52,38 @@ def test_soak_options_are_checked():
                        capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 2 and p.stderr == ("kevlike: error: --soak starts its own server (it reads the server's "
                                               "memory): drop --url\n")
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(self.status if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def _health_server(status: int) -> http.server.ThreadingHTTPServer:
+    """A loopback HTTP server in a daemon thread whose ``GET /health`` answers ``status``."""
+    handler = type("H", (_Health,), {"status": status})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_wait_healthy_returns_on_200_and_raises_on_exit_or_timeout():
+    ok, starting = _health_server(200), _health_server(503)
+    try:
+        wait_healthy(ok.server_address[1], lambda: True, 5)          # answers 200: returns
+        with pytest.raises(RuntimeError, match="exited while starting"):
+            wait_healthy(ok.server_address[1], lambda: False, 5)     # the process is gone: no wait at all
+        with pytest.raises(RuntimeError, match=r"did not answer /health within 1 s"):
+            wait_healthy(starting.server_address[1], lambda: True, 1)   # 503 (still loading) until the deadline
+        with pytest.raises(RuntimeError, match=r"within 0 s"):
+            wait_healthy(free_port(), lambda: True, 0)                # nothing listening
+    finally:
+        ok.shutdown()
+        starting.shutdown()

@@ -50,7 +50,6 @@ import logging
 import platform
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -69,6 +68,7 @@ from tokenizers import ByteLevelBPETokenizer
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
+from kevlike.eval.loadtest import free_port, wait_healthy
 from kevlike.model.engine import Engine
 from kevlike.runs import git_commit, machine
 from kevlike.service.server import ServerConfig, create_app
@@ -922,32 +922,10 @@ def _percentiles(xs):
 # --- the server -------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(base: str, alive, seconds: float = 300) -> None:
-
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if not alive():
-            raise RuntimeError("the server exited while starting")
-        try:
-            if requests.get(base + "/health", timeout=5).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"the server did not answer /health within {seconds:.0f} s")
-
-
 def serve_subprocess(model: str, log_path: Path, extra: list[str] = ()):
     """``kevlike serve --model MODEL`` on a free loopback port; returns ``(base_url, stop, errors)``:
     ``stop()`` sends SIGTERM and waits, ``errors()`` counts tracebacks / internal errors in the log."""
-    port = _free_port()
+    port = free_port()
     log = open(log_path, "wb")
     proc = subprocess.Popen([sys.executable, "-m", "kevlike", "serve", "--model", model, "--port", str(port),
                              "--log-level", "warning", *extra], stdout=log, stderr=subprocess.STDOUT)
@@ -968,7 +946,7 @@ def serve_subprocess(model: str, log_path: Path, extra: list[str] = ()):
         return text.count("Traceback") + text.count("internal error")
 
     try:
-        _wait_healthy(base, lambda: proc.poll() is None)
+        wait_healthy(port, lambda: proc.poll() is None)
     except RuntimeError:
         stop()
         raise
@@ -990,7 +968,7 @@ def serve_in_process(model: str):
 
     handler = Catch(logging.ERROR)
     logging.getLogger("kevlike.service.server").addHandler(handler)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, name="fuzz-server", daemon=True)
     thread.start()
@@ -1001,7 +979,7 @@ def serve_in_process(model: str):
         thread.join(60)
         logging.getLogger("kevlike.service.server").removeHandler(handler)
 
-    _wait_healthy(base, thread.is_alive)
+    wait_healthy(port, thread.is_alive)
     return base, stop, lambda: len(logged)
 
 # --- run --------------------------------------------------------------------------------------------

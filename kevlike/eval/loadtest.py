@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urlparse
 
 
@@ -78,9 +79,44 @@ def run_cell(host: str, port: int, bodies: list[bytes], concurrency: int, n_requ
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0 and released)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _health_status(port: int) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/health")
+        r = conn.getresponse()
+        r.read()
+        return r.status
+    finally:
+        conn.close()
+
+
+def wait_healthy(port: int, alive: Callable[[], bool], seconds: float = 300.0) -> None:
+    """Block until the server on 127.0.0.1:``port`` answers ``GET /health`` with 200 (polled every 0.3 s).
+
+    ``alive``: returns False once the server (process or thread) has stopped; ``seconds``: the wait, in seconds.
+
+    Raises:
+        RuntimeError: ``alive()`` turned False first ("the server exited while starting"), or ``seconds`` passed
+            without a 200. The caller stops the server.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        if not alive():
+            raise RuntimeError("the server exited while starting")
+        try:
+            if _health_status(port) == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not answer /health within {seconds:.0f} s")
+        time.sleep(0.3)
 
 
 def _spawn(model: str | None, extra: list[str], stdout=None) -> tuple[subprocess.Popen, int]:
@@ -89,19 +125,12 @@ def _spawn(model: str | None, extra: list[str], stdout=None) -> tuple[subprocess
     if model:
         cmd += ["--model", model]
     proc = subprocess.Popen(cmd, stdout=stdout, stderr=None if stdout is None else subprocess.STDOUT)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return proc, port
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("server did not start within 300 s")
+    try:
+        wait_healthy(port, lambda: proc.poll() is None)
+    except RuntimeError as e:
+        proc.kill()
+        raise SystemExit(f"{e} (exit code {proc.poll()})") from None
+    return proc, port
 
 
 def run(*, concurrency: str, requests: int, max_seconds: float, url: str | None = None, spawn: bool = False,
