@@ -608,3 +608,45 @@ def test_the_stored_curve_is_thinned_but_the_figures_use_all_of_it():
     a = abstention(recs)
     assert len(a["curve"]) == 21 and a["curve"][-1]["coverage"] == 1.0
     assert abs(a["accuracy_all"] - 0.9) < 1e-12
+
+
+def test_abstain_ts_turns_unknown_requirements_and_undetermined_records_into_cannot_tell():
+    state = "records and requirements"   # ts_row reads only the questions and their golds
+    req = {"state": state, "questions": {
+        "requirement_status": {"type": "choice", "instructions": "For R2, is C3 met, violated or unknown?",
+                               "criteria": {"met": None, "violated": None, "unknown": None}},
+        "probe_eligibility": {"type": "choice", "instructions": "What is the eligibility status of R2?",
+                              "criteria": {"eligible": None, "ineligible": None, "undetermined": None}}}}
+    for status, elig, met_gold, elig_gold in (("met", "eligible", "true", "true"), ("violated", "ineligible", "false", "false"),
+                                              ("unknown", "undetermined", None, None)):
+        out, gold, twins = abstain_data.ts_row(req, {"requirement_status": status, "probe_eligibility": elig},
+                                               random.Random(0))
+        assert twins == [] and out["state"] == state
+        assert gold == {"requirement_status": status, "probe_eligibility": elig, "met": met_gold, "eligible": elig_gold}
+        met, eligible = out["questions"]["met"], out["questions"]["eligible"]
+        assert met["type"] == eligible["type"] == "noul" and met["criteria"] is None
+        assert "R2" in met["instructions"] and "C3" in met["instructions"] and "R2" in eligible["instructions"]
+        assert met["instructions"] in [w.format(p="R2", c="C3") for w in abstain_data.TS_REQUIREMENT[1]]
+    # a choice in another form adds nothing
+    other = {"state": state, "questions": {"q": {"type": "choice", "instructions": "Which record is first?",
+                                                 "criteria": {"R1": None, "R2": None}}}}
+    assert abstain_data.ts_row(other, {"q": "R1"}, random.Random(0))[1] == {"q": "R1"}
+
+
+def test_abstain_ts_rows_are_a_typed_source_with_a_quarter_cannot_tell():
+    from kevlike.data import tasksource_gen
+    from kevlike.data.families import SOURCES, SYNTHETIC_SOURCES, family_example, source_rows
+    from kevlike.data.sources import DataUnavailableError
+    try:
+        base = tasksource_gen.rows("record_eligibility", "validation")
+    except DataUnavailableError as e:
+        pytest.skip(str(e))
+    rows = source_rows("abstain_ts", "validation")
+    assert SOURCES["abstain_ts"].kind == "typed" and "abstain_ts" in SYNTHETIC_SOURCES
+    assert len(rows) == len(base) == 40 and [r[0]["state"] for r in rows] == [b[0]["state"] for b in base]
+    golds = [g[q] for _, g, _ in rows for q in ("met", "eligible")]
+    assert len(golds) == 80 and golds.count(None) == 19          # 9 unknown requirements, 10 undetermined records
+    ex = family_example("abstain_ts", rows[0], random.Random(0))
+    assert ex.cannot_tell == frozenset(q for q in ("met", "eligible") if rows[0][1][q] is None)
+    for r in rows:
+        validate_request(r[0])

@@ -24,16 +24,30 @@ every other question trains ``x_abstain`` towards 0.
     :func:`kevlike.data.snli.rows` (train / validation by the premise hash, test = the official test file,
     evaluation only).
 
-Shares: both sources are meant to be a small part of a training mixture (``configs/abstain.yaml``: about 10 % of
+``abstain_ts`` (tasksource's ``record_eligibility`` generator, :mod:`kevlike.data.tasksource_gen`)
+    The generator's records and numbered requirements come with its rule that *explicitly absent information and
+    conflicting claims count as unknown*, and it asks, as choices, whether a requirement is "met, violated or
+    unknown" and whether a record is "eligible, ineligible or undetermined". Each row keeps up to three of the
+    generator's own questions (those choices included: "unknown" is an offered, answerable option there) and adds
+    the same two decisions as plain yes/no questions (:data:`TS_REQUIREMENT`, :data:`TS_ELIGIBLE`): met / eligible
+    → yes, violated / ineligible → no, **unknown / undetermined → cannot tell** — the text, by its own rules,
+    does not determine them. About a quarter of those yes/no questions are "cannot tell" (validation: 9 of 40
+    requirement questions, 10 of 40 eligibility questions). The splits are the generator's
+    (:func:`kevlike.data.tasksource_gen.rows`: disjoint by state). The other generators have no such case:
+    ``evidence_sufficiency``'s "is the claim sufficiently supported?" is decided by its stated rules (an
+    answerable no), and the probability questions of ``partial_observation_calibration`` are left out there.
+
+Shares: the sources are meant to be a small part of a training mixture (``configs/abstain.yaml``: about 10 % of
 the draws), so that answerable accuracy does not fall.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from functools import lru_cache
 
-from kevlike.data import reading, snli
+from kevlike.data import reading, snli, tasksource_gen
 from kevlike.data.sources import hash_split
 
 CANNOT_TELL = None
@@ -122,13 +136,47 @@ def snli_row(premise: str, hyps, rng: random.Random) -> tuple[dict, dict, list]:
     return {"state": premise, "questions": questions}, golds, []
 
 
+TS_REQUIREMENT = (re.compile(r"For (\S+), is (\S+) met, violated or unknown\?"),
+                  ("For {p}, is {c} met?", "Does {p} meet requirement {c}?", "Is requirement {c} satisfied by {p}?",
+                   "Does {p} satisfy {c}?"),
+                  {"met": "true", "violated": "false", "unknown": CANNOT_TELL})
+"""``record_eligibility``'s requirement choice: its pattern (groups: record, requirement), the yes/no wordings asked
+in its place, and the gold of each of its answers."""
+TS_ELIGIBLE = (re.compile(r"What is the eligibility status of (\S+)\?"),
+               ("Is {p} eligible?", "Does {p} qualify under the stated requirements?", "Is {p} an eligible record?",
+                "Does {p} meet every requirement?"),
+               {"eligible": "true", "ineligible": "false", "undetermined": CANNOT_TELL})
+"""``record_eligibility``'s eligibility choice (group: record), as :data:`TS_REQUIREMENT`."""
+
+
+def ts_row(req: dict, gold: dict, rng: random.Random) -> tuple[dict, dict, list]:
+    """One ``abstain_ts`` row from a ``ts_record_eligibility`` row ``(req, gold)`` (module docstring): up to three
+    of its questions, shuffled, then the yes/no form of its requirement and eligibility choices (ids ``met``,
+    ``eligible``; gold ``"true"``, ``"false"`` or :data:`CANNOT_TELL`). A choice whose text or answer is not the
+    generator's known form adds nothing."""
+    ids = list(req["questions"])
+    rng.shuffle(ids)
+    questions = {q: req["questions"][q] for q in ids[:3]}
+    golds = {q: gold[q] for q in questions}
+    for qid, (pattern, wordings, answers) in (("met", TS_REQUIREMENT), ("eligible", TS_ELIGIBLE)):
+        for q, spec in req["questions"].items():
+            m = pattern.fullmatch(spec["instructions"])
+            if spec["type"] == "choice" and m and gold[q] in answers:
+                text = rng.choice(wordings).format(p=m.group(1), c=m.group(2) if m.re.groups > 1 else "")
+                questions[qid] = {"type": "noul", "instructions": text, "criteria": None}
+                golds[qid] = answers[gold[q]]
+                break
+    return {"state": req["state"], "questions": questions}, golds, []
+
+
 @lru_cache(maxsize=None)
 def rows(source: str, split: str) -> tuple:
-    """Seeded rows of a split of ``abstain_docs`` or ``abstain_snli`` (module docstring).
+    """Seeded rows of a split of ``abstain_docs``, ``abstain_snli`` or ``abstain_ts`` (module docstring).
 
     Raises:
         ValueError: unknown source or split.
-        kevlike.data.sources.DataUnavailableError: ``abstain_snli`` before ``kevlike fetch snli``.
+        kevlike.data.sources.DataUnavailableError: ``abstain_snli`` before ``kevlike fetch snli``; ``abstain_ts``
+            without the tasksource package.
     """
     if split not in reading.SPLIT_SEEDS:
         raise ValueError(f"split must be one of {tuple(reading.SPLIT_SEEDS)}, got {split!r}")
@@ -143,4 +191,7 @@ def rows(source: str, split: str) -> tuple:
                          if (hash_split(x[0]) == "test") == (split == "validation"))
             prem = prem[:SPLIT_SIZES["validation"]] if split == "validation" else prem
         return tuple(snli_row(p, hyps, random.Random(f"abstain_snli:{p}")) for p, hyps in prem)
-    raise ValueError(f"unknown abstention source {source!r} (known: abstain_docs, abstain_snli)")
+    if source == "abstain_ts":
+        return tuple(ts_row(req, gold, random.Random(f"abstain_ts:{split}:{i}"))
+                     for i, (req, gold) in enumerate(tasksource_gen.rows("record_eligibility", split)))
+    raise ValueError(f"unknown abstention source {source!r} (known: abstain_docs, abstain_snli, abstain_ts)")

