@@ -11,7 +11,8 @@ Confidence is arithmetic on the distribution, never a learned second estimate.
 
 kevlike extension (models with the ``x_abstain`` capability, docs/guide/abstention.md): every answer also
 carries ``x_abstain`` ∈ [0, 1], the probability that the state does not determine the answer; with a
-threshold, an answer whose ``x_abstain`` is above it also carries ``"x_abstained": true``. The Jev fields
+threshold, an answer whose ``x_abstain`` is above it — or, with the other threshold, whose P(right)
+``= (1 − x_abstain) · max_k p_k`` is below it — also carries ``"x_abstained": true``. The Jev fields
 are never removed or changed: they stay the distribution given that the question is answerable.
 """
 
@@ -39,7 +40,7 @@ def score_confidence(probs: Sequence[float]) -> float:
 
 
 def answer(question: Question, probs: Sequence[float], x_abstain: float | None = None,
-           abstain_above: float | None = None) -> dict:
+           abstain_above: float | None = None, right_below: float | None = None) -> dict:
     """One question's answer object.
 
     Args:
@@ -48,11 +49,15 @@ def answer(question: Question, probs: Sequence[float], x_abstain: float | None =
         x_abstain: the probability that the state does not determine the answer (models with the
             capability); None: no ``x_abstain`` field (the Jev answer alone).
         abstain_above: with ``x_abstain``, add ``"x_abstained": true`` when ``x_abstain > abstain_above``.
+        right_below: with ``x_abstain``, add ``"x_abstained": true`` when P(right) ``= (1 − x_abstain) ·
+            max(probs) < right_below`` (the probability that the text answers the question *and* the top option
+            is right; :func:`kevlike.metrics.p_right`).
     """
     out = _jev_answer(question, probs)
     if x_abstain is not None:
         out["x_abstain"] = float(x_abstain)
-        if abstain_above is not None and x_abstain > abstain_above:
+        if (abstain_above is not None and x_abstain > abstain_above) or \
+                (right_below is not None and (1.0 - x_abstain) * max(probs) < right_below):
             out["x_abstained"] = True
     return out
 

@@ -78,6 +78,7 @@ class Request:
     model: str | None = None
     ignored_fields: tuple[str, ...] = ()
     x_abstain_above: float | None = None
+    x_right_below: float | None = None
 
 
 class RequestError(ValueError):
@@ -461,6 +462,13 @@ def _abstain_above(v: Any) -> Any:
     return v
 
 
+def _right_below(v: Any) -> Any:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1):
+        _fail("value_error", f"must be a probability from 0 to 1 (answers whose P(right) = (1 - x_abstain) * top "
+                             f"probability is below it get \"x_abstained\": true), got {json.dumps(v)[:60]}")
+    return v
+
+
 class RequestBody(BaseModel):
     """The body of ``POST /v1/systemone``. Unknown top-level fields are ignored (Jev does too) and named in
     the ``x-kevlike-ignored-fields`` response header; unknown fields inside a question are errors."""
@@ -475,6 +483,10 @@ class RequestBody(BaseModel):
         None, description="kevlike extension: answers whose x_abstain is above this probability also carry "
                           "\"x_abstained\": true (models with the x_abstain capability; default: the server's "
                           "--abstain-above, else none)")
+    x_right_below: Annotated[Optional[float], BeforeValidator(_right_below)] = Field(
+        None, description="kevlike extension: answers whose P(right) = (1 - x_abstain) * the top option's "
+                          "probability is below this probability also carry \"x_abstained\": true (models with the "
+                          "x_abstain capability; default: the server's --right-below, else none)")
 
 
 _MISSING = {
@@ -558,5 +570,6 @@ def validate_request(obj: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
         questions.append(Question(id=qid, type=q.type, instructions=q.instructions, options=options))
     ignored = tuple(k for k in obj if k not in RequestBody.model_fields)
     above = None if body.x_abstain_above is None else float(body.x_abstain_above)
+    below = None if body.x_right_below is None else float(body.x_right_below)
     return Request(state=obj["state"], questions=tuple(questions), model=body.model, ignored_fields=ignored,
-                   x_abstain_above=above)
+                   x_abstain_above=above, x_right_below=below)
