@@ -455,18 +455,19 @@ def _model_name(v: Any) -> Any:
     return v
 
 
-def _abstain_above(v: Any) -> Any:
-    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1):
-        _fail("value_error", f"must be a probability from 0 to 1 (answers whose x_abstain is above it get "
-                             f"\"x_abstained\": true), got {json.dumps(v)[:60]}")
-    return v
+def _threshold(what: str):
+    """A validator of a top-level probability threshold: None, or an int or float from 0 to 1 (not a bool);
+    ``what`` says what the threshold does, in the error."""
+    def check(v: Any) -> Any:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1):
+            _fail("value_error", f"must be a probability from 0 to 1 ({what}), got {json.dumps(v)[:60]}")
+        return v
+    return check
 
 
-def _right_below(v: Any) -> Any:
-    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1):
-        _fail("value_error", f"must be a probability from 0 to 1 (answers whose P(right) = (1 - x_abstain) * top "
-                             f"probability is below it get \"x_abstained\": true), got {json.dumps(v)[:60]}")
-    return v
+_abstain_above = _threshold("answers whose x_abstain is above it get \"x_abstained\": true")
+_right_below = _threshold("answers whose P(right) = (1 - x_abstain) * top probability is below it get "
+                          "\"x_abstained\": true")
 
 
 class RequestBody(BaseModel):
