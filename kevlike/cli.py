@@ -773,7 +773,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--mode", choices=["packed", "separate"], default="packed",
                    help="packed: one forward pass for all questions; separate: one per question (the reference)")
     _add(d, engine, "dtype", "script_policy", "option_orders", "option_mode", "profile", "max_options", "abstain_above",
-         "right_below")
+         "p_right_below")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
     _add(d, engine, "threads", "quantize")
@@ -816,7 +816,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-keys-file", default=None,
                    help="file with one bearer key per line (also: KEVLIKE_API_KEYS, comma-separated; "
                         "default: no keys, no authentication)")
-    _add(s, server, "header_timeout_s", "body_timeout_s", "max_connections", "abstain_above", "right_below", "record", "record_state",
+    _add(s, server, "header_timeout_s", "body_timeout_s", "max_connections", "abstain_above", "p_right_below", "record", "record_state",
          "log_level")
     s.set_defaults(func=_cmd_serve)
 

@@ -24,5 +24,6 @@ def wait_healthy(servers: list[tuple[subprocess.Popen, int]], timeout: float = 1
         except RuntimeError as e:
             for p, _ in servers:
                 p.kill()
-            out = proc.stdout.read().decode() if proc.returncode is not None and proc.stdout else ""
-            raise RuntimeError(f"{e} (exit code {proc.poll()}): {out}") from None
+                p.wait(10)
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            raise RuntimeError(f"{e} (exit code {proc.returncode}; {timeout:g} s for all): {out}") from None

@@ -137,43 +137,44 @@ def _p_right(a: dict) -> float:
     return (1 - a["x_abstain"]) * top
 
 
-def test_right_below_abstains_where_p_right_is_low_and_never_removes_jev_fields(eng):
+def test_p_right_below_abstains_where_p_right_is_low_and_never_removes_jev_fields(eng):
     base = eng.decide(REQUEST)
     pr = {k: _p_right(a) for k, a in base["answers"].items()}
-    t = sorted(pr.values())[2]                         # the two lowest P(right) are below it
-    out = eng.decide({**REQUEST, "x_right_below": t})
+    low = sorted(pr.values())
+    t = (low[1] + low[2]) / 2                          # the two lowest P(right) are below it (midway: no float tie)
+    out = eng.decide({**REQUEST, "x_p_right_below": t})
     flagged = {k for k, a in out["answers"].items() if a.get("x_abstained")}
     assert flagged == {k for k, v in pr.items() if v < t} and len(flagged) == 2
     for k, a in out["answers"].items():                # the same answers, the flag added and nothing else
         assert {f: v for f, v in a.items() if f != "x_abstained"} == base["answers"][k]
     # either threshold flags: x_abstain above 1 never, P(right) below 0 never, so each alone decides
-    both = eng.decide({**REQUEST, "x_right_below": t, "x_abstain_above": 1.0})
+    both = eng.decide({**REQUEST, "x_p_right_below": t, "x_abstain_above": 1.0})
     assert {k for k, a in both["answers"].items() if a.get("x_abstained")} == flagged
     x = _x(base)
     lowest = min(x.values())
-    both = eng.decide({**REQUEST, "x_right_below": 0.0, "x_abstain_above": lowest})
+    both = eng.decide({**REQUEST, "x_p_right_below": 0.0, "x_abstain_above": lowest})
     assert {k for k, a in both["answers"].items() if a.get("x_abstained")} == {k for k, v in x.items() if v > lowest}
     for bad in (1.5, -0.1, True, "0.5"):
-        with pytest.raises(Exception, match="x_right_below: must be a probability from 0 to 1"):
-            eng.decide({**REQUEST, "x_right_below": bad})
+        with pytest.raises(Exception, match="x_p_right_below: must be a probability from 0 to 1"):
+            eng.decide({**REQUEST, "x_p_right_below": bad})
     from kevlike.config.engine import EngineOptions
-    with pytest.raises(ValueError, match="^right_below must be a probability from 0 to 1, got 2$"):
-        EngineOptions(right_below=2)
+    with pytest.raises(ValueError, match="^p_right_below must be a probability from 0 to 1, got 2$"):
+        EngineOptions(p_right_below=2)
 
 
-def test_right_below_by_hand():
+def test_p_right_below_by_hand():
     from kevlike.request.answers import answer
     from kevlike.request.schema import Option, Question
     noul = Question(id="q", type="noul", instructions="?", options=(Option("true", None), Option("false", None)))
     # P(right) = (1 − 0.2) · max(0.3, 0.7) = 0.56
-    assert answer(noul, [0.3, 0.7], x_abstain=0.2, right_below=0.57)["x_abstained"] is True
-    assert "x_abstained" not in answer(noul, [0.3, 0.7], x_abstain=0.2, right_below=0.55)
-    assert "x_abstained" not in answer(noul, [0.3, 0.7], right_below=0.99)     # no x_abstain: no flag, no field
+    assert answer(noul, [0.3, 0.7], x_abstain=0.2, p_right_below=0.57)["x_abstained"] is True
+    assert "x_abstained" not in answer(noul, [0.3, 0.7], x_abstain=0.2, p_right_below=0.55)
+    assert "x_abstained" not in answer(noul, [0.3, 0.7], p_right_below=0.99)     # no x_abstain: no flag, no field
     pick = Question(id="c", type="choice", instructions="?", options=(Option("a", None), Option("b", None),
                                                                        Option("c", None)))
     # (1 − 0.5) · 0.6 = 0.30
-    assert answer(pick, [0.6, 0.3, 0.1], x_abstain=0.5, right_below=0.31)["x_abstained"] is True
-    assert "x_abstained" not in answer(pick, [0.6, 0.3, 0.1], x_abstain=0.5, right_below=0.29)
+    assert answer(pick, [0.6, 0.3, 0.1], x_abstain=0.5, p_right_below=0.31)["x_abstained"] is True
+    assert "x_abstained" not in answer(pick, [0.6, 0.3, 0.1], x_abstain=0.5, p_right_below=0.29)
 
 
 def test_the_abstention_temperature_scales_the_logit(eng):

@@ -252,7 +252,7 @@ def test_option_orders_limit_in_cli_and_engine(tmp_path, capsys):
         assert cli.main([*argv, "--option-orders", "-1"]) == 2
         assert capsys.readouterr().err == "kevlike: error: --option-orders must be >= 0, got -1\n"
     for argv in (["decide", str(req)], ["serve"]):
-        for flag in ("--abstain-above", "--right-below"):
+        for flag in ("--abstain-above", "--p-right-below"):
             assert cli.main([*argv, flag, "1.5"]) == 2, (argv, flag)
             assert capsys.readouterr().err == f"kevlike: error: {flag} must be a probability from 0 to 1, got 1.5\n"
     assert time.perf_counter() - t0 < 60  # rejected up front: no model is loaded, nothing is served

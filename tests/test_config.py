@@ -26,7 +26,7 @@ from kevlike.config.server import ServerConfig
     ("option_orders", 1.0, "option_orders must be an integer from 0 to 24, got 1"),
     ("abstain_above", math.nan, "abstain_above must be a probability from 0 to 1, got nan"),
     ("abstain_above", 1.5, "abstain_above must be a probability from 0 to 1, got 1.5"),
-    ("right_below", -0.5, "right_below must be a probability from 0 to 1, got -0.5"),
+    ("p_right_below", -0.5, "p_right_below must be a probability from 0 to 1, got -0.5"),
     ("threads", 0, "threads must be 'auto' or an integer from 1 to 256, got 0"),
     ("dtype", "fp16", "dtype must be one of auto, float32, bfloat16, got 'fp16'"),
     ("option_mode", "bag", "option_mode must be one of list, set, got 'bag'"),

@@ -3,7 +3,7 @@
 ``Engine.from_pretrained``, ``Engine``, ``kevlike serve`` (:class:`kevlike.config.server.ServerConfig`), the
 evaluation suites and the tools take one :class:`EngineOptions`; the command line generates its
 ``--dtype``, ``--quantize``, ``--threads``, ``--option-mode``, ``--option-orders``, ``--script-policy``,
-``--profile``, ``--state-cache-mb``, ``--abstain-above`` and ``--max-options`` from its fields.
+``--profile``, ``--state-cache-mb``, ``--abstain-above``, ``--p-right-below`` and ``--max-options`` from its fields.
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ class EngineOptions(Section):
             the model was not trained on; :mod:`kevlike.request.writing_systems`).
         abstain_above: answers of a model with ``x_abstain`` above it also carry ``"x_abstained": true`` (a
             request's ``x_abstain_above`` overrides it); the Jev fields stay.
-        right_below: answers of a model with ``x_abstain`` whose P(right) ``= (1 − x_abstain) · max_k p_k`` is
-            below it also carry ``"x_abstained": true`` (a request's ``x_right_below`` overrides it): abstain when
+        p_right_below: answers of a model with ``x_abstain`` whose P(right) ``= (1 − x_abstain) · max_k p_k`` is
+            below it also carry ``"x_abstained": true`` (a request's ``x_p_right_below`` overrides it): abstain when
             the answer is likely wrong, not only when the text leaves it open (:func:`kevlike.metrics.p_right`).
         limits: the request limits.
 
@@ -150,10 +150,10 @@ class EngineOptions(Section):
         None, number(0, 1, says="a probability from 0 to 1"), "models with x_abstain: answers whose x_abstain is "
         "above P also carry \"x_abstained\": true; a request's x_abstain_above overrides it (the Jev fields stay; "
         "docs/guide/abstention.md; default: none, no x_abstained)", metavar="P")
-    right_below: float | None = setting(
+    p_right_below: float | None = setting(
         None, number(0, 1, says="a probability from 0 to 1"), "models with x_abstain: answers whose P(right) = "
         "(1 - x_abstain) * top option's probability is below P also carry \"x_abstained\": true, so a likely wrong "
-        "answer abstains too; a request's x_right_below overrides it (docs/guide/abstention.md; default: none)",
+        "answer abstains too; a request's x_p_right_below overrides it (docs/guide/abstention.md; default: none)",
         metavar="P")
     limits: Limits = DEFAULT_LIMITS
 

@@ -35,7 +35,7 @@ every other question trains ``x_abstain`` towards 0.
     requirement questions, 10 of 40 eligibility questions). The splits are the generator's
     (:func:`kevlike.data.tasksource_gen.rows`: disjoint by state). The other generators have no such case:
     ``evidence_sufficiency``'s "is the claim sufficiently supported?" is decided by its stated rules (an
-    answerable no), and the probability questions of ``partial_observation_calibration`` are left out there.
+    answerable no), and ``partial_observation_calibration`` is not used at all (:data:`kevlike.data.tasksource_gen.SKIPPED`).
 
 Shares: the sources are meant to be a small part of a training mixture (``configs/abstain.yaml``: about 10 % of
 the draws), so that answerable accuracy does not fall.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
+import math
 import os
 import signal
 import socket
@@ -99,12 +100,16 @@ def _health_status(port: int) -> int:
 def wait_healthy(port: int, alive: Callable[[], bool], seconds: float = 300.0) -> None:
     """Block until the server on 127.0.0.1:``port`` answers ``GET /health`` with 200 (polled every 0.3 s).
 
-    ``alive``: returns False once the server (process or thread) has stopped; ``seconds``: the wait, in seconds.
+    ``alive``: returns False once the server (process or thread) has stopped; ``seconds``: the wait, in seconds
+    (≥ 0; at least one probe is made, and a probe may take up to 5 s past it).
 
     Raises:
+        ValueError: ``seconds`` is negative or not finite.
         RuntimeError: ``alive()`` turned False first ("the server exited while starting"), or ``seconds`` passed
             without a 200. The caller stops the server.
     """
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
     deadline = time.monotonic() + seconds
     while True:
         if not alive():
@@ -112,10 +117,10 @@ def wait_healthy(port: int, alive: Callable[[], bool], seconds: float = 300.0) -
         try:
             if _health_status(port) == 200:
                 return
-        except OSError:
+        except (OSError, http.client.HTTPException):    # not listening yet, or not an HTTP server on the port
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the server did not answer /health within {seconds:.0f} s")
+            raise RuntimeError(f"the server did not answer /health within {seconds:.3g} s")
         time.sleep(0.3)
 
 
@@ -129,7 +134,7 @@ def _spawn(model: str | None, extra: list[str], stdout=None) -> tuple[subprocess
         wait_healthy(port, lambda: proc.poll() is None)
     except RuntimeError as e:
         proc.kill()
-        raise SystemExit(f"{e} (exit code {proc.poll()})") from None
+        raise SystemExit(f"{e} (exit code {proc.wait()})") from None
     return proc, port
 
 

@@ -200,7 +200,7 @@ class Engine:
         option_mode = options.option_mode or "list"
         self.option_orders = 1 if options.option_orders is None else options.option_orders
         self.abstain_above = options.abstain_above
-        self.right_below = options.right_below
+        self.p_right_below = options.p_right_below
         self.option_mode = option_mode
         self.readout = readout_for(head, lm_abstain)
         self.sliding_window = sliding_window(model)
@@ -595,9 +595,9 @@ class Engine:
             answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
         else:
             above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
-            below = request.x_right_below if request.x_right_below is not None else self.right_below
+            below = request.x_p_right_below if request.x_p_right_below is not None else self.p_right_below
             answers = {q.id: answer(q, p.tolist(), x_abstain=self.abstain_probability(a), abstain_above=above,
-                                    right_below=below)
+                                    p_right_below=below)
                        for q, p, a in zip(request.questions, probs, abstain)}
         out = {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0},
                "x_input": report.as_dict(self.script_trained(report.script))}

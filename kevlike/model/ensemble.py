@@ -240,7 +240,7 @@ class EnsembleEngine:
         name: the model name responses report.
         temperatures: the mixture's own calibration (default: served as mixed, T = 1).
         artifact_dir: the ensemble's directory (calibration is written there).
-        abstain_above, right_below: as :class:`kevlike.config.engine.EngineOptions`.
+        abstain_above, p_right_below: as :class:`kevlike.config.engine.EngineOptions`.
 
     Raises:
         ValueError: no members, a count mismatch, or weights that are negative or do not sum to 1 (per type).
@@ -255,7 +255,7 @@ class EnsembleEngine:
 
     def __init__(self, members: Sequence, weights: Sequence[float | dict[str, float]], *, name: str,
                  temperatures: TemperatureTable | None = None, artifact_dir: Path | None = None,
-                 abstain_above: float | None = None, right_below: float | None = None):
+                 abstain_above: float | None = None, p_right_below: float | None = None):
         if not members or len(members) != len(weights):
             raise ValueError(f"an ensemble needs one weight per member (got {len(members)} members, "
                              f"{len(weights)} weights)")
@@ -269,7 +269,7 @@ class EnsembleEngine:
         self.temperatures = temperatures or TemperatureTable(source=UNCALIBRATED)
         self.artifact_dir = artifact_dir
         self.abstain_above = abstain_above
-        self.right_below = right_below
+        self.p_right_below = p_right_below
         self.limits = self.members[0].limits
         self.device = self.members[0].device
         self.thread_policy = self.members[0].thread_policy
@@ -307,7 +307,7 @@ class EnsembleEngine:
         table = read_temperatures(cal) if cal.is_file() else None
         out = cls(engines, [m.weight for m in members], name=name or str(path), temperatures=table,
                   artifact_dir=path, abstain_above=options.abstain_above,
-                  right_below=options.right_below)
+                  p_right_below=options.p_right_below)
         return out.with_profile(options.profile) if options.profile is not None else out
 
     def describe(self) -> str:
@@ -430,7 +430,7 @@ class EnsembleEngine:
         probs = [table.readout(q.type, p) for q, p in zip(request.questions, tempered)]
         pre = {q.id: p.tolist() for q, p in zip(request.questions, tempered) if table.reads_normal(q.type, len(q.options))}
         above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
-        below = request.x_right_below if request.x_right_below is not None else self.right_below
+        below = request.x_p_right_below if request.x_p_right_below is not None else self.p_right_below
         mixed_x = None
         if self.abstain:
             mixed_x = self._mixed_abstain(request, [torch.tensor([responses[i]["answers"][q.id]["x_abstain"]
@@ -439,7 +439,7 @@ class EnsembleEngine:
         answers = {}
         for i, (q, p) in enumerate(zip(request.questions, probs)):
             extra = {} if mixed_x is None else {"x_abstain": self.abstain_probability(_logit(mixed_x[i])),
-                                                "abstain_above": above, "right_below": below}
+                                                "abstain_above": above, "p_right_below": below}
             answers[q.id] = answer(q, p.tolist(), **extra)
         out = {"model": self.name, "answers": answers,
                "usage": {"input_tokens": sum(r["usage"]["input_tokens"] for r in responses), "output_tokens": 0},

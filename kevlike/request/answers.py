@@ -40,7 +40,7 @@ def score_confidence(probs: Sequence[float]) -> float:
 
 
 def answer(question: Question, probs: Sequence[float], x_abstain: float | None = None,
-           abstain_above: float | None = None, right_below: float | None = None) -> dict:
+           abstain_above: float | None = None, p_right_below: float | None = None) -> dict:
     """One question's answer object.
 
     Args:
@@ -49,15 +49,15 @@ def answer(question: Question, probs: Sequence[float], x_abstain: float | None =
         x_abstain: the probability that the state does not determine the answer (models with the
             capability); None: no ``x_abstain`` field (the Jev answer alone).
         abstain_above: with ``x_abstain``, add ``"x_abstained": true`` when ``x_abstain > abstain_above``.
-        right_below: with ``x_abstain``, add ``"x_abstained": true`` when P(right) ``= (1 − x_abstain) ·
-            max(probs) < right_below`` (the probability that the text answers the question *and* the top option
+        p_right_below: with ``x_abstain``, add ``"x_abstained": true`` when P(right) ``= (1 − x_abstain) ·
+            max(probs) < p_right_below`` (the probability that the text answers the question *and* the top option
             is right; :func:`kevlike.metrics.p_right`).
     """
     out = _jev_answer(question, probs)
     if x_abstain is not None:
         out["x_abstain"] = float(x_abstain)
         if (abstain_above is not None and x_abstain > abstain_above) or \
-                (right_below is not None and (1.0 - x_abstain) * max(probs) < right_below):
+                (p_right_below is not None and (1.0 - x_abstain) * max(probs) < p_right_below):
             out["x_abstained"] = True
     return out
 

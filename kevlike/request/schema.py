@@ -78,7 +78,7 @@ class Request:
     model: str | None = None
     ignored_fields: tuple[str, ...] = ()
     x_abstain_above: float | None = None
-    x_right_below: float | None = None
+    x_p_right_below: float | None = None
 
 
 class RequestError(ValueError):
@@ -466,7 +466,7 @@ def _threshold(what: str):
 
 
 _abstain_above = _threshold("answers whose x_abstain is above it get \"x_abstained\": true")
-_right_below = _threshold("answers whose P(right) = (1 - x_abstain) * top probability is below it get "
+_p_right_below = _threshold("answers whose P(right) = (1 - x_abstain) * top probability is below it get "
                           "\"x_abstained\": true")
 
 
@@ -484,10 +484,10 @@ class RequestBody(BaseModel):
         None, description="kevlike extension: answers whose x_abstain is above this probability also carry "
                           "\"x_abstained\": true (models with the x_abstain capability; default: the server's "
                           "--abstain-above, else none)")
-    x_right_below: Annotated[Optional[float], BeforeValidator(_right_below)] = Field(
+    x_p_right_below: Annotated[Optional[float], BeforeValidator(_p_right_below)] = Field(
         None, description="kevlike extension: answers whose P(right) = (1 - x_abstain) * the top option's "
                           "probability is below this probability also carry \"x_abstained\": true (models with the "
-                          "x_abstain capability; default: the server's --right-below, else none)")
+                          "x_abstain capability; default: the server's --p-right-below, else none)")
 
 
 _MISSING = {
@@ -571,6 +571,6 @@ def validate_request(obj: Any, limits: Limits = DEFAULT_LIMITS) -> Request:
         questions.append(Question(id=qid, type=q.type, instructions=q.instructions, options=options))
     ignored = tuple(k for k in obj if k not in RequestBody.model_fields)
     above = None if body.x_abstain_above is None else float(body.x_abstain_above)
-    below = None if body.x_right_below is None else float(body.x_right_below)
+    below = None if body.x_p_right_below is None else float(body.x_p_right_below)
     return Request(state=obj["state"], questions=tuple(questions), model=body.model, ignored_fields=ignored,
-                   x_abstain_above=above, x_right_below=below)
+                   x_abstain_above=above, x_p_right_below=below)

@@ -1,7 +1,7 @@
-"""The P(right) threshold for `--right-below` chosen on a records file's validation half, and what it does on its
+"""The P(right) threshold for `--p-right-below` chosen on a records file's validation half, and what it does on its
 test half (docs/guide/abstention.md, "Not done yet").
 
-    python docs/results/stage40/right_below.py [VALIDATION_RECORDS TEST_RECORDS] [--split realistic] [--budget 0.05]
+    python docs/results/stage40/p_right_below.py [VALIDATION_RECORDS TEST_RECORDS] [--split realistic] [--budget 0.05]
 
 Default records: kevlike-reader's stage 38 records (docs/results/stage38/R4_*_records.jsonl.gz). The threshold is
 the P(right) = (1 − x_abstain) · p_top at which the validation half's risk–coverage curve by P(right) reaches its
@@ -11,9 +11,10 @@ largest coverage with error ≤ the budget (kevlike.metrics.risk_coverage); the 
 import argparse
 import gzip
 import json
+import math
 from pathlib import Path
 
-from kevlike.metrics import p_right, risk_coverage
+from kevlike.metrics import _correct, p_right, risk_coverage
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -38,10 +39,12 @@ def main() -> None:
     if not ok:
         raise SystemExit(f"no threshold keeps the error at or below {a.budget} on the validation half")
     t = max(ok, key=lambda c: c["coverage"])["threshold"]
-    print(f"split {a.split}; threshold P(right) >= {t:.3f} (chosen on validation, error <= {a.budget})")
+    shown = math.floor(t * 1000) / 1000          # rounded down: --p-right-below SHOWN answers the same questions
+    print(f"split {a.split}; threshold P(right) >= {t:.6f}, --p-right-below {shown:.3f} "
+          f"(chosen on validation, error <= {a.budget})")
     for name, recs in (("validation", val), ("test", test)):
         kept = [r for r in recs if p_right(r) >= t]
-        wrong = sum(r["gold"] != max(range(len(r["probs"])), key=lambda i: r["probs"][i]) for r in kept)
+        wrong = sum(not _correct(r) for r in kept)      # an answered "cannot tell" counts as wrong
         print(f"{name}: {len(recs)} questions; answered {len(kept) / len(recs):.3f}; "
               f"error on the answered {wrong / max(len(kept), 1):.3f}")
 
