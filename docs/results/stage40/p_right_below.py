@@ -3,7 +3,7 @@ test half (docs/guide/abstention.md, "Not done yet").
 
     python docs/results/stage40/p_right_below.py [VALIDATION_RECORDS TEST_RECORDS] [--split realistic] [--budget 0.05]
 
-Default records: kevlike-reader's stage 38 records (docs/results/stage38/R4_*_records.jsonl.gz). The threshold is
+Default records: the shipped kevlike-reader's, stage 40 (docs/results/stage40/R6_*_records.jsonl.gz). The threshold is
 the P(right) = (1 − x_abstain) · p_top at which the validation half's risk–coverage curve by P(right) reaches its
 largest coverage with error ≤ the budget (kevlike.metrics.risk_coverage); the test half is only read with it.
 """
@@ -27,8 +27,8 @@ def load(path: str) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("records", nargs="*", default=[str(HERE / "stage38/R4_validation_records.jsonl.gz"),
-                                                   str(HERE / "stage38/R4_test_records.jsonl.gz")])
+    ap.add_argument("records", nargs="*", default=[str(HERE / "stage40/R6_validation_records.jsonl.gz"),
+                                                   str(HERE / "stage40/R6_test_records.jsonl.gz")])
     ap.add_argument("--split", default="realistic")
     ap.add_argument("--budget", type=float, default=0.05, help="largest error share on the answered questions")
     a = ap.parse_args()
