@@ -409,7 +409,12 @@ def test_generalization_run_reports_abstention_and_draws_risk_coverage(eng, tmp_
     assert "risk_coverage.png" in files, files
     ab = json.loads((run / "metrics.json").read_text())["generalization"]["splits"]["abstain"]["abstention"]
     assert ab["n_cannot_tell"] == 1 and ab["n"] == 4
-    assert "![risk_coverage.png](risk_coverage.png)" in (run / "report.md").read_text()
+    md = (run / "report.md").read_text()
+    assert "![risk_coverage.png](risk_coverage.png)" in md
+    # the served (calibrated) abstention table comes first; the T = 1 one says it is not what the server returns
+    from kevlike.eval.generalization import ABSTENTION_HEADING, UNCALIBRATED_ABSTENTION_HEADING
+    assert md.count(ABSTENTION_HEADING) == 1 and md.count(UNCALIBRATED_ABSTENTION_HEADING) == 1
+    assert md.index(ABSTENTION_HEADING) < md.index("The same logits at T = 1") < md.index(UNCALIBRATED_ABSTENTION_HEADING)
 
 
 def test_rescoring_applies_the_abstention_temperature():

@@ -512,9 +512,15 @@ def _split_table(summ: dict) -> str:
     return "\n".join(lines)
 
 
-def report_tables(summ: dict) -> str:
+ABSTENTION_HEADING = "Abstention (x_abstain; answer when x_abstain < t; docs/guide/abstention.md):"
+UNCALIBRATED_ABSTENTION_HEADING = ("Abstention at T = 1 (x_abstain without its Platt scaling: not what the server "
+                                   "returns; the calibrated table is above):")
+
+
+def report_tables(summ: dict, abstention_heading: str = ABSTENTION_HEADING) -> str:
     """Markdown: the halves (each: its split table and targets) when the summary has them, then the whole run:
-    one row per split (with per-type accuracies), the wording gap, the contrast figures."""
+    one row per split (with per-type accuracies), the wording gap, the contrast figures. ``abstention_heading``
+    titles the abstention table (:data:`UNCALIBRATED_ABSTENTION_HEADING` for the T = 1 rescoring)."""
     if "halves" in summ:
         md = ""
         for h in HALVES:
@@ -525,10 +531,10 @@ def report_tables(summ: dict) -> str:
                                                   " (report only: no choice reads it)") + "\n\n")
             md += _split_table(sub) + "\n\nTargets (issue 31):\n\n" + targets_table(sub["targets"]) + "\n\n"
         rest = {k: v for k, v in summ.items() if k != "halves"}
-        return md + "## Both halves\n\n" + report_tables(rest)
+        return md + "## Both halves\n\n" + report_tables(rest, abstention_heading)
     md = _split_table(summ)
     if abst := abstention_table(summ, group="splits"):
-        md += "\n\nAbstention (x_abstain; answer when x_abstain < t; docs/guide/abstention.md):\n\n" + abst
+        md += f"\n\n{abstention_heading}\n\n" + abst
     if "wording_gap" in summ:
         md += f"\n\nWording gap (seen − held-out wording, same items): {summ['wording_gap']:+.3f}"
     for split in (x for x in CONTRAST_SPLITS if x in summ):

@@ -22,8 +22,8 @@ from kevlike.config.engine import DEFAULT_OPTIONS, EngineOptions
 from kevlike.data.tasks import eval_examples
 from kevlike.eval.baselines import baseline_section, compare
 from kevlike.eval.generalization import (
-    CONTRAST_SPLITS, HALVES, absent_splits, check_splits, contrast_pairs, counted, generalization_sets,
-    generalization_summary, half_key, half_of, report_tables, with_halves
+    CONTRAST_SPLITS, HALVES, UNCALIBRATED_ABSTENTION_HEADING, absent_splits, check_splits, contrast_pairs, counted,
+    generalization_sets, generalization_summary, half_key, half_of, report_tables, with_halves
 )
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.probes import STRUCTURAL, run_probes
@@ -356,7 +356,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     md += "\n\n## Baselines (both halves)\n\n" + baseline_section(summary["baselines"], lm.note)
     if summary.get("generalization_uncalibrated"):
         md += ("\n\nThe same logits at T = 1 (uncalibrated; both halves):\n\n"
-               + report_tables(summary["generalization_uncalibrated"]).split("\n\n| split:source")[0])
+               + report_tables(summary["generalization_uncalibrated"], UNCALIBRATED_ABSTENTION_HEADING
+                               ).split("\n\n| split:source")[0])
     intro = (f"Requests per split {meta['sizes']}; "
              + "".join(f"split {k} left out ({v}); " for k, v in absent.items())
              + f"readout: {meta['readout']}; temperatures {meta['temperatures']}; "
