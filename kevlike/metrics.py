@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from kevlike.request import answers
 from kevlike.request.schema import validate_request
 
 N_BINS = 10
@@ -112,13 +113,16 @@ def coverage_at(records: list[dict], budget: float = 0.05) -> float:
     return best / len(records) if records else 0.0
 
 
-def _correct(r: dict) -> bool:
+def correct(r: dict) -> bool:
+    """Whether a record's answer is right: its top option is the gold one and the question is answerable (an
+    answered "cannot tell" question counts as wrong; risk–coverage curves and thresholds count it so)."""
     return not r.get("cannot_tell") and _top(r)[0] == r["gold"]
 
 
 def p_right(r: dict) -> float:
-    """P(right) of a record with ``x_abstain``: ``(1 − x_abstain) · max_k p_k`` (module docstring)."""
-    return (1.0 - r["x_abstain"]) * max(r["probs"])
+    """P(right) of a record with ``x_abstain``: :func:`kevlike.request.answers.p_right` of its ``x_abstain`` and
+    ``probs`` (module docstring)."""
+    return answers.p_right(r["x_abstain"], r["probs"])
 
 
 def risk_coverage(records: list[dict], by: str = "x_abstain") -> list[dict]:
@@ -133,12 +137,12 @@ def risk_coverage(records: list[dict], by: str = "x_abstain") -> list[dict]:
         raise ValueError(f"by must be 'x_abstain' or 'p_right', got {by!r}")
     score = (lambda r: r["x_abstain"]) if by == "x_abstain" else (lambda r: -p_right(r))
     order = sorted(records, key=score)
-    n, out, correct = len(order), [], 0
+    n, out, right = len(order), [], 0
     for i, r in enumerate(order, 1):
-        correct += int(_correct(r))
+        right += int(correct(r))
         if i == n or score(order[i]) != score(r):
             out.append({"threshold": abs(score(r)) if by == "p_right" else score(r), "coverage": i / n,
-                        "accuracy": correct / i, "risk": 1 - correct / i})
+                        "accuracy": right / i, "risk": 1 - right / i})
     return out
 
 
@@ -217,17 +221,17 @@ def summary(records: list[dict]) -> dict:
     if not records:
         return {"n": 0, **({"abstention": abst} if abst else {})}
     n = len(records)
-    correct = [int(_top(r)[0] == r["gold"]) for r in records]
+    hits = [int(correct(r)) for r in records]
     e, bins = ece(records)
     out = {
         "n": n,
-        "accuracy": sum(correct) / n,
+        "accuracy": sum(hits) / n,
         "nll": sum(nll(r) for r in records) / n,
         "brier": sum(brier(r) for r in records) / n,
         "ece": e,
         "ece_ci95": ece_interval(records),
         "ece_bins": [b["count"] for b in bins],
-        "confident_error": sum(1 for r, c in zip(records, correct) if not c and _top(r)[1] >= 0.9) / n,
+        "confident_error": sum(1 for r, c in zip(records, hits) if not c and _top(r)[1] >= 0.9) / n,
         "coverage_at_5pct": coverage_at(records),
     }
     scores = [r for r in records if r["type"] == "score"]

@@ -137,6 +137,17 @@ def _p_right(a: dict) -> float:
     return (1 - a["x_abstain"]) * top
 
 
+def test_p_right_is_one_formula_for_answers_and_records():
+    """The server's threshold and the metrics rank by the same P(right); ``correct`` counts an answered "cannot
+    tell" question as wrong."""
+    from kevlike.metrics import correct, p_right
+    from kevlike.request.answers import p_right as answer_p_right
+    assert answer_p_right(0.25, [0.2, 0.8]) == pytest.approx(0.6)
+    assert p_right({"x_abstain": 0.25, "probs": [0.2, 0.8]}) == pytest.approx(0.6)
+    assert correct({"probs": [0.2, 0.8], "gold": 1}) and not correct({"probs": [0.2, 0.8], "gold": 0})
+    assert not correct({"probs": [0.2, 0.8], "gold": 1, "cannot_tell": True})
+
+
 def test_p_right_below_abstains_where_p_right_is_low_and_never_removes_jev_fields(eng):
     base = eng.decide(REQUEST)
     pr = {k: _p_right(a) for k, a in base["answers"].items()}

@@ -39,6 +39,14 @@ def score_confidence(probs: Sequence[float]) -> float:
     return max(0.0, 1.0 - spread / D)
 
 
+def p_right(x_abstain: float, probs: Sequence[float]) -> float:
+    """P(right) ``= (1 − x_abstain) · max_k p_k``: the probability that the state determines the answer *and* the
+    top option is it, for probabilities ``probs`` over the question's options (conditional on answerable) and
+    ``x_abstain`` ∈ [0, 1] (docs/guide/abstention.md). The one definition the server's ``p_right_below`` threshold
+    and :func:`kevlike.metrics.p_right` share."""
+    return (1.0 - x_abstain) * max(probs)
+
+
 def answer(question: Question, probs: Sequence[float], x_abstain: float | None = None,
            abstain_above: float | None = None, p_right_below: float | None = None) -> dict:
     """One question's answer object.
@@ -51,13 +59,13 @@ def answer(question: Question, probs: Sequence[float], x_abstain: float | None =
         abstain_above: with ``x_abstain``, add ``"x_abstained": true`` when ``x_abstain > abstain_above``.
         p_right_below: with ``x_abstain``, add ``"x_abstained": true`` when P(right) ``= (1 − x_abstain) ·
             max(probs) < p_right_below`` (the probability that the text answers the question *and* the top option
-            is right; :func:`kevlike.metrics.p_right`).
+            is right; :func:`p_right`).
     """
     out = _jev_answer(question, probs)
     if x_abstain is not None:
         out["x_abstain"] = float(x_abstain)
         if (abstain_above is not None and x_abstain > abstain_above) or \
-                (p_right_below is not None and (1.0 - x_abstain) * max(probs) < p_right_below):
+                (p_right_below is not None and p_right(x_abstain, probs) < p_right_below):
             out["x_abstained"] = True
     return out
 

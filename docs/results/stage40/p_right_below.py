@@ -14,7 +14,7 @@ import json
 import math
 from pathlib import Path
 
-from kevlike.metrics import _correct, p_right, risk_coverage
+from kevlike.metrics import correct, p_right, risk_coverage
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def main() -> None:
           f"(chosen on validation, error <= {a.budget})")
     for name, recs in (("validation", val), ("test", test)):
         kept = [r for r in recs if p_right(r) >= t]
-        wrong = sum(not _correct(r) for r in kept)      # an answered "cannot tell" counts as wrong
+        wrong = sum(not correct(r) for r in kept)      # an answered "cannot tell" counts as wrong
         print(f"{name}: {len(recs)} questions; answered {len(kept) / len(recs):.3f}; "
               f"error on the answered {wrong / max(len(kept), 1):.3f}")
 
