@@ -53,6 +53,32 @@ def test_the_answer_is_the_weighted_mean_of_the_members_answers(members):
     assert max_dp(a, b) > 0.01
 
 
+def test_abstention_thresholds_flag_the_mixed_answer_request_first(members):
+    """``abstain_above`` / ``p_right_below`` read the ensemble's mixed x_abstain and distribution; a request's own
+    ``x_abstain_above`` / ``x_p_right_below`` wins over the ensemble's; no Jev field is removed."""
+    plain = EnsembleEngine(members, [0.7, 0.3], name="ens").decide(REQUEST)
+    xs = sorted(a["x_abstain"] for a in plain["answers"].values())
+    mid = (xs[0] + xs[-1]) / 2
+    assert xs[0] < mid < xs[-1]
+    above = EnsembleEngine(members, [0.7, 0.3], name="ens", abstain_above=mid).decide(REQUEST)
+    for qid, a in above["answers"].items():
+        assert a.get("x_abstained", False) == (plain["answers"][qid]["x_abstain"] > mid)
+        assert {k: v for k, v in a.items() if k != "x_abstained"} == plain["answers"][qid]
+    # the request's threshold replaces the engine's: 1.0 flags nothing, whatever the engine says
+    assert not any("x_abstained" in a for a in
+                   EnsembleEngine(members, [0.7, 0.3], name="ens", abstain_above=0.0).decide(
+                       {**REQUEST, "x_abstain_above": 1.0})["answers"].values())
+
+    def p_right(a):
+        top = max(a["noul"], 1 - a["noul"]) if a["type"] == "noul" else max(a["probabilities"].values())
+        return (1 - a["x_abstain"]) * top
+    prs = sorted(p_right(a) for a in plain["answers"].values())
+    cut = (prs[0] + prs[-1]) / 2
+    below = EnsembleEngine(members, [0.7, 0.3], name="ens").decide({**REQUEST, "x_p_right_below": cut})
+    assert [qid for qid, a in below["answers"].items() if a.get("x_abstained")] == \
+        [qid for qid, a in plain["answers"].items() if p_right(a) < cut] != []
+
+
 def test_a_one_hot_ensemble_answers_as_its_member(members):
     for w in ([1.0, 0.0], [0.0, 1.0]):
         ens = EnsembleEngine(members, w, name="ens")

@@ -29,7 +29,7 @@ from kevlike.model.quantize import quantize_int8, resolve_quantize
 from kevlike.model.state_cache import StateCache, cached_branch_outputs
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.model.threads import ThreadPolicy
-from kevlike.request.answers import Decision, answer  # noqa: F401 (Decision re-exported)
+from kevlike.request.answers import Decision, answer, thresholds  # noqa: F401 (Decision re-exported)
 from kevlike.request.encode import EncodedRequest, Encoder, option_orders
 from kevlike.request.pack import pack
 from kevlike.request.render import render_text
@@ -594,10 +594,8 @@ class Engine:
         if abstain is None:
             answers = {q.id: answer(q, p.tolist()) for q, p in zip(request.questions, probs)}
         else:
-            above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
-            below = request.x_p_right_below if request.x_p_right_below is not None else self.p_right_below
-            answers = {q.id: answer(q, p.tolist(), x_abstain=self.abstain_probability(a), abstain_above=above,
-                                    p_right_below=below)
+            cutoffs = thresholds(request, self.abstain_above, self.p_right_below)
+            answers = {q.id: answer(q, p.tolist(), x_abstain=self.abstain_probability(a), **cutoffs)
                        for q, p, a in zip(request.questions, probs, abstain)}
         out = {"model": self.name, "answers": answers, "usage": {"input_tokens": n_tokens, "output_tokens": 0},
                "x_input": report.as_dict(self.script_trained(report.script))}

@@ -45,7 +45,7 @@ from kevlike.config.engine import DEFAULT_OPTIONS, MODES, EngineOptions
 from kevlike.model.modeldir import ModelDir, existing_profile_path, save_calibration
 from kevlike.model.registry import MANIFEST
 from kevlike.model.temperatures import TemperatureTable, read_temperatures
-from kevlike.request.answers import Decision, answer
+from kevlike.request.answers import Decision, answer, thresholds
 from kevlike.request.schema import Request, prepare_each
 
 WEIGHT_TOLERANCE = 1e-6
@@ -429,8 +429,7 @@ class EnsembleEngine:
         tempered = self._tempered(request, [_log(p) for p in self._mixed(request, per_member)])
         probs = [table.readout(q.type, p) for q, p in zip(request.questions, tempered)]
         pre = {q.id: p.tolist() for q, p in zip(request.questions, tempered) if table.reads_normal(q.type, len(q.options))}
-        above = request.x_abstain_above if request.x_abstain_above is not None else self.abstain_above
-        below = request.x_p_right_below if request.x_p_right_below is not None else self.p_right_below
+        cutoffs = thresholds(request, self.abstain_above, self.p_right_below)
         mixed_x = None
         if self.abstain:
             mixed_x = self._mixed_abstain(request, [torch.tensor([responses[i]["answers"][q.id]["x_abstain"]
@@ -438,8 +437,7 @@ class EnsembleEngine:
                                                     for i in self.abstainers]).tolist()
         answers = {}
         for i, (q, p) in enumerate(zip(request.questions, probs)):
-            extra = {} if mixed_x is None else {"x_abstain": self.abstain_probability(_logit(mixed_x[i])),
-                                                "abstain_above": above, "p_right_below": below}
+            extra = {} if mixed_x is None else {"x_abstain": self.abstain_probability(_logit(mixed_x[i])), **cutoffs}
             answers[q.id] = answer(q, p.tolist(), **extra)
         out = {"model": self.name, "answers": answers,
                "usage": {"input_tokens": sum(r["usage"]["input_tokens"] for r in responses), "output_tokens": 0},

@@ -47,6 +47,15 @@ def p_right(x_abstain: float, probs: Sequence[float]) -> float:
     return (1.0 - x_abstain) * max(probs)
 
 
+def thresholds(request, abstain_above: float | None, p_right_below: float | None) -> dict:
+    """The abstention thresholds one request is answered with: its own ``x_abstain_above`` / ``x_p_right_below``
+    where set, else the engine's ``abstain_above`` / ``p_right_below`` (``--abstain-above`` / ``--p-right-below``).
+    Returns ``{"abstain_above": …, "p_right_below": …}``, the keyword arguments of :func:`answer` (None: no
+    threshold)."""
+    return {"abstain_above": request.x_abstain_above if request.x_abstain_above is not None else abstain_above,
+            "p_right_below": request.x_p_right_below if request.x_p_right_below is not None else p_right_below}
+
+
 def answer(question: Question, probs: Sequence[float], x_abstain: float | None = None,
            abstain_above: float | None = None, p_right_below: float | None = None) -> dict:
     """One question's answer object.
