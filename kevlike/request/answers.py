@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kevlike.request.schema import Question
+from kevlike.request.schema import Question, Request
 
 
 def choice_confidence(probs: Sequence[float]) -> float:
@@ -47,7 +47,7 @@ def p_right(x_abstain: float, probs: Sequence[float]) -> float:
     return (1.0 - x_abstain) * max(probs)
 
 
-def thresholds(request, abstain_above: float | None, p_right_below: float | None) -> dict:
+def thresholds(request: Request, abstain_above: float | None, p_right_below: float | None) -> dict:
     """The abstention thresholds one request is answered with: its own ``x_abstain_above`` / ``x_p_right_below``
     where set, else the engine's ``abstain_above`` / ``p_right_below`` (``--abstain-above`` / ``--p-right-below``).
     Returns ``{"abstain_above": …, "p_right_below": …}``, the keyword arguments of :func:`answer` (None: no
