@@ -20,7 +20,7 @@ from kevlike.request.schema import validate_request
 from kevlike.training.config import ConfigError, load_config
 from kevlike.training.train import build_model, loss_terms, make_batch, train
 
-from tiny import REQUEST, fit, make_engine, make_tokenizer, max_dp, save_tiny_model
+from tiny import REQUEST, fit, make_engine, make_tokenizer, max_dp, p_right_by_hand, save_tiny_model
 
 INF = float("inf")
 
@@ -131,12 +131,6 @@ def test_threshold_adds_x_abstained_and_never_removes_jev_fields(eng):
         EngineOptions(abstain_above=2)
 
 
-def _p_right(a: dict) -> float:
-    """P(right) of an answer by hand: (1 − x_abstain) × its top option's probability."""
-    top = max(a["noul"], 1 - a["noul"]) if a["type"] == "noul" else max(a["probabilities"].values())
-    return (1 - a["x_abstain"]) * top
-
-
 def test_p_right_is_one_formula_for_answers_and_records():
     """The server's threshold and the metrics rank by the same P(right); ``correct`` counts an answered "cannot
     tell" question as wrong."""
@@ -150,7 +144,7 @@ def test_p_right_is_one_formula_for_answers_and_records():
 
 def test_p_right_below_abstains_where_p_right_is_low_and_never_removes_jev_fields(eng):
     base = eng.decide(REQUEST)
-    pr = {k: _p_right(a) for k, a in base["answers"].items()}
+    pr = {k: p_right_by_hand(a) for k, a in base["answers"].items()}
     low = sorted(pr.values())
     t = (low[1] + low[2]) / 2                          # the two lowest P(right) are below it (midway: no float tie)
     out = eng.decide({**REQUEST, "x_p_right_below": t})

@@ -18,7 +18,7 @@ from kevlike.model.ensemble import (EnsembleEngine, EnsembleError, pool_records,
                                     write_ensemble)
 from kevlike.model.temperatures import TemperatureTable
 from kevlike.request.schema import validate_request
-from tiny import REQUEST, make_engine, max_dp, save_tiny_model
+from tiny import REQUEST, make_engine, max_dp, p_right_by_hand, save_tiny_model
 
 from kevlike.data.sources import Example
 
@@ -68,15 +68,11 @@ def test_abstention_thresholds_flag_the_mixed_answer_request_first(members):
     assert not any("x_abstained" in a for a in
                    EnsembleEngine(members, [0.7, 0.3], name="ens", abstain_above=0.0).decide(
                        {**REQUEST, "x_abstain_above": 1.0})["answers"].values())
-
-    def p_right(a):
-        top = max(a["noul"], 1 - a["noul"]) if a["type"] == "noul" else max(a["probabilities"].values())
-        return (1 - a["x_abstain"]) * top
-    prs = sorted(p_right(a) for a in plain["answers"].values())
+    prs = sorted(p_right_by_hand(a) for a in plain["answers"].values())
     cut = (prs[0] + prs[-1]) / 2
     below = EnsembleEngine(members, [0.7, 0.3], name="ens").decide({**REQUEST, "x_p_right_below": cut})
     assert [qid for qid, a in below["answers"].items() if a.get("x_abstained")] == \
-        [qid for qid, a in plain["answers"].items() if p_right(a) < cut] != []
+        [qid for qid, a in plain["answers"].items() if p_right_by_hand(a) < cut] != []
 
 
 def test_a_one_hot_ensemble_answers_as_its_member(members):

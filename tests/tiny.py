@@ -25,6 +25,12 @@ def max_dp(a: dict, b: dict) -> float:
     return max(abs(pa[k] - pb[k]) for k in pa)
 
 
+def p_right_by_hand(a: dict) -> float:
+    """P(right) of a served answer, by hand: (1 − x_abstain) × its top option's probability."""
+    top = max(a["noul"], 1 - a["noul"]) if a["type"] == "noul" else max(a["probabilities"].values())
+    return (1 - a["x_abstain"]) * top
+
+
 def make_tokenizer():
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
