@@ -57,7 +57,17 @@ def test_serve_refuses_to_start_with_exit_2_and_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert r.stderr.startswith("kevlike: error: KEVLIKE_API_KEYS is set but holds no key")
     r = _serve("--api-keys-file", str(tmp_path / "missing"))
-    assert r.returncode == 2 and "No such file or directory" in r.stderr and r.stderr.count("\n") == 1
+    assert (r.returncode, r.stderr) == (2, f"kevlike: error: --api-keys-file {tmp_path / 'missing'}: cannot be read "
+                                           f"(No such file or directory)\n")
+
+
+@pytest.mark.parametrize("make", ["dir", "latin1"])
+def test_an_unreadable_keys_file_is_named_with_its_flag(tmp_path, monkeypatch, make):
+    monkeypatch.delenv("KEVLIKE_API_KEYS", raising=False)
+    keys = tmp_path / "keys"
+    keys.mkdir() if make == "dir" else keys.write_bytes(b"caf\xe9-secret\n")
+    with pytest.raises(ValueError, match=rf"^--api-keys-file {keys}: cannot be read \(.+\)$"):
+        api_keys_from_env(str(keys))
 
 
 def test_the_start_log_says_whether_auth_is_on_and_with_how_many_keys(tmp_path):

@@ -259,7 +259,25 @@ def test_bom_is_accepted_and_huge_numbers_explained():
     body = json.dumps(REQUEST).encode()
     assert parse_request(b"\xef\xbb\xbf" + body) == parse_request(body)
     e = only_error('{"state": ' + "9" * 5000 + ', "questions": {}}')
-    assert "more than 4300 digits" in e["msg"] and "sys." not in e["msg"]
+    assert e["loc"] == ["body", "state"] and e["type"] == "number_out_of_range"
+    assert e["msg"] == "integer has 5000 digits; the limit is 4300" and "sys." not in e["msg"]
+
+
+def test_integers_beyond_4300_digits_are_refused_with_their_field_on_the_wire_and_in_python():
+    q = '"questions": {"q": {"type": "noul", "instructions": "x"}}'
+    at_limit = "-" + "7" * 4300   # 4300 digits and a sign: kept exactly
+    assert parse_request('{"state": {"n": %s}, %s}' % (at_limit, q)).state == {"n": int(at_limit)}
+    for body, loc in (('{"state": {"n": [1, -%s]}, %s}' % ("8" * 4301, q), ["body", "state", "n", 1]),
+                      ('{"state": "x", "x_abstain_above": %s, %s}' % ("1" * 5000, q), ["body", "x_abstain_above"]),
+                      ('{"state": "x", "unknown": %s, %s}' % ("1" * 5000, q), ["body", "unknown"])):
+        e = only_error(body)
+        assert (e["loc"], e["type"]) == (loc, "number_out_of_range") and "the limit is 4300" in e["msg"], e
+    # the Python API: an int object that str() could not render is refused by validate_request, not by decide
+    for obj, loc in (({"state": {"n": 10 ** 5000}, "questions": REQUEST["questions"]}, ["body", "state", "n"]),
+                     ({**REQUEST, "x_abstain_above": -(10 ** 4300)}, ["body", "x_abstain_above"])):
+        e = only_error(obj)
+        assert e["loc"] == loc and e["msg"] == "integer has more than 4300 digits; the limit is 4300", e
+    assert validate_request({"state": {"n": 10 ** 4300 - 1}, "questions": REQUEST["questions"]}).state["n"] > 0
 
 
 def test_messages_use_json_spelling_and_visible_paths():

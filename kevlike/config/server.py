@@ -98,9 +98,8 @@ def api_keys_from_env(path: str | None = None) -> frozenset:
     ``""`` or ``" , "``) would silently turn authentication off, so it is refused.
 
     Raises:
-        ValueError: ``KEVLIKE_API_KEYS`` is set but holds no key, or the file holds no key (one line, naming
-            the variable or the file).
-        OSError: the file cannot be read.
+        ValueError: ``KEVLIKE_API_KEYS`` is set but holds no key, or the file holds no key or cannot be read
+            (missing, a directory, no permission, not UTF-8): one line, naming the variable or the flag and file.
     """
     keys: set[str] = set()
     env = os.environ.get("KEVLIKE_API_KEYS")
@@ -110,8 +109,12 @@ def api_keys_from_env(path: str | None = None) -> frozenset:
             raise ValueError("KEVLIKE_API_KEYS is set but holds no key (comma-separated keys expected); refusing to "
                              "start with authentication off (unset it to serve without keys)")
     if path:
-        with open(path, encoding="utf-8") as f:
-            from_file = {line.strip() for line in f if line.strip() and not line.strip().startswith("#")}
+        try:
+            with open(path, encoding="utf-8") as f:
+                from_file = {line.strip() for line in f if line.strip() and not line.strip().startswith("#")}
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise ValueError(f"--api-keys-file {path}: cannot be read ({reason})") from None
         if not from_file:
             raise ValueError(f"--api-keys-file {path}: no key in it (only blank lines and comments); refusing to "
                              f"start with authentication off")

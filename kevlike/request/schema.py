@@ -172,6 +172,24 @@ def _parse_float(literal: str) -> float | _OutOfRange:
     return value if math.isfinite(value) else _OutOfRange(literal)
 
 
+MAX_INT_DIGITS = 4300
+"""Digits an integer in a request may have: CPython's default limit on int/str conversion
+(``sys.get_int_max_str_digits()``, the guard against CVE-2020-10735), fixed here so the wire format does not change
+with the interpreter's setting. JSON has no integer limit; a longer one is refused with its field path."""
+
+_TOO_LONG = 10 ** MAX_INT_DIGITS
+
+
+class _TooLongInt(str):
+    """The literal of a JSON integer with more than :data:`MAX_INT_DIGITS` digits, reported by :func:`_walk` with
+    its field path (Python cannot convert it to an int under its default limit)."""
+
+
+def _parse_int(literal: str) -> int | _TooLongInt:
+    digits = len(literal) - literal.startswith("-")
+    return _TooLongInt(literal) if digits > MAX_INT_DIGITS else int(literal)
+
+
 def plural(n: int, word: str) -> str:
     """``"1 option"``, ``"2 options"``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
@@ -219,13 +237,11 @@ def _decode(body: str | bytes, limits: Limits) -> Any:
             raise RequestError([_err([], f"body is not valid UTF-8 ({e.reason} at byte {e.start})", "json_invalid")])
     try:
         return json.loads(body, object_pairs_hook=_object_pairs, parse_constant=_reject_constant,
-                          parse_float=_parse_float)
+                          parse_float=_parse_float, parse_int=_parse_int)
     except RecursionError:
         raise RequestError([_err([], f"JSON nesting exceeds the limit of {limits.max_depth}", "json_too_deep")])
     except ValueError as e:  # json.JSONDecodeError is a ValueError
         msg = str(e)
-        if "Exceeds the limit" in msg and "digits" in msg:  # Python's int-size guard, not a JSON rule
-            msg = "a number has more than 4300 digits"
         raise RequestError([_err([], f"invalid JSON: {msg}", "json_invalid")]) from e   # the decoder's position
 
 
@@ -238,6 +254,10 @@ def _walk(value: Any, loc: list, depth: int, limits: Limits, errors: list) -> No
         shown = value if len(value) <= 40 else value[:37] + "..."
         errors.append(_err(loc, f"number {shown} is out of range (a JSON number must fit a 64-bit float, "
                                 f"|x| < 1.8e308)", "number_out_of_range"))
+    elif isinstance(value, _TooLongInt) or (isinstance(value, int) and not isinstance(value, bool)
+                                            and abs(value) >= _TOO_LONG):
+        n = len(value) - value.startswith("-") if isinstance(value, str) else "more than 4300"
+        errors.append(_err(loc, f"integer has {n} digits; the limit is {MAX_INT_DIGITS}", "number_out_of_range"))
     elif isinstance(value, str):
         _check_utf8(value, loc, errors, "string")
     elif isinstance(value, float) and not math.isfinite(value):

@@ -5,7 +5,9 @@ most ``max_wait_s`` after the first, and keeping ``batch size × longest request
 ``max_batch_tokens``), runs :meth:`Engine.run` on a single model thread (off the event loop), and
 resolves each request's future. A full queue is refused at once (the server answers 429); a
 request whose future was cancelled (its client timed out or disconnected) is dropped before its forward
-pass, without taking a place in a batch, and counted in :attr:`Batcher.dropped`.
+pass, without taking a place in a batch, and counted in :attr:`Batcher.dropped`; a pass whose every request has
+been cancelled while it runs is abandoned at the next decoder layer (:func:`kevlike.model.abort.abortable`) and
+counted in :attr:`Batcher.aborted`, so the requests queued behind it do not wait for answers nobody reads.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+from kevlike.model.abort import PassAborted, abortable, engine_modules
 
 
 class QueueFullError(RuntimeError):
@@ -60,6 +64,7 @@ class Batcher:
         self.batches = 0      # forward passes run
         self.batched = 0      # requests answered
         self.dropped = 0      # requests dropped before their forward pass (future cancelled: client gone or timed out)
+        self.aborted = 0      # forward passes abandoned because every request of the batch was cancelled meanwhile
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -130,7 +135,11 @@ class Batcher:
                 continue
             self._busy = True
             try:
-                results = await loop.run_in_executor(self.executor, self.engine.run, [i.prepared for i in batch])
+                results = await loop.run_in_executor(self.executor, self._run, batch)
+            except PassAborted:
+                self.aborted += 1
+                self.dropped += len(batch)
+                continue
             except Exception as e:  # an engine failure fails this batch only; the loop keeps serving
                 for i in batch:
                     if not i.future.done():
@@ -143,6 +152,13 @@ class Batcher:
             for i, r in zip(batch, results):
                 if not i.future.done():
                     i.future.set_result(r)
+
+    def _run(self, batch: list[_Item]) -> list[dict]:
+        """``engine.run`` on the model thread, abandoned (:class:`PassAborted`) once no future of ``batch`` waits.
+        ``Future.done()`` is read from this thread: a flag read, and a stale answer only delays the abort by a
+        layer."""
+        with abortable(engine_modules(self.engine), lambda: all(i.future.done() for i in batch)):
+            return self.engine.run([i.prepared for i in batch])
 
     async def stop(self) -> None:
         """Finish what is queued, then stop the worker and the model thread."""

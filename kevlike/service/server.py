@@ -18,8 +18,9 @@ Clients (:class:`ClientHygiene`, uvicorn's h11 protocol with deadlines): a conne
 request headers within ``header_timeout_s`` of opening (or of the first byte of its next request) and its body
 within ``body_timeout_s`` of the headers, else it gets 408 (``error_type`` ``timeout``) and is closed; past
 ``max_connections`` open connections a new one gets 503 (``Retry-After``) and is closed. A request whose client
-disconnects before its answer is dropped: not computed if its forward pass has not started, never recorded
-(logged with status 499).
+disconnects before its answer, or is answered 503 at ``timeout_s``, is dropped: not computed if its forward pass
+has not started, its pass abandoned at the next decoder layer if no other request of the batch still waits
+(:mod:`kevlike.model.abort`), never recorded (a disconnect is logged with status 499).
 
 Replicas are stateless (the model is read-only, nothing is kept between requests), so scaling
 out is running more ``kevlike serve`` processes behind any HTTP load balancer.
@@ -673,12 +674,14 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
 
     @app.get("/health")
     async def health():
-        """Liveness; per model the requests waiting, forward passes run, requests answered, and requests dropped
-        because their client had gone before their forward pass; with ``--record``, the outcome store's state
+        """Liveness; per model the requests waiting, forward passes run, requests answered, requests dropped
+        because their client had gone or their time was up (before or during their forward pass), and passes
+        abandoned midway because none of their requests was still waited for; with ``--record``, the outcome store's state
         (``x_store``: ``ok`` or ``failing`` with its last error, records waiting, written and lost), and
         ``status`` ``degraded`` while it fails (answers still flow; records wait in memory)."""
         out = {"status": "ok", "models": {n: {"waiting": b.waiting, "batches": b.batches, "answered": b.batched,
-                                              "dropped": b.dropped} for n, b in batchers.items()}}
+                                              "dropped": b.dropped, "aborted": b.aborted}
+                           for n, b in batchers.items()}}
         recorder = app.state.recorder
         if recorder is not None:
             failing = recorder.last_error is not None

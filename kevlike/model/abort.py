@@ -1,0 +1,58 @@
+"""Abandoning a forward pass whose answers nobody waits for any more.
+
+A server request that times out, or whose client disconnects, while its forward pass runs would otherwise keep the
+model thread busy until the pass ends (an 8,000-token state: tens of seconds on 2 CPU cores), and every request
+queued behind it would wait, and time out, too. :func:`abortable` registers a forward pre-hook on each decoder
+layer of the engine's models that asks ``should_abort()`` before the layer runs and raises :class:`PassAborted`
+when it says yes, so an abandoned pass stops within one layer's time (about 1/30 of a pass for the shipped
+backbones). Nothing is half-written: the state cache stores a state's keys and values only after its pass
+returns. Hooks are PyTorch's ``Module.register_forward_pre_hook``; they are removed when the ``with`` block ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+
+class PassAborted(RuntimeError):
+    """A forward pass stopped by :func:`abortable` because ``should_abort()`` turned true."""
+
+
+def engine_modules(engine) -> list[torch.nn.Module]:
+    """The torch models an engine runs: ``engine.model`` for an :class:`~kevlike.model.engine.Engine`, its members'
+    for an ensemble (whose ``model`` is itself), each once."""
+    members = getattr(engine, "members", None)
+    if members is not None:
+        return list({id(m): m for e in members for m in engine_modules(e)}.values())
+    model = getattr(engine, "model", None)
+    return [model] if isinstance(model, torch.nn.Module) else []
+
+
+def _layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's decoder layers (Hugging Face names them ``…DecoderLayer``); the model itself when it has none."""
+    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    return layers or [model]
+
+
+@contextmanager
+def abortable(models: Iterable[torch.nn.Module], should_abort: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, every decoder layer of ``models`` first calls ``should_abort()`` (no arguments; it runs on
+    the forward pass's thread, before each layer) and raises :class:`PassAborted` when it returns true.
+
+    Raises:
+        PassAborted: from the forward pass inside the block, once ``should_abort()`` is true.
+    """
+
+    def hook(module, args):
+        if should_abort():
+            raise PassAborted("forward pass abandoned: no request in its batch is waiting for the answer")
+
+    handles = [layer.register_forward_pre_hook(hook) for model in models for layer in _layers(model)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
