@@ -20,7 +20,7 @@ for _ in range(600):
     try:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1); break
     except Exception:
-        time.sleep(1.5)
+        time.sleep(0.5)
 q = {"u": {"type": "noul", "instructions": "Is a fox mentioned?"}}
 print("warm", post({"state": "A fox.", "questions": q}))
 big = {"state": "The quick brown fox jumps over the lazy dog. " * 300, "questions": q}

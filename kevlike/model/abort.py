@@ -5,8 +5,8 @@ model thread busy until the pass ends (a long state on a CPU: seconds to minutes
 queued behind it would wait, and time out, too. :func:`abortable` registers a forward pre-hook on each decoder
 layer of the engine's models that asks ``should_abort()`` before the layer runs and raises :class:`PassAborted`
 when it says yes, so an abandoned pass stops within one layer's time (1/30 of a pass for SmolLM2-135M, 1/24 and
-1/28 for Qwen2.5-Coder-0.5B and -1.5B). Nothing is half-written: the state cache stores a state's keys and values only after its pass
-returns. Hooks are PyTorch's ``Module.register_forward_pre_hook``; they are removed when the ``with`` block ends.
+1/28 for Qwen2.5-Coder-0.5B and -1.5B). Nothing is half-written: the state cache stores a state's keys and values
+only after its pass returns. Hooks are PyTorch's ``Module.register_forward_pre_hook``; they are removed when the ``with`` block ends.
 """
 
 from __future__ import annotations
@@ -31,16 +31,23 @@ def engine_modules(engine) -> list[torch.nn.Module]:
     return [model] if isinstance(model, torch.nn.Module) else []
 
 
-def _layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's decoder layers (Hugging Face names them ``…DecoderLayer``); the model itself when it has none."""
-    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
-    return layers or [model]
+def decoder_layers(models: Iterable[torch.nn.Module]) -> list[torch.nn.Module]:
+    """Each model's decoder layers — transformers' ``GradientCheckpointingLayer`` modules, the ones
+    :func:`kevlike.training.train.checkpointed_layers` recomputes — or the model itself when it has none: where
+    :func:`abortable` asks. A walk over every submodule, so callers find them once, not per pass."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    out = []
+    for model in models:
+        out += [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)] or [model]
+    return out
 
 
 @contextmanager
-def abortable(models: Iterable[torch.nn.Module], should_abort: Callable[[], bool]) -> Iterator[None]:
-    """Within the block, every decoder layer of ``models`` first calls ``should_abort()`` (no arguments; it runs on
-    the forward pass's thread, before each layer) and raises :class:`PassAborted` when it returns true.
+def abortable(layers: Iterable[torch.nn.Module], should_abort: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, every module of ``layers`` (:func:`decoder_layers`) first calls ``should_abort()`` (no
+    arguments; it runs on the forward pass's thread, before each layer) and raises :class:`PassAborted` when it
+    returns true.
 
     Raises:
         PassAborted: from the forward pass inside the block, once ``should_abort()`` is true.
@@ -50,7 +57,7 @@ def abortable(models: Iterable[torch.nn.Module], should_abort: Callable[[], bool
         if should_abort():
             raise PassAborted("forward pass abandoned: no request in its batch is waiting for the answer")
 
-    handles = [layer.register_forward_pre_hook(hook) for model in models for layer in _layers(model)]
+    handles = [layer.register_forward_pre_hook(hook) for layer in layers]
     try:
         yield
     finally:

@@ -256,7 +256,7 @@ def _walk(value: Any, loc: list, depth: int, limits: Limits, errors: list) -> No
                                 f"|x| < 1.8e308)", "number_out_of_range"))
     elif isinstance(value, _TooLongInt) or (isinstance(value, int) and not isinstance(value, bool)
                                             and abs(value) >= _TOO_LONG):
-        n = len(value) - value.startswith("-") if isinstance(value, str) else "more than 4300"
+        n = len(value) - value.startswith("-") if isinstance(value, str) else f"more than {MAX_INT_DIGITS}"
         errors.append(_err(loc, f"integer has {n} digits; the limit is {MAX_INT_DIGITS}", "number_out_of_range"))
     elif isinstance(value, str):
         _check_utf8(value, loc, errors, "string")

@@ -16,7 +16,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kevlike.model.abort import PassAborted, abortable, engine_modules
+from kevlike.model.abort import PassAborted, abortable, decoder_layers, engine_modules
 
 
 class QueueFullError(RuntimeError):
@@ -65,6 +65,7 @@ class Batcher:
         self.batched = 0      # requests answered
         self.dropped = 0      # requests dropped before their forward pass (future cancelled: client gone or timed out)
         self.aborted = 0      # forward passes abandoned because every request of the batch was cancelled meanwhile
+        self._layers = decoder_layers(engine_modules(engine))   # where a pass nobody waits for stops (:meth:`_run`)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -157,7 +158,7 @@ class Batcher:
         """``engine.run`` on the model thread, abandoned (:class:`PassAborted`) once no future of ``batch`` waits.
         ``Future.done()`` is read from this thread: a flag read, and a stale answer only delays the abort by a
         layer."""
-        with abortable(engine_modules(self.engine), lambda: all(i.future.done() for i in batch)):
+        with abortable(self._layers, lambda: all(i.future.done() for i in batch)):
             return self.engine.run([i.prepared for i in batch])
 
     async def stop(self) -> None:
