@@ -427,3 +427,27 @@ def test_a_profile_without_a_usable_score_fit_keeps_the_models_readout_and_no_so
     assert rep["buckets"]["score/2"]["fallback"] == "the model's own score temperature (two levels: read by softmax)"
     assert rep["buckets"]["score/3-5"]["fallback"] == "the model's own score temperature and normal readout"
     assert "normal readout kept" in fit_line("score", rep["types"]["score"])
+
+
+def test_records_from_logits_batches_by_length_and_keeps_the_examples_order():
+    """Batches are formed from requests of similar length (less padding); the records come back in the examples'
+    order and equal one-request-per-pass records (a padded batch answers as its requests alone)."""
+    from kevlike.data.sources import Example
+    from kevlike.metrics import records_from_logits
+    from tiny import make_engine
+
+    engine = make_engine("qwen2", abstain=True)
+    states = ["A long text. " * 40, "hi", "A medium text about an invoice. " * 8, "ok then", "Billing. " * 20]
+    examples = []
+    for i, state in enumerate(states):
+        req = {"state": state, "questions": {
+            f"q{i}": {"type": "noul", "instructions": "Is it about billing?"},
+            f"c{i}": {"type": "choice", "instructions": "Which?", "criteria": {"a": None, "b": None, "c": None}}}}
+        examples.append(Example(req, {f"q{i}": [1.0, 0.0], f"c{i}": [0.0, 1.0, 0.0]}, f"s{i}"))
+    batched = records_from_logits(engine, examples, batch_size=2)
+    single = records_from_logits(engine, examples, batch_size=1)
+    assert [r["question"] for r in batched] == [q for i in range(5) for q in (f"q{i}", f"c{i}")]
+    assert [r["source"] for r in batched] == [f"s{i}" for i in range(5) for _ in range(2)]
+    for b, s in zip(batched, single):
+        assert b["probs"] == pytest.approx(s["probs"], abs=1e-5)
+        assert b["x_abstain"] == pytest.approx(s["x_abstain"], abs=1e-5)
