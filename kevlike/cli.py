@@ -573,8 +573,8 @@ def _cmd_eval(args) -> int:
     if args.quantize != "none" and (args.url is not None or args.reuse is not None or args.data is not None):
         return _fail("--quantize applies when eval runs a local model on a suite (not with --url, --reuse or --data)")
     if args.data is not None:
-        if args.reuse is not None or args.probes:
-            return _fail("--data evaluates your labelled file; drop --reuse/--probes")
+        if args.reuse is not None or args.probes or args.resume is not None:
+            return _fail("--data evaluates your labelled file; drop --reuse/--resume/--probes")
         if args.n is not None or args.suite != "heldout" or args.half is not None or args.splits is not None:
             return _fail("--data evaluates every line of your labelled file: --n, --suite, --half and --splits go "
                          "with a suite, not with --data")
@@ -589,6 +589,17 @@ def _cmd_eval(args) -> int:
         return 0
     if args.costs is not None or args.profile is not None:
         return _fail("--costs and --profile go with --data FILE.jsonl")
+    if args.resume is not None:
+        if args.reuse is not None:
+            return _fail("--reuse re-scores a finished run, --resume finishes a stopped one: not both")
+        if not args.suite.startswith("generalization"):
+            return _fail(f"--resume goes with --suite generalization or generalization-quick, not {args.suite!r}")
+        from kevlike.eval.resume import ResumeError, check_resumable
+
+        try:
+            check_resumable(Path(args.resume))
+        except ResumeError as e:
+            return _fail(str(e))
     if args.reuse is not None and (args.splits is not None or args.half is not None):
         return _fail("--reuse re-scores every record of the earlier run: --splits and --half go with a new run")
     if args.reuse is not None:
@@ -618,7 +629,7 @@ def _cmd_eval(args) -> int:
 
     run_suite(args.model, args.suite, args.out, options=options, n=args.n, batch_size=args.batch, quiet=args.quiet,
               reuse=args.reuse, url=args.url, probes=args.probes, bigbench=args.bigbench, half=args.half,
-              splits=splits, lm_baseline=args.lm_baseline)
+              splits=splits, lm_baseline=args.lm_baseline, resume=args.resume)
     return 0
 
 
@@ -896,6 +907,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--reuse", default=None,
                    help="re-score the logits of this earlier eval run directory with the model's current "
                         "temperatures (default: run the model)")
+    e.add_argument("--resume", default=None, metavar="RUN",
+                   help="generalization suites: finish this stopped run directory (runs/eval-generalization-…), "
+                        "reading the splits it finished (RUN/splits/) instead of answering them again; give the "
+                        "stopped run's flags (its RUN/call.json must match) (default: a new run)")
     e.add_argument("--quiet", action="store_true", help="no progress bars; the results are printed")
     _add(e, engine, "threads", "option_orders", "option_mode", note="; local models only")
     _add(e, engine, "quantize")

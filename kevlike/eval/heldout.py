@@ -28,6 +28,8 @@ from kevlike.eval.generalization import (
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.probes import STRUCTURAL, run_probes
 from kevlike.eval.remote import RemoteEngine
+from kevlike.eval.resume import (CALL_FILE, ResumeError, check_resumable, check_same_call, read_split, run_call,
+                                 split_file, write_split)
 from kevlike.metrics import N_BINS, ece, records_from_logits, summarize, summary
 from kevlike.model.backbones import resolve_model
 from kevlike.model.engine import Engine
@@ -147,7 +149,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
               options: EngineOptions = DEFAULT_OPTIONS, n: int | None = None, batch_size: int = 4, quiet: bool = False,
               engine=None, reuse: str | Path | None = None, url: str | None = None, probes: int = 0,
               bigbench: str | Path | None = None, half: str | None = None, splits=None, lm_baseline: bool = True,
-              lm_engine=None) -> Path:
+              lm_engine=None, resume: str | Path | None = None) -> Path:
     """Evaluate ``model`` (or an already loaded ``engine``, or the Jev-compatible server at ``url``)
     on a suite; returns the run directory.
     ``reuse``: an earlier eval run directory whose logits are re-scored with ``model``'s current
@@ -160,6 +162,10 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     ``half``: generalization suites only — answer only the items of this half (``validation`` or ``test``).
     ``splits``: generalization suites only — answer only these splits (names of
     :data:`kevlike.eval.generalization.SPLITS`; default all).
+    ``resume``: generalization suites only — an unfinished run directory of the same call (same model weights and
+    calibration, suite, half, splits, ``n``, batch size, precision, option mode and orders, baseline), whose
+    finished splits (``splits/*.json``, written as each split ends) are read instead of answered again; the run
+    is finished in that directory.
     ``model`` may be a bare backbone (its training-free LM readout is then the model evaluated).
     Every report carries the baselines of :mod:`kevlike.eval.baselines` on the same items (chance, majority and,
     with ``lm_baseline``, the backbone's LM readout: a second pass of the bare backbone, ``lm_engine`` or loaded
@@ -167,6 +173,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
 
     Raises:
         ValueError: unknown suite, or an option mode the model was not trained for.
+        ResumeError: ``resume`` is not an unfinished run of this same call, or a finished split's items differ
+            from the suite's now.
         kevlike.eval.remote.RemoteError: ``url`` unreachable or answering errors.
         kevlike.model.backbones.ModelNotFoundError: unknown model.
         kevlike.data.sources.DataUnavailableError: a data package is missing.
@@ -181,6 +189,12 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
     splits = check_splits(splits)
     if reuse is not None and (splits is not None or half is not None):
         raise ValueError("--reuse re-scores every record of the earlier run: splits and half go with a new run")
+    if reuse is not None and resume is not None:
+        raise ValueError("reuse re-scores a finished run, resume finishes an unfinished one: not both")
+    if resume is not None and suite not in GENERALIZATION_SUITES:
+        raise ValueError(f"resume goes with a generalization suite (not {suite!r})")
+    if resume is not None:
+        check_resumable(Path(resume))
     if reuse is not None:
         return _rescore_run(model, Path(reuse), Path(out), quiet)
     if engine is None and url is not None:
@@ -189,7 +203,8 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         engine = Engine.from_pretrained(model, options)
     lm = _LMBaseline(engine, url, lm_baseline, lm_engine, options)
     if suite in GENERALIZATION_SUITES:
-        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench, half, lm, splits)
+        return _run_generalization(engine, suite, Path(out), n, batch_size, quiet, url, bigbench, half, lm, splits,
+                                   options, None if resume is None else Path(resume))
     sizes = {k: (n if n is not None else v) for k, v in SUITES[suite].items()}
     run_dir = Path(out) / f"eval-{suite}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
@@ -311,26 +326,47 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
 
 def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size: int, quiet: bool,
                         url: str | None, bigbench, half: str | None = None, lm: "_LMBaseline | None" = None,
-                        splits: tuple[str, ...] | None = None) -> Path:
+                        splits: tuple[str, ...] | None = None, options: EngineOptions = DEFAULT_OPTIONS,
+                        resume: Path | None = None) -> Path:
 
-    run_dir = out / f"eval-{suite}{'-' + half if half else ''}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    run_dir.mkdir(parents=True, exist_ok=False)
+    lm = lm or _LMBaseline(engine, url, False, None, "auto", "none")
+    call = run_call(engine, suite=suite, half=half, splits=splits, n=n, batch_size=batch_size, url=url,
+                    quantize=options.quantize, lm_baseline=lm.ran)
+    if resume is not None:
+        run_dir = resume
+        check_same_call(run_dir, call)
+    else:
+        run_dir = out / f"eval-{suite}{'-' + half if half else ''}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        run_dir.mkdir(parents=True, exist_ok=False)
+        (run_dir / CALL_FILE).write_text(json.dumps(call, indent=2))
     sets = generalization_sets(quick=suite.endswith("quick"), n=n, bigbench=bigbench, splits=splits)
     absent = absent_splits(sets, splits)
     for split, why in absent.items():       # with --quiet too: the run is not comparable with one that has them
         print(f"kevlike eval: split {split} left out: {why}", file=sys.stderr)
     if half is not None:
         sets = {split: [e for e in exs if half_of(half_key(split, e)) == half] for split, exs in sets.items()}
-    lm = lm or _LMBaseline(engine, url, False, None, "auto", "none")
     records, timing, lm_records = [], {}, []
     for split, examples in sets.items():
+        done = read_split(run_dir, split, examples)
+        if done is not None:
+            if not quiet:
+                print(f"{split}: {len(examples)} requests, read from {split_file(run_dir, split)}", file=sys.stderr)
+            records += done["records"]
+            lm_records += done["lm_records"]
+            timing.update(done["seconds"])
+            lm.note = lm.note or done["lm_note"]
+            continue
         t0 = time.perf_counter()
         if not quiet:
             print(f"{split}: {len(examples)} requests", file=sys.stderr)
         recs = [{**r, "split": split} for r in records_from_logits(engine, examples, batch_size, progress=not quiet)]
-        records += with_halves(split, examples, recs)
-        timing[split] = round(time.perf_counter() - t0, 1)
-        lm_records += [{**r, "split": split} for r in lm.records(examples, recs, batch_size, quiet, timing, split)]
+        split_records = with_halves(split, examples, recs)
+        seconds = {split: round(time.perf_counter() - t0, 1)}
+        split_lm = [{**r, "split": split} for r in lm.records(examples, recs, batch_size, quiet, seconds, split)]
+        write_split(run_dir, split, examples, split_records, split_lm, seconds, lm.note)
+        records += split_records
+        lm_records += split_lm
+        timing.update(seconds)
     pairs = contrast_pairs()
     gen = generalization_summary(records, pairs)
     summary = {**summarize(records), "generalization": gen,

@@ -1,0 +1,148 @@
+"""Resumable generalization runs (kevlike/eval/resume.py, ``kevlike eval --resume RUN``): a run stopped after its
+first split finishes with the same records and metrics as an unstopped one, answering only the unfinished split;
+a resume of another call, a finished run, a changed split or an unreadable split file is refused by name."""
+
+import json
+
+import pytest
+
+from kevlike.cli import main
+from kevlike.data.sources import Example
+from kevlike.eval import heldout
+from kevlike.eval.resume import ResumeError, items_digest, split_file, weights_digest
+
+from tiny import make_engine
+
+
+def _examples():
+    out = []
+    for i, state in enumerate(["The invoice was paid twice.", "A fox jumps over the lazy dog.",
+                               "Customer: nobody answers the phone.", "Which team should handle this?"]):
+        req = {"state": state, "questions": {
+            "a": {"type": "noul", "instructions": "Is a customer angry?"},
+            "b": {"type": "choice", "instructions": "Which team?",
+                  "criteria": {"billing": None, "sales": None, "tech": None}}}}
+        out.append(Example(req, {"a": [1.0, 0.0] if i % 2 else [0.0, 1.0], "b": [1.0, 0.0, 0.0]}, f"toy/{i}"))
+    return out
+
+
+@pytest.fixture
+def two_splits(monkeypatch):
+    sets = {"seen_wording": _examples()[:2], "target/spam_balanced": _examples()[2:]}
+    monkeypatch.setattr(heldout, "generalization_sets", lambda quick, n, bigbench, splits=None: dict(sets))
+    return sets
+
+
+def _records(run):
+    return [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+
+
+def test_a_stopped_run_finishes_with_the_unstopped_runs_results(tmp_path, two_splits, monkeypatch):
+    model, lm = make_engine("llama", "pointer"), make_engine("llama", "lm")
+    whole = heldout.run_suite(None, "generalization-quick", tmp_path / "whole", engine=model, lm_engine=lm, quiet=True)
+
+    answered = []
+    real = heldout.records_from_logits
+
+    def stop_at_the_second_split(engine, examples, *a, **k):
+        if engine is model and examples[0].source == "toy/2":
+            raise KeyboardInterrupt                     # the session ends during the second split
+        return real(engine, examples, *a, **k)
+
+    monkeypatch.setattr(heldout, "records_from_logits", stop_at_the_second_split)
+    with pytest.raises(KeyboardInterrupt):
+        heldout.run_suite(None, "generalization-quick", tmp_path / "stopped", engine=model, lm_engine=lm, quiet=True)
+    (run,) = (tmp_path / "stopped").iterdir()
+    assert not (run / "metrics.json").exists() and (run / "call.json").is_file()
+    assert split_file(run, "seen_wording").is_file() and not split_file(run, "target/spam_balanced").exists()
+    assert split_file(run, "target/spam_balanced").name == "target__spam_balanced.json"
+
+    def count(engine, examples, *a, **k):
+        answered.append((engine is model, [e.source for e in examples]))
+        return real(engine, examples, *a, **k)
+
+    monkeypatch.setattr(heldout, "records_from_logits", count)
+    done = heldout.run_suite(None, "generalization-quick", tmp_path / "unused", engine=model, lm_engine=lm,
+                             quiet=True, resume=run)
+    assert done == run and not (tmp_path / "unused").exists()
+    # only the unfinished split is answered, by the model and by the LM baseline
+    assert answered == [(True, ["toy/2", "toy/3"]), (False, ["toy/2", "toy/3"])]
+    assert _records(run) == _records(whole)
+    got, want = (json.loads((r / "metrics.json").read_text()) for r in (run, whole))
+    assert got["generalization"] == want["generalization"] and got["baselines"] == want["baselines"]
+    assert set(got["meta"]["seconds"]) == set(want["meta"]["seconds"]) == {
+        "seen_wording", "lm_readout:seen_wording", "target/spam_balanced", "lm_readout:target/spam_balanced"}
+    assert got["meta"]["lm_baseline"] == want["meta"]["lm_baseline"]
+    with pytest.raises(ResumeError, match="the run is finished"):
+        heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, lm_engine=lm, quiet=True, resume=run)
+
+
+def _stopped_run(tmp_path, model, monkeypatch):
+    real = heldout.records_from_logits
+
+    def stop(engine, examples, *a, **k):
+        if examples[0].source == "toy/2":
+            raise KeyboardInterrupt
+        return real(engine, examples, *a, **k)
+
+    monkeypatch.setattr(heldout, "records_from_logits", stop)
+    with pytest.raises(KeyboardInterrupt):
+        heldout.run_suite(None, "generalization-quick", tmp_path / "out", engine=model, lm_baseline=False, quiet=True)
+    monkeypatch.setattr(heldout, "records_from_logits", real)
+    (run,) = (tmp_path / "out").iterdir()
+    return run
+
+
+def test_resume_refuses_another_call_and_names_what_differs(tmp_path, two_splits, monkeypatch):
+    model = make_engine("llama", "pointer")
+    run = _stopped_run(tmp_path, model, monkeypatch)
+    with pytest.raises(ResumeError, match=r"not the same call.*batch: the run has 4, this call 2"):
+        heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, lm_baseline=False, quiet=True,
+                          batch_size=2, resume=run)
+    with pytest.raises(ResumeError, match=r"half: the run has None, this call 'validation'"):
+        heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, lm_baseline=False, quiet=True,
+                          half="validation", resume=run)
+    with pytest.raises(ResumeError, match=r"lm_baseline: the run has False, this call True"):
+        heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, lm_engine=make_engine("llama", "lm"),
+                          quiet=True, resume=run)
+    # the suite's items changed since: the finished split is not read as if they had not
+    two_splits["seen_wording"] = _examples()[1:3]
+    with pytest.raises(ResumeError, match="split seen_wording's items differ"):
+        heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, lm_baseline=False, quiet=True,
+                          resume=run)
+    two_splits["seen_wording"] = _examples()[:2]
+    split_file(run, "seen_wording").write_text('{"split": "seen_wor')       # a truncated file
+    with pytest.raises(ResumeError, match="seen_wording.json is unreadable"):
+        heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, lm_baseline=False, quiet=True,
+                          resume=run)
+    with pytest.raises(ResumeError, match="no call.json"):
+        heldout.run_suite(None, "generalization-quick", tmp_path, engine=model, resume=tmp_path)
+    with pytest.raises(ValueError, match="resume goes with a generalization suite"):
+        heldout.run_suite(None, "heldout", tmp_path, engine=model, resume=run)
+
+
+def test_digests_change_with_a_byte_of_the_weights_or_an_item(tmp_path):
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "w.safetensors").write_bytes(b"\x00\x01")
+    (tmp_path / "calibration.json").write_text("{}")
+    before = weights_digest(tmp_path)
+    assert before == weights_digest(tmp_path) and weights_digest(None) is None
+    (tmp_path / "calibration.json").write_text('{"a": 1}')
+    assert weights_digest(tmp_path) != before
+    exs = _examples()
+    assert items_digest(exs) == items_digest(_examples())
+    exs[3].targets["a"] = [0.0, 1.0]
+    assert items_digest(exs) != items_digest(_examples())
+
+
+def test_the_command_line_refuses_a_resume_it_cannot_do(tmp_path, capsys):
+    assert main(["eval", "--resume", str(tmp_path / "nope"), "--suite", "generalization"]) == 2
+    assert "--resume " + str(tmp_path / "nope") + ": not a directory" in capsys.readouterr().err
+    assert main(["eval", "--resume", str(tmp_path), "--suite", "heldout"]) == 2
+    assert "--resume goes with --suite generalization" in capsys.readouterr().err
+    assert main(["eval", "--resume", str(tmp_path), "--reuse", str(tmp_path), "--suite", "generalization"]) == 2
+    assert "not both" in capsys.readouterr().err
+    (tmp_path / "call.json").write_text("{}")
+    (tmp_path / "metrics.json").write_text("{}")
+    assert main(["eval", "--resume", str(tmp_path), "--suite", "generalization"]) == 2
+    assert "the run is finished (it has metrics.json); --reuse" in capsys.readouterr().err
