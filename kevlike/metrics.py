@@ -291,7 +291,8 @@ def records_from_logits(engine, examples: list, batch_size: int = 4, progress: b
                 if az is not None:
                     a = float(az[j])
                     rec["abstain_logit"] = a
-                    rec["x_abstain"] = engine.abstain_probability(a) if calibrated else float(torch.sigmoid(torch.tensor(a)))
+                    rec["x_abstain"] = (engine.abstain_probability(a) if calibrated
+                                        else float(torch.sigmoid(torch.tensor(a))))
                 by_example[k].append(rec)
     out = [rec for recs in by_example for rec in recs]
     return out

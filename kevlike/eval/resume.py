@@ -4,8 +4,9 @@ part-way (a session's end, a killed process) finishes later without answering it
 A run directory of ``kevlike eval --suite generalization…`` holds:
 
 - ``call.json``: what the answers depend on (:func:`run_call`): the model's name and a sha256 of every file of its
-  directory (weights, manifest, calibration), the suite, half, splits, ``n``, batch size, the engine's precision,
-  option mode and orders, its temperatures' source, the quantization asked for, the LM baseline, the server URL;
+  directory (weights, manifest, calibration; an ensemble's members' too), the suite, half, splits, ``n``, batch
+  size, the engine's precision, option mode and orders, its temperatures' source, the quantization asked for, the
+  LM baseline, the server URL;
 - ``splits/SPLIT.json`` per finished split (``/`` in a split's name written ``__``): a sha256 of the split's items
   (requests, targets, sources), its records (the model's, then the LM readout's), its seconds.
 
@@ -60,7 +61,10 @@ def run_call(engine, *, suite: str, half: str | None, splits, n: int | None, bat
              quantize: str, lm_baseline: bool) -> dict:
     """What a generalization run's answers depend on (``call.json``): equal calls answer equal items equally."""
     artifact = getattr(engine, "artifact_dir", None)
+    members = getattr(engine, "members", None)      # an ensemble: its members' directories too
     return {"model": getattr(engine, "name", None), "weights_sha256": weights_digest(artifact),
+            "members_sha256": None if members is None else [weights_digest(getattr(m, "artifact_dir", None))
+                                                             for m in members],
             "suite": suite, "half": half, "splits": None if splits is None else list(splits), "n": n,
             "batch": batch_size, "url": url, "dtype": getattr(engine, "dtype", None),
             "option_mode": getattr(engine, "option_mode", None),
@@ -120,7 +124,8 @@ def read_split(run_dir: Path, split: str, examples: list) -> dict | None:
     try:
         done = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResumeError(f"--resume {run_dir}: {path} is unreadable ({e}); delete it to answer {split} again") from None
+        raise ResumeError(f"--resume {run_dir}: {path} is unreadable ({e}); delete it to answer {split} "
+                          f"again") from None
     if done.get("items_sha256") != items_digest(examples):
         raise ResumeError(f"--resume {run_dir}: split {split}'s items differ from the suite's now (the suite changed "
                           f"since the run began); start a new run")
