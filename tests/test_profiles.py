@@ -190,3 +190,32 @@ def test_python_loads_check_the_file_too_and_files_are_written_as_strict_json(tm
     (art / "calibration.json").write_text(json.dumps({**GOOD, "by_type": {"noul": math.nan}}))
     with pytest.raises(ProfileError, match=rf"^{art / 'calibration.json'}: by_type\.noul: .* got nan$"):
         Engine.from_pretrained(art)
+
+
+def test_a_profile_of_one_type_leaves_the_others_at_the_models_own_never_at_t_1(tmp_path):
+    """A hand-written profile naming only noul used to serve every other type at T = 1, x_abstain without its Platt
+    bias and scores through softmax (break-test 2026-12-07: x_abstain 0.109 -> 0.012 on examples/review.json)."""
+    from kevlike.model.modeldir import load_profile
+    from kevlike.model.temperatures import TemperatureTable
+
+    own = TemperatureTable(by_type={"noul": 1.3, "choice": 0.9, "choice:set": 0.8, "score": 1.1, "abstain": 2.0},
+                           by_bucket={("noul", "2"): 1.4, ("choice", "3-5"): 0.7}, abstain_bias=-1.5,
+                           score_readout="normal", source="own")
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"source": "only noul", "by_type": {"noul": 1.087},
+                                "by_bucket": [{"type": "noul", "bucket": "2", "temperature": 1.087}]}))
+    got = load_profile(path, own)
+    assert got.by_type == {"noul": 1.087, "choice": 0.9, "choice:set": 0.8, "score": 1.1, "abstain": 2.0}
+    assert got.by_bucket == {("noul", "2"): 1.087, ("choice", "3-5"): 0.7}
+    assert (got.abstain_bias, got.score_readout, got.source) == (-1.5, "normal", "only noul")
+    # a type the profile names is its own, with its own bias and readout, and choice covers choice:set
+    path.write_text(json.dumps({"source": "s", "by_type": {"choice": 0.5, "score": 1.0, "abstain": 1.0},
+                                "by_bucket": []}))
+    got = load_profile(path, own)
+    assert got.by_type == {"noul": 1.3, "choice": 0.5, "score": 1.0, "abstain": 1.0}
+    assert got.by_bucket == {("noul", "2"): 1.4}
+    assert (got.abstain_bias, got.score_readout) == (0.0, "softmax")
+    path.write_text(json.dumps({"source": "s", "by_type": {}, "by_bucket": [], "abstain_bias": 0.5,
+                                "score_readout": "softmax"}))
+    got = load_profile(path, own)
+    assert got.by_type == own.by_type and (got.abstain_bias, got.score_readout) == (0.5, "softmax")

@@ -277,6 +277,9 @@ def test_a_profile_directory_is_not_listed_as_a_profile_but_a_dangling_link_is_r
     assert list_profiles(tmp_path, "m") == ["good", "ops"]        # listed, so that reading it refuses it
     with pytest.raises(ProfileError, match="ops.json: cannot read"):
         load_temperatures(d / "ops.json")
+    from kevlike.model.modeldir import existing_profile_path       # `decide --profile ops`: not "no such profile"
+    with pytest.raises(ValueError, match="ops.json is a link to .*gone.json', which cannot be read"):
+        existing_profile_path(tmp_path, "m", "ops")
     # files whose names are no profile name are not served: serve names them in a warning (they were skipped unsaid)
     from kevlike.model.modeldir import unnamed_profile_files
     for name in ("ops team.json", "-x.json", "é.json"):
@@ -532,3 +535,144 @@ def test_a_full_disk_names_the_profile_it_could_not_write(tmp_path, monkeypatch)
     with pytest.raises(OSError, match=r"cannot write profile 'ops' to .*profiles/ops\.json: No space left on device"):
         save_profile(tmp_path, "m", "ops", TemperatureTable(by_type={"noul": 1.0}))
     assert list((tmp_path / "profiles").iterdir()) == []                # no ops.json.tmp left
+
+
+# --- break-tests of 2026-12-07: values PostgreSQL cannot hold, a store emptied in place, a clean stop's -wal,
+# --- two writers of one profile, a damaged file's many-line check
+
+from stores import store_url  # noqa: E402,F401  (the fixture: a SQLite file and a PostgreSQL database)
+
+
+def test_a_value_the_store_cannot_hold_is_refused_before_and_never_blocks_the_queue(store_url):
+    """PostgreSQL text holds no NUL and its answers' key no id over 2,704 bytes: one such record used to stay at the
+    head of the writer's queue for ever (health "damaged", every later record waiting, all lost at stop). Now the
+    server refuses such a request before computing it (FeedbackStore.refusal), and a record that fails anyway is
+    dropped alone (counted lost) while the next ones land. SQLite holds them all."""
+    from kevlike.service.feedback import PG_KEY_BYTES, Unstorable
+
+    store = FeedbackStore(store_url)
+    pg = store_url.startswith("postgresql")
+    nul = dict(NOUL[0], question_id="a\x00b")
+    refused = store.refusal(["ok", "a\x00b", "k" * (PG_KEY_BYTES + 1)], "a state with a \x00 in it")
+    if pg:
+        assert [e["loc"] for e in refused] == [["body", "state"], ["body", "questions", "a\x00b"],
+                                               ["body", "questions", "k" * 80]]
+        assert "NUL character" in refused[1]["msg"] and f"at most {PG_KEY_BYTES} bytes" in refused[2]["msg"]
+        with pytest.raises(Unstorable, match="cannot hold this record"):
+            store.record("bad", "M", [nul])
+    else:
+        assert refused == []
+    recorder = Recorder(store, capacity=8, retry_s=0.01)
+    for rid, answers in (("bad", [nul]), ("good", NOUL)):
+        recorder.reserve()
+        recorder.submit(rid, "M", answers)
+    assert recorder.wait(timeout=20)                                 # neither waits for ever
+    assert (recorder.written, recorder.failed) == ((1, 1) if pg else (2, 0))
+    assert sorted(store.questions("good")) == ["q"]
+    assert store.records("a\x00b") == []                             # a model name no store holds: no rows, no 503
+    recorder.close()
+    store.close()
+
+
+def test_a_store_file_emptied_in_place_is_store_broken_not_silent(tmp_path):
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}")
+    store.record("r0", "M", NOUL)
+    with open(db, "r+b") as f:                    # `truncate -s 0 fb.db`: the same file, its contents gone
+        f.truncate(0)
+    with pytest.raises(StoreBroken, match="was emptied or overwritten in place") as e:
+        store.record("r1", "M", NOUL)
+    assert not e.value.transient
+    with pytest.raises(StoreBroken, match="emptied or overwritten"):
+        store.add_outcomes("r0", {"q": [1.0, 0.0]})
+
+
+def test_a_closed_store_keeps_everything_in_its_file_alone(tmp_path):
+    """A clean stop used to leave every record in fb.db-wal (the server never closed the store): a copy of fb.db
+    alone was an empty database. close() is the last connection, so SQLite checkpoints the log into the file."""
+    import shutil
+
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}")
+    store.record("r0", "M", NOUL)
+    assert store.add_outcomes("r0", {"q": [1.0, 0.0]}) == 1
+    store.close()
+    shutil.copy(db, tmp_path / "copy.db")                     # the file alone, as a careless backup takes it
+    con = sqlite3.connect(tmp_path / "copy.db")
+    assert con.execute("SELECT request_id FROM kevlike_requests").fetchall() == [("r0",)]
+    assert con.execute("SELECT count(*) FROM kevlike_outcomes").fetchone() == (1,)
+    con.close()
+
+
+def test_two_writers_of_one_profile_never_collide(tmp_path):
+    """Two `kevlike recalibrate --profile P` at once shared one temporary name: one failed with FileNotFoundError
+    (break-test: 39 of 800 writes). Each writer now has its own temporary file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kevlike.model.modeldir import list_profiles, save_profile
+    from kevlike.model.temperatures import TemperatureTable
+
+    tables = [TemperatureTable(by_type={"noul": 1.0 + i / 10}, source=f"w{i}") for i in range(2)]
+
+    def write(i):
+        for _ in range(100):
+            save_profile(tmp_path, "M", "race", tables[i])
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(write, range(2)))                       # raises the first writer's error, if any
+    assert list_profiles(tmp_path, "M") == ["race"]
+    assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == ["race.json"]   # no temporary file left
+
+
+def test_a_damaged_files_check_is_one_line(tmp_path):
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}")
+    for rid in ("r0", "r1", "r2"):
+        store.record(rid, "M", NOUL)
+    store.close()
+    _corrupt(db)
+    with pytest.raises(ValueError) as e:
+        FeedbackStore(f"sqlite:///{db}", create=False)
+    assert "\n" not in str(e.value)
+
+
+def test_a_server_refuses_what_its_store_cannot_record_and_feedback_ids_are_printable_ascii(store_url):
+    from kevlike.config.server import ServerConfig
+    from kevlike.service.server import create_app
+
+    from tiny import make_engine
+
+    eng = make_engine("llama")
+    store = FeedbackStore(store_url)
+    app = create_app({eng.name: eng}, eng.name, ServerConfig(), store=store)
+    body = {"state": "hi", "questions": {"a\x00b": {"type": "noul", "instructions": "Is it a poem?"}}}
+    with running(app) as port:
+        st, _, out = call(port, "POST", "/v1/systemone", body, {"x-request-id": "nul-1"})
+        if store_url.startswith("postgresql"):      # refused before the forward pass, naming the field
+            assert st == 422 and out["detail"][0]["loc"] == ["body", "questions", "a\x00b"]
+            assert "NUL character" in out["detail"][0]["msg"]
+        else:
+            assert st == 200
+        assert app.state.recorder.wait(timeout=10)
+        for rid in ("pg\x00x", "tab\tid", "é"):            # no answered request has such an id: 422, never a 503
+            st, _, out = call(port, "POST", "/v1/feedback", {"request_id": rid, "outcomes": {"a": True}})
+            assert st == 422 and out["detail"][0]["loc"] == ["body", "request_id"], (rid, out)
+        st, _, out = call(port, "GET", "/v1/feedback/report?model=a%00b")
+        assert st == 404, out
+        assert call(port, "GET", "/health")[2]["x_store"]["status"] == "ok"
+    store.close()
+
+
+def test_serve_names_a_read_only_store_before_loading_not_busy(tmp_path, monkeypatch):
+    """`serve --record` on a read-only mount said "busy or unreachable: unable to open database file" after the
+    model had loaded (break-test 2026-12-07); the check now runs with the URL's, before any model."""
+    import os
+
+    import kevlike.service.feedback as feedback
+
+    real = os.access
+    monkeypatch.setattr(feedback.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
+    with pytest.raises(ValueError, match="cannot be written \\(a read-only file, directory or file system\\)"):
+        check_store_url(f"sqlite:///{tmp_path / 'new.db'}", must_write=True)
+    check_store_url(f"sqlite:///{tmp_path / 'new.db'}")              # a reader's check asks no write access
+    assert not (tmp_path / "new.db").exists()

@@ -22,7 +22,7 @@ from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
 from kevlike.model.kernels import attention_inputs, check_backend, default_backend
 from kevlike.model.modeldir import (
-    ABSTAIN, ModelDir, check_profile_name, ensure_embedding_rows, existing_profile_path, load_temperatures
+    ABSTAIN, ModelDir, check_profile_name, ensure_embedding_rows, existing_profile_path, load_profile, load_temperatures
 )
 from kevlike.model.merged import load_weights
 from kevlike.model.quantize import quantize_int8, resolve_quantize
@@ -338,7 +338,7 @@ class Engine:
             raise ValueError(f"model {base!r} was not loaded from a decision-model directory: it has no profiles")
         path = existing_profile_path(self.artifact_dir, base, profile)
         other = copy.copy(self)
-        other.temperatures = load_temperatures(path)
+        other.temperatures = load_profile(path, load_temperatures(self.artifact_dir))
         other.name = f"{base}@{profile}"
         other.profile = profile
         return other

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -275,6 +278,29 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
 
 # --- calibration profiles ------------------------------------------------------------------------
 
+def load_profile(path: str | Path, own: TemperatureTable) -> TemperatureTable:
+    """Calibration profile ``path`` over the model's own temperatures ``own``, as ``kevlike calibrate --profile``
+    writes one (:func:`kevlike.model.temperatures.fit_table`'s ``base``): a type the profile names nowhere (not in
+    ``by_type``, not in ``by_bucket``) keeps the model's own temperature and buckets, never T = 1; ``abstain_bias``
+    comes from the model when the profile names neither it nor the ``abstain`` type, ``score_readout`` when it
+    names neither it nor the ``score`` type (a hand-written profile of one type changes that type alone; naming
+    ``choice`` names ``choice:set`` too).
+
+    Raises:
+        kevlike.model.temperatures.ProfileError: as :func:`load_temperatures`.
+    """
+    prof = load_temperatures(path)
+    raw = json.loads(Path(path).read_text(encoding="utf-8"))         # read_temperatures has checked it
+    named = set(prof.by_type) | {t for t, _ in prof.by_bucket}
+    if "choice" in named:          # set-mode choice reads choice:set first: the profile's choice must reach it
+        named.add("choice:set")
+    return replace(
+        prof, by_type={**{t: v for t, v in own.by_type.items() if t not in named}, **prof.by_type},
+        by_bucket={**{k: v for k, v in own.by_bucket.items() if k[0] not in named}, **prof.by_bucket},
+        abstain_bias=(prof.abstain_bias if "abstain_bias" in raw or "abstain" in named else own.abstain_bias),
+        score_readout=(prof.score_readout if "score_readout" in raw or "score" in named else own.score_readout))
+
+
 def profiles_dir(artifact_dir: str | Path, model_name: str) -> Path:
     """Where the calibration profiles of a decision model live: ``profiles/`` inside the model directory,
     except for a model shipped inside the installed package (read-only, replaced on upgrade), whose
@@ -297,6 +323,9 @@ def existing_profile_path(artifact_dir: str | Path, model_name: str, name: str) 
     Raises:
         ValueError: a bad name, or no such profile (the message names the file looked for and the profiles there)."""
     path = profile_path(artifact_dir, model_name, name)
+    if path.is_symlink() and not path.exists():     # listed (list_profiles), so "no such profile" would contradict
+        raise ValueError(f"calibration profile {name!r} of model {model_name!r}: {path} is a link to "
+                         f"{os.readlink(path)!r}, which cannot be read (it does not exist): fix or remove the link")
     if not path.is_file():
         have = list_profiles(artifact_dir, model_name)
         raise ValueError(f"model {model_name!r} has no calibration profile {name!r} (looked for {path}; profiles: "
@@ -345,12 +374,14 @@ def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: Te
 
     Raises:
         OSError: the file cannot be written; the message names it (a full disk's ENOSPC comes without a file name),
-            and no ``.json.tmp`` is left behind.
+            and no temporary file (``.NAME.json.PID.THREAD.tmp``) is left behind.
     """
     path = profile_path(artifact_dir, model_name, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = calibration_json(table, report)   # before the file is opened: a failure leaves no half file
-    tmp = path.with_suffix(".json.tmp")
+    # a name of its own per writer: two writers of one profile (two `kevlike recalibrate --profile P`) each
+    # replace the file whole, never each other's half-written temporary file
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         tmp.write_text(text)
         tmp.replace(path)

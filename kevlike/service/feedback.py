@@ -57,7 +57,7 @@ import time
 from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, event, func, inspect,
                         select, text)
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, DataError, IntegrityError, OperationalError
 
 from kevlike.metrics import abstention, ece
 from kevlike.request.schema import Option, Question
@@ -128,6 +128,19 @@ class StoreBroken(StoreBusy):
     transient = False
 
 
+class Unstorable(ValueError):
+    """One record the database cannot hold, whatever is retried (PostgreSQL: a NUL character in a text column, a
+    key longer than its index allows): that record is refused or dropped, and the store goes on with the others.
+    :meth:`FeedbackStore.refusal` names such a request before it is computed, so a server refuses it (422)
+    instead of answering what it cannot record."""
+
+
+PG_KEY_BYTES = 2000
+"""The longest question id (UTF-8 bytes) a PostgreSQL store records: its answers' primary key (request id, at most
+128 characters, and question id) must fit a btree index row (at most 2,704 bytes, PostgreSQL's "index row size …
+exceeds btree version 4 maximum 2704")."""
+
+
 _BROKEN_SCHEMA = re.compile(r"no such table|no such column|has no column named|table \S+ has \d+ columns")
 """SQLite's operational errors that mean the tables are not the store's (not a lock: a retry cannot help)."""
 
@@ -143,11 +156,14 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:200] if lines else type(exc).__name__
 
 
-def _store_error(exc: BaseException) -> StoreBusy | None:
-    """The :class:`StoreBusy` (or :class:`StoreBroken`) a database error leaves as, or None for one the caller
+def _store_error(exc: BaseException) -> StoreBusy | Unstorable | None:
+    """The :class:`StoreBusy` (or :class:`StoreBroken`, or :class:`Unstorable` for a value the database cannot
+    hold) a database error leaves as, or None for one the caller
     handles itself (an :class:`~sqlalchemy.exc.IntegrityError`: a key another process inserted) or that is no
     database error."""
     first = _first_line(exc)
+    if isinstance(exc, DataError) or getattr(getattr(exc, "orig", None), "sqlstate", None) == "54000":
+        return Unstorable(f"the outcome store cannot hold this record ({first})")    # 54000: program_limit_exceeded
     if isinstance(exc, OperationalError):
         if _READ_ONLY.search(first):
             return StoreBroken(f"the outcome store cannot be written ({first}): make its file and directory "
@@ -160,6 +176,10 @@ def _store_error(exc: BaseException) -> StoreBusy | None:
         return StoreBroken(f"the outcome store is damaged ({first}): nothing more can be recorded in it; restore it "
                            f"from a backup, or start the server on a new file")
     return None
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file (https://www.sqlite.org/fileformat.html, 1.3)."""
 
 
 def _file_identity(path: str) -> tuple[int, int] | None:
@@ -181,12 +201,14 @@ def shown_url(url: str) -> str:
         return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)     # between "://user:" and "@" all the same
 
 
-def check_store_url(url: str, *, must_exist: bool = False) -> None:
+def check_store_url(url: str, *, must_exist: bool = False, must_write: bool = False) -> None:
     """Refuse, before any connection, a store URL that cannot keep outcomes: one that does not parse, an in-memory
     SQLite database (each connection of the pool would see its own, and all of it is lost at exit), a SQLite
     path ending in ``/`` (SQLite would create the file without it, where no check of the file looks), a SQLite
     file in a directory that does not exist, and, with ``must_exist`` (reading a store, as ``kevlike
-    recalibrate`` does), a SQLite file that does not exist (connecting would create an empty one).
+    recalibrate`` does), a SQLite file that does not exist (connecting would create an empty one), and, with
+    ``must_write`` (a server recording), a SQLite file or directory that cannot be written (a read-only file or file
+    system: SQLite's own error, "unable to open database file", reads like a busy store).
 
     Raises:
         ValueError: one line naming the URL and what is wrong.
@@ -222,6 +244,11 @@ def check_store_url(url: str, *, must_exist: bool = False) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ValueError(f"{shown!r}: the directory {parent!r} does not exist")
+    if must_write:
+        for f in ([path] if os.path.exists(path) else []) + [parent]:
+            if not os.access(f, os.W_OK):
+                raise ValueError(f"{shown!r}: {f!r} cannot be written (a read-only file, directory or file system): "
+                                 f"the store could not keep what the server answers")
 
 
 def model_filter(column, model: str):
@@ -255,7 +282,7 @@ class FeedbackStore:
     def __init__(self, url: str, busy_timeout_s: float = 5.0, *, create: bool = True):
         if not (isinstance(busy_timeout_s, (int, float)) and 0 <= busy_timeout_s < math.inf):
             raise ValueError(f"busy_timeout_s must be a finite number of seconds >= 0, got {busy_timeout_s!r}")
-        check_store_url(url)
+        check_store_url(url, must_write=create)
         self.url = url
         self.busy_timeout_s = float(busy_timeout_s)
         self.sqlite = url.startswith("sqlite")
@@ -290,14 +317,7 @@ class FeedbackStore:
             cause = e.__cause__ if isinstance(e, StoreBroken) else e
             raise ValueError(f"{shown_url(url)}: {getattr(cause, 'orig', None) or cause}") from None
         if self.sqlite and self.engine.url.database:
-            path = self.engine.url.database
-            if create:        # a read-only file or file system opens and reads: refused here, not at the first write
-                for f in (path, os.path.dirname(os.path.abspath(path))):
-                    if not os.access(f, os.W_OK):
-                        self.engine.dispose()
-                        raise ValueError(f"{shown_url(url)}: {f!r} cannot be written (a read-only file, directory or "
-                                         f"file system): the store could not keep what the server answers")
-            self._hold_files(path, wal=create)
+            self._hold_files(self.engine.url.database, wal=create)   # (a read-only file: check_store_url)
 
     def _check_tables(self, conn) -> None:
         """Refuse tables that lack the store's columns, and (SQLite) a file that fails ``PRAGMA quick_check``.
@@ -319,7 +339,8 @@ class FeedbackStore:
                                  f"cannot be left empty ({', '.join(unwritable)}: NOT NULL, no default): drop it or "
                                  f"give it a default, or start the server on a new file")
         if self.sqlite:
-            found = [row[0] for row in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
+            # a problem's text may span lines ("*** in database main ***\nPage 3: …"): one line each
+            found = [" ".join(str(row[0]).split()) for row in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
             if found != ["ok"]:
                 raise ValueError(f"{shown_url(self.url)}: the file is damaged (PRAGMA quick_check: "
                                  f"{'; '.join(found[:3])[:300]}): restore it from a backup, or use a new file")
@@ -344,9 +365,20 @@ class FeedbackStore:
 
     def check_file(self) -> None:
         """SQLite: raise :class:`StoreLost` if the database file, or its ``-wal`` or ``-shm`` file, is no longer
-        the one opened (deleted, or replaced by another file). One ``stat`` call per file; a no-op for other
-        backends."""
+        the one opened (deleted, or replaced by another file), :class:`StoreBroken` if the database file no longer
+        begins with SQLite's header (emptied or overwritten in place). One ``stat`` call per file and a 16-byte
+        read; a no-op for other backends."""
         for f, identity in self._identities.items():
+            if identity is not None and not f.endswith(("-wal", "-shm")) and _file_identity(f) == identity:
+                try:
+                    with open(f, "rb") as fh:
+                        head = fh.read(len(SQLITE_HEADER))
+                except OSError:
+                    head = None
+                if head != SQLITE_HEADER:
+                    raise StoreBroken(f"the outcome store's file {f!r} was emptied or overwritten in place while the "
+                                      f"server ran (it no longer begins with SQLite's header): nothing more is "
+                                      f"written to it; restore it from a backup and restart the server")
             if identity is not None and _file_identity(f) != identity:
                 if f.endswith(("-wal", "-shm")):
                     raise StoreLost(f"the outcome store's {f[-3:]} file {f!r} was removed or replaced while the server "
@@ -405,6 +437,30 @@ class FeedbackStore:
                                       f"constraint or trigger the store does not define; remove it, or start the "
                                       f"server on a new file") from e
                 time.sleep(0.01 * (attempt + 1))
+
+    def refusal(self, question_ids, state: str | None) -> list[dict]:
+        """Why this store could not record a request with these question ids and (recorded) ``state``, as 422 error
+        entries ``{"loc", "type", "msg"}`` naming the field; [] when it can. SQLite holds any text; PostgreSQL's
+        text holds no NUL character and its answers' key no question id over :data:`PG_KEY_BYTES` bytes."""
+        if self.sqlite:
+            return []
+        errors = []
+        if state is not None and "\x00" in state:
+            errors.append({"loc": ["body", "state"], "type": "value_error",
+                           "msg": "the state holds a NUL character (\\u0000), which this server's outcome store "
+                                  "(PostgreSQL text) cannot record: remove it, or send it to a server without --record"})
+        for qid in question_ids:
+            if "\x00" in qid:
+                why = "holds a NUL character (\\u0000), which PostgreSQL text cannot hold"
+            elif len(qid.encode("utf-8")) > PG_KEY_BYTES:
+                why = (f"is {len(qid.encode('utf-8'))} UTF-8 bytes long; this server's outcome store (PostgreSQL) "
+                       f"keys answers by question id, at most {PG_KEY_BYTES} bytes")
+            else:
+                continue
+            errors.append({"loc": ["body", "questions", qid[:80]], "type": "value_error",
+                           "msg": f"question id {why}: the server records every answer (--record), so it refuses "
+                                  f"what it could not record; use a shorter id without NUL"})
+        return errors
 
     def record(self, request_id: str, model: str, answers: list[dict], state: str | None = None) -> bool:
         """Store one answered request; ``answers``: ``{"question_id", "type", "probabilities", "temperature",
@@ -536,6 +592,8 @@ class FeedbackStore:
              .join(outcomes_table, (outcomes_table.c.request_id == answers_table.c.request_id)
                    & (outcomes_table.c.question_id == answers_table.c.question_id)))
         if model is not None:
+            if "\x00" in model and not self.sqlite:    # PostgreSQL text holds no NUL: no model is named so
+                return []
             q = q.where(model_filter(requests_table.c.model, model))
         with self._busy(), self.engine.connect() as conn:
             rows = conn.execute(q).all()
@@ -804,6 +862,10 @@ class Recorder:
                             "recording request id=%s: %s; retrying (%d retries so far)", item[0], e, self.retries)
                     time.sleep(wait)
                     wait = min(2 * wait, 2.0)
+                except Unstorable as e:    # this record only: the queue goes on (FeedbackStore.refusal refuses
+                    self.failed += 1        # what it knows of before the forward pass)
+                    log.error("recording request id=%s: %s; the record is lost", item[0], e)
+                    break
                 except Exception:
                     self.failed += 1
                     log.exception("recording request id=%s failed; the record is lost", item[0])

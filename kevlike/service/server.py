@@ -481,6 +481,9 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             return _request_error(e)
         request.state.tokens = prepared.n_tokens
         recorder = app.state.recorder
+        state_text = render_text(req.state) if recorder is not None and record_state else None
+        if recorder is not None and (refused := store.refusal([q.id for q in req.questions], state_text)):
+            return JSONResponse({"detail": refused}, status_code=422)     # what the store could not record
         if recorder is not None:   # a place in the write queue before the forward pass: an answer is always recorded
             try:
                 recorder.reserve()
@@ -499,8 +502,7 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
             except ClientGone:
                 return gone()
             if recorder is not None:
-                recorder.submit(request.state.request_id, name, _answers(engine, req, response),
-                                render_text(req.state) if record_state else None)
+                recorder.submit(request.state.request_id, name, _answers(engine, req, response), state_text)
                 reserved = False
         finally:
             if reserved:
@@ -555,10 +557,10 @@ def create_app(engines: dict, default: str, config: ServerConfig = ServerConfig(
                 errors.append({"loc": ["body", k], "type": "extra_forbidden", "msg": "unknown field (known: "
                                                                                   "request_id, outcomes)"})
             rid = obj.get("request_id")
-            if not (isinstance(rid, str) and 0 < len(rid) <= MAX_REQUEST_ID):
+            if not (isinstance(rid, str) and 0 < len(rid) <= MAX_REQUEST_ID and rid.isascii() and rid.isprintable()):
                 errors.append({"loc": ["body", "request_id"], "type": "string_type",
                                "msg": f"request_id must be the x-request-id of an answered request "
-                                      f"(1-{MAX_REQUEST_ID} characters)"})
+                                      f"(1-{MAX_REQUEST_ID} printable ASCII characters)"})
             outcomes = obj.get("outcomes")
             if not isinstance(outcomes, dict) or not outcomes:
                 errors.append({"loc": ["body", "outcomes"], "type": "dict_type",
@@ -728,7 +730,7 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
         raise ValueError("--record-state keeps the state texts in the outcome store: give --record DB_URL too")
     if config.record is not None:
         try:                      # before any model loads: a store that cannot work fails in a second
-            check_store_url(config.record)
+            check_store_url(config.record, must_write=True)
         except ValueError as e:
             raise ValueError(f"--record: {e}") from None
     max_connections = fit_connections(config.max_connections)
@@ -819,6 +821,8 @@ def serve(models: list[str], config: ServerConfig = ServerConfig(), *, sock: soc
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if store is not None:     # its last connections: SQLite checkpoints the -wal into the file
+                store.close()
     finally:
         sock.close()
 
