@@ -448,7 +448,8 @@ class FeedbackStore:
         if state is not None and "\x00" in state:
             errors.append({"loc": ["body", "state"], "type": "value_error",
                            "msg": "the state holds a NUL character (\\u0000), which this server's outcome store "
-                                  "(PostgreSQL text) cannot record: remove it, or send it to a server without --record"})
+                                  "(PostgreSQL text) cannot record: remove it, or send it to a server without "
+                                  "--record"})
         for qid in question_ids:
             if "\x00" in qid:
                 why = "holds a NUL character (\\u0000), which PostgreSQL text cannot hold"
