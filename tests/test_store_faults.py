@@ -313,6 +313,12 @@ def test_store_urls_never_show_a_password_and_odd_sqlite_urls_are_named(tmp_path
         check_store_url(f"sqlite:///{tmp_path}/adir.db")
     with pytest.raises(ValueError, match=r"SQLite URL options \(mode\) are not used"):
         check_store_url(f"sqlite:///{tmp_path}/x.db?mode=ro")
+    with pytest.raises(ValueError, match=r"SQLite URL options \(\?\) are not used"):      # was: a file named q
+        check_store_url(f"sqlite:///{tmp_path}/q?.db")
+    with pytest.raises(ValueError, match=r"URI file names \(file:…\) are not used .*: sqlite:///x2.db$"):
+        check_store_url("sqlite:///file:x2.db")                   # was: a file named "file:x2.db" and an empty x2.db
+    with pytest.raises(ValueError, match=f"give the path alone: sqlite:///{tmp_path}/x.db$"):
+        check_store_url(f"sqlite:///file:{tmp_path}/x.db")
 
 
 def test_recalibrate_never_prints_a_password_and_refuses_an_alias(tmp_path, capsys):

@@ -228,10 +228,14 @@ def check_store_url(url: str, *, must_exist: bool = False, must_write: bool = Fa
             u.query.get("mode") == "memory":
         raise ValueError(f"{shown!r} is an in-memory SQLite database: each connection would see its own and every "
                          f"outcome is lost at exit; give a file, e.g. sqlite:///feedback.db")
-    if u.query:               # ?mode=ro and the like would be ignored silently: the store opens files its own way
-        raise ValueError(f"{shown!r}: SQLite URL options ({', '.join(sorted(u.query))}) are not used by the outcome "
-                         f"store; give the file alone, e.g. sqlite:///feedback.db")
-    path = db[len("file:"):].split("?", 1)[0] if db.startswith("file:") else db
+    if u.query or "?" in url.partition("://")[2]:  # ?mode=ro and the like would be ignored silently (a bare "?"
+        # parses as no option at all, and the file is then named without what follows it)
+        raise ValueError(f"{shown!r}: SQLite URL options ({', '.join(sorted(u.query)) or '?'}) are not used by the "
+                         f"outcome store; give the file alone, e.g. sqlite:///feedback.db")
+    if db.startswith("file:"):     # the driver opens "file:x.db" as a file of that name, not as a URI
+        raise ValueError(f"{shown!r}: SQLite URI file names (file:…) are not used by the outcome store; give the "
+                         f"path alone: sqlite:///{db[len('file:'):].split('?', 1)[0]}")
+    path = db
     if path.endswith(("/", os.sep)):      # SQLite would create the file without the slash, under another name
         raise ValueError(f"{shown!r}: {path!r} ends with a '/': give a database file, e.g. "
                          f"sqlite:///{path.rstrip('/' + os.sep) or '.'}/feedback.db")
