@@ -76,6 +76,17 @@ TRAIN_PRECISION = {"auto": "auto", "float32": "no", "bfloat16": "bf16"}
 """``kevlike train --dtype``: the config's ``mixed_precision`` it sets (the weights are float32; bfloat16 trains
 under bf16 autocast)."""
 
+def _unwritable(folder: str) -> str | None:
+    """Why a run directory cannot be made under ``folder`` (it, or the nearest folder above it that exists, cannot
+    be written: a read-only file, directory or file system), or None."""
+    p = Path(folder).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.is_dir() and not os.access(p, os.W_OK | os.X_OK):
+        return f"{p} cannot be written (a read-only directory or file system), so no run directory can be made there"
+    return None
+
+
 def _fail(msg: str, code: int = EXIT_USAGE) -> int:
     print(f"kevlike: error: {msg}", file=sys.stderr)
     return code
@@ -559,6 +570,8 @@ def _cmd_eval(args) -> int:
         return _fail(f"--batch must be an integer >= 1, got {args.batch}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         return _fail(f"--out {args.out}: not a directory (the parent folder of the run directory)")
+    if (err := _unwritable(args.out)) is not None:     # before the model loads, not after the whole evaluation
+        return _fail(f"--out {args.out}: {err}")
     if args.n is not None and args.n < 1:
         return _fail(f"--n must be a positive integer, got {args.n}")
     if args.probes < 0:

@@ -146,3 +146,18 @@ def test_the_command_line_refuses_a_resume_it_cannot_do(tmp_path, capsys):
     (tmp_path / "metrics.json").write_text("{}")
     assert main(["eval", "--resume", str(tmp_path), "--suite", "generalization"]) == 2
     assert "the run is finished (it has metrics.json); --reuse" in capsys.readouterr().err
+
+
+def test_an_out_folder_that_cannot_be_written_is_named_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """`eval --data mine.jsonl --out /read-only/dir` failed only after the whole evaluation (break-test 2026-12-07).
+    Root passes os.access's mode checks, so the read-only folder is simulated."""
+    import os
+
+    import kevlike.cli as cli
+
+    real = os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
+    assert main(["eval", "--suite", "generalization-quick", "--out", str(tmp_path / "new" / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {tmp_path / 'new' / 'runs'}: {tmp_path} cannot be written" in err
+    assert not (tmp_path / "new").exists()
