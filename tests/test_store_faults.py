@@ -682,3 +682,12 @@ def test_serve_names_a_read_only_store_before_loading_not_busy(tmp_path, monkeyp
         check_store_url(f"sqlite:///{tmp_path / 'new.db'}", must_write=True)
     check_store_url(f"sqlite:///{tmp_path / 'new.db'}")              # a reader's check asks no write access
     assert not (tmp_path / "new.db").exists()
+
+
+def test_a_full_disk_says_so_and_stays_transient():
+    import kevlike.service.feedback as feedback
+    from sqlalchemy.exc import OperationalError
+
+    err = feedback._store_error(OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full")))
+    assert type(err) is feedback.StoreBusy and err.transient            # freeing space fixes it: records wait
+    assert str(err).startswith("the outcome store's disk is full (database or disk is full): free space")
