@@ -181,8 +181,16 @@ def _store_error(exc: BaseException) -> StoreBusy | Unstorable | None:
     return None
 
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-"""The first 16 bytes of every SQLite database file (https://www.sqlite.org/fileformat.html, 1.3)."""
+SQLITE_MIN_BYTES = 512
+"""The smallest SQLite database file that has been written to: one page (https://www.sqlite.org/fileformat.html,
+1.3: pages are 512 to 65,536 bytes; a store's file holds its header page from the moment WAL mode is set)."""
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return SQLITE_MIN_BYTES       # gone: _file_identity reports it
 
 
 def _file_identity(path: str) -> tuple[int, int] | None:
@@ -372,20 +380,15 @@ class FeedbackStore:
 
     def check_file(self) -> None:
         """SQLite: raise :class:`StoreLost` if the database file, or its ``-wal`` or ``-shm`` file, is no longer
-        the one opened (deleted, or replaced by another file), :class:`StoreBroken` if the database file no longer
-        begins with SQLite's header (emptied or overwritten in place). One ``stat`` call per file and a 16-byte
-        read; a no-op for other backends."""
+        the one opened (deleted, or replaced by another file), :class:`StoreBroken` if the database file was emptied
+        in place (``truncate -s 0``, ``> file``: under one page). ``stat`` calls only: the file is never opened here,
+        since closing any descriptor of it would drop SQLite's POSIX locks (and a connection closing elsewhere would
+        then remove a live store's ``-wal``); a no-op for other backends."""
         for f, identity in self._identities.items():
-            if identity is not None and not f.endswith(("-wal", "-shm")) and _file_identity(f) == identity:
-                try:
-                    with open(f, "rb") as fh:
-                        head = fh.read(len(SQLITE_HEADER))
-                except OSError:
-                    head = None
-                if head != SQLITE_HEADER:
-                    raise StoreBroken(f"the outcome store's file {f!r} was emptied or overwritten in place while the "
-                                      f"server ran (it no longer begins with SQLite's header): nothing more is "
-                                      f"written to it; restore it from a backup and restart the server")
+            if identity is not None and not f.endswith(("-wal", "-shm")) and _file_size(f) < SQLITE_MIN_BYTES:
+                raise StoreBroken(f"the outcome store's file {f!r} was emptied in place while the server ran (it is "
+                                  f"{_file_size(f)} bytes, less than one SQLite page): nothing more is written to it; "
+                                  f"restore it from a backup and restart the server")
             if identity is not None and _file_identity(f) != identity:
                 if f.endswith(("-wal", "-shm")):
                     raise StoreLost(f"the outcome store's {f[-3:]} file {f!r} was removed or replaced while the server "
