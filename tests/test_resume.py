@@ -7,23 +7,14 @@ import json
 import pytest
 
 from kevlike.cli import main
-from kevlike.data.sources import Example
 from kevlike.eval import heldout
 from kevlike.eval.resume import ResumeError, items_digest, split_file, weights_digest
 
+from test_baselines import _examples
 from tiny import make_engine
 
 
-def _examples():
-    out = []
-    for i, state in enumerate(["The invoice was paid twice.", "A fox jumps over the lazy dog.",
-                               "Customer: nobody answers the phone.", "Which team should handle this?"]):
-        req = {"state": state, "questions": {
-            "a": {"type": "noul", "instructions": "Is a customer angry?"},
-            "b": {"type": "choice", "instructions": "Which team?",
-                  "criteria": {"billing": None, "sales": None, "tech": None}}}}
-        out.append(Example(req, {"a": [1.0, 0.0] if i % 2 else [0.0, 1.0], "b": [1.0, 0.0, 0.0]}, f"toy/{i}"))
-    return out
+SECOND = _examples()[2].request["state"]          # the second split's first state
 
 
 @pytest.fixture
@@ -45,7 +36,7 @@ def test_a_stopped_run_finishes_with_the_unstopped_runs_results(tmp_path, two_sp
     real = heldout.records_from_logits
 
     def stop_at_the_second_split(engine, examples, *a, **k):
-        if engine is model and examples[0].source == "toy/2":
+        if engine is model and examples[0].request["state"] == SECOND:
             raise KeyboardInterrupt                     # the session ends during the second split
         return real(engine, examples, *a, **k)
 
@@ -58,7 +49,7 @@ def test_a_stopped_run_finishes_with_the_unstopped_runs_results(tmp_path, two_sp
     assert split_file(run, "target/spam_balanced").name == "target__spam_balanced.json"
 
     def count(engine, examples, *a, **k):
-        answered.append((engine is model, [e.source for e in examples]))
+        answered.append((engine is model, [e.request["state"] for e in examples]))
         return real(engine, examples, *a, **k)
 
     monkeypatch.setattr(heldout, "records_from_logits", count)
@@ -66,7 +57,8 @@ def test_a_stopped_run_finishes_with_the_unstopped_runs_results(tmp_path, two_sp
                              quiet=True, resume=run)
     assert done == run and not (tmp_path / "unused").exists()
     # only the unfinished split is answered, by the model and by the LM baseline
-    assert answered == [(True, ["toy/2", "toy/3"]), (False, ["toy/2", "toy/3"])]
+    second = [e.request["state"] for e in _examples()[2:]]
+    assert answered == [(True, second), (False, second)]
     assert _records(run) == _records(whole)
     got, want = (json.loads((r / "metrics.json").read_text()) for r in (run, whole))
     assert got["generalization"] == want["generalization"] and got["baselines"] == want["baselines"]
@@ -81,7 +73,7 @@ def _stopped_run(tmp_path, model, monkeypatch):
     real = heldout.records_from_logits
 
     def stop(engine, examples, *a, **k):
-        if examples[0].source == "toy/2":
+        if examples[0].request["state"] == SECOND:
             raise KeyboardInterrupt
         return real(engine, examples, *a, **k)
 
