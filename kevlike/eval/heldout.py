@@ -28,8 +28,8 @@ from kevlike.eval.generalization import (
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.probes import STRUCTURAL, run_probes
 from kevlike.eval.remote import RemoteEngine
-from kevlike.eval.resume import (CALL_FILE, ResumeError, check_resumable, check_same_call, read_split, run_call,
-                                 split_file, write_split)
+from kevlike.eval.resume import (CALL_FILE, check_resumable, check_same_call, read_split, run_call, split_file,
+                                 write_split)
 from kevlike.metrics import N_BINS, ece, records_from_logits, summarize, summary
 from kevlike.model.backbones import resolve_model
 from kevlike.model.engine import Engine
@@ -173,7 +173,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
 
     Raises:
         ValueError: unknown suite, or an option mode the model was not trained for.
-        ResumeError: ``resume`` is not an unfinished run of this same call, or a finished split's items differ
+        kevlike.eval.resume.ResumeError: ``resume`` is not an unfinished run of this same call, or a finished split's items differ
             from the suite's now.
         kevlike.eval.remote.RemoteError: ``url`` unreachable or answering errors.
         kevlike.model.backbones.ModelNotFoundError: unknown model.
@@ -329,7 +329,7 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
                         splits: tuple[str, ...] | None = None, options: EngineOptions = DEFAULT_OPTIONS,
                         resume: Path | None = None) -> Path:
 
-    lm = lm or _LMBaseline(engine, url, False, None, "auto", "none")
+    lm = lm or _LMBaseline(engine, url, False)
     call = run_call(engine, suite=suite, half=half, splits=splits, n=n, batch_size=batch_size, url=url,
                     quantize=options.quantize, lm_baseline=lm.ran)
     if resume is not None:
