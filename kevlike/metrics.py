@@ -266,7 +266,8 @@ def records_from_logits(engine, examples: list, batch_size: int = 4, progress: b
     encoded = [engine.encode(r) for r in reqs]
     # Batches of similar length: a packed batch is padded to its longest request, so file order wastes
     # compute (on the generalization suite's validation half 292k padded tokens for 231k real, sorted 237k).
-    order = sorted(range(len(examples)), key=lambda i: encoded[i].n_tokens)
+    # (a served model, --url, encodes to the request itself: no token count, so file order)
+    order = sorted(range(len(examples)), key=lambda i: getattr(encoded[i], "n_tokens", 0))
     by_example: list[list[dict]] = [[] for _ in examples]
     it = range(0, len(order), batch_size)
     if progress:
