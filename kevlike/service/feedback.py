@@ -186,19 +186,16 @@ SQLITE_MIN_BYTES = 512
 1.3: pages are 512 to 65,536 bytes; a store's file holds its header page from the moment WAL mode is set)."""
 
 
-def _file_size(path: str) -> int:
+def _file_stat(path: str) -> os.stat_result | None:
     try:
-        return os.stat(path).st_size
+        return os.stat(path)
     except OSError:
-        return SQLITE_MIN_BYTES       # gone: _file_identity reports it
+        return None
 
 
 def _file_identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
+    st = _file_stat(path)
+    return None if st is None else (st.st_dev, st.st_ino)
 
 
 def shown_url(url: str) -> str:
@@ -385,11 +382,15 @@ class FeedbackStore:
         since closing any descriptor of it would drop SQLite's POSIX locks (and a connection closing elsewhere would
         then remove a live store's ``-wal``); a no-op for other backends."""
         for f, identity in self._identities.items():
-            if identity is not None and not f.endswith(("-wal", "-shm")) and _file_size(f) < SQLITE_MIN_BYTES:
-                raise StoreBroken(f"the outcome store's file {f!r} was emptied in place while the server ran (it is "
-                                  f"{_file_size(f)} bytes, less than one SQLite page): nothing more is written to it; "
-                                  f"restore it from a backup and restart the server")
-            if identity is not None and _file_identity(f) != identity:
+            if identity is None:
+                continue
+            st = _file_stat(f)                   # one stat per file: this runs before every write and feedback
+            if st is not None and (st.st_dev, st.st_ino) == identity:
+                if not f.endswith(("-wal", "-shm")) and st.st_size < SQLITE_MIN_BYTES:
+                    raise StoreBroken(f"the outcome store's file {f!r} was emptied in place while the server ran (it "
+                                      f"is {st.st_size} bytes, less than one SQLite page): nothing more is written to "
+                                      f"it; restore it from a backup and restart the server")
+            else:
                 if f.endswith(("-wal", "-shm")):
                     raise StoreLost(f"the outcome store's {f[-3:]} file {f!r} was removed or replaced while the server "
                                     f"ran: what was recorded since the last checkpoint went with it and nothing more "
@@ -463,9 +464,9 @@ class FeedbackStore:
         for qid in question_ids:
             if "\x00" in qid:
                 why = "holds a NUL character (\\u0000), which PostgreSQL text cannot hold"
-            elif len(qid.encode("utf-8")) > PG_KEY_BYTES:
-                why = (f"is {len(qid.encode('utf-8'))} UTF-8 bytes long; this server's outcome store (PostgreSQL) "
-                       f"keys answers by question id, at most {PG_KEY_BYTES} bytes")
+            elif (n := len(qid.encode("utf-8"))) > PG_KEY_BYTES:
+                why = (f"is {n} UTF-8 bytes long; this server's outcome store (PostgreSQL) keys answers by question "
+                       f"id, at most {PG_KEY_BYTES} bytes")
             else:
                 continue
             errors.append({"loc": ["body", "questions", qid[:80]], "type": "value_error",
