@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kevlike.data import abstain, decoys, facts, mentions, reading, snli, tasksource_gen
+from kevlike.data import abstain, decoys, facts, mentions, reading, rubrics, snli, tasksource_gen
 from kevlike.data.sources import (
     FLIP, DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam,
     read_vader, read_vader_ratings
@@ -104,6 +104,7 @@ SOURCES["facts"] = Source("facts", "typed", "", "kevlike")
 # ``facts`` they stay out of the seen splits; the suite reports them in splits of their own.
 SOURCES["documents"] = Source("documents", "typed", "", "kevlike")
 SOURCES["decoys"] = Source("decoys", "typed", "", "kevlike")      # kevlike/data/decoys.py
+SOURCES["rubrics"] = Source("rubrics", "typed", "", "kevlike")    # kevlike/data/rubrics.py: described score levels
 SOURCES["absurd"] = Source("absurd", "typed", "", "kevlike")
 SOURCES["quantities"] = Source("quantities", "typed", "", "kevlike")
 SOURCES["numbers"] = Source("numbers", "typed", "", "kevlike")
@@ -116,7 +117,7 @@ SOURCES["abstain_ts"] = Source("abstain_ts", "typed", "", "tasksource")
 # tasksource's procedural generators (kevlike/data/tasksource_gen.py), also out of the seen splits
 for _g in tasksource_gen.GENERATORS:
     SOURCES[f"ts_{_g}"] = Source(f"ts_{_g}", "typed", "", "tasksource")
-SYNTHETIC_SOURCES = ("facts", "documents", "decoys", "quantities", "numbers", "mentions", "absurd", "snli", "abstain_docs", "abstain_snli", "abstain_ts") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
+SYNTHETIC_SOURCES = ("facts", "documents", "decoys", "rubrics", "quantities", "numbers", "mentions", "absurd", "snli", "abstain_docs", "abstain_snli", "abstain_ts") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -311,6 +312,8 @@ def source_rows(name: str, split: str) -> tuple:
         return reading.rows(name, split)
     if name == "decoys":
         return decoys.rows(split)
+    if name == "rubrics":
+        return rubrics.rows(split)
     if name == "mentions":
         return _mentions(split)
     if name == "snli":
