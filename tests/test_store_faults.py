@@ -691,3 +691,27 @@ def test_a_full_disk_says_so_and_stays_transient():
     err = feedback._store_error(OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full")))
     assert type(err) is feedback.StoreBusy and err.transient            # freeing space fixes it: records wait
     assert str(err).startswith("the outcome store's disk is full (database or disk is full): free space")
+
+
+def test_a_store_in_a_directory_that_cannot_be_written_is_read_from_its_file_or_named(tmp_path, monkeypatch):
+    """`kevlike recalibrate --db` on a read-only mount said "busy or unreachable; try again": a WAL reader needs the
+    -shm file SQLite creates beside the database. A cleanly closed store is now read from its file alone
+    (immutable: nothing is created); one whose -wal still holds outcomes is named, with the files to copy."""
+    from kevlike.service import feedback
+
+    db = tmp_path / "fb.db"
+    writer = FeedbackStore(f"sqlite:///{db}")
+    writer.record("r0", "M", NOUL)
+    assert writer.add_outcomes("r0", {"q": [1.0, 0.0]}) == 1
+    monkeypatch.setattr(feedback, "_dir_writable", lambda path: path != str(tmp_path))
+    assert (tmp_path / "fb.db-wal").stat().st_size > 0          # the writer is still open: outcomes in the log
+    with pytest.raises(ValueError, match=r"cannot be written.*-wal file holds \d+ bytes.*copy .*fb\.db.* and "
+                                         r".*fb\.db-wal.* together to a writable directory"):
+        FeedbackStore(f"sqlite:///{db}", create=False)
+    writer.close()                                              # checkpointed: the file alone is the store
+    assert not (tmp_path / "fb.db-wal").exists() and not (tmp_path / "fb.db-shm").exists()
+    reader = FeedbackStore(f"sqlite:///{db}", create=False)
+    rep = report(reader, "M")
+    assert rep["overall"]["outcomes"] == 1 and rep["overall"]["accuracy"] == 1.0
+    reader.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fb.db"]     # immutable: no -wal, no -shm created

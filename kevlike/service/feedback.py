@@ -53,6 +53,7 @@ import re
 import sqlite3
 import threading
 import time
+import urllib.parse
 
 from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text, create_engine, event, func, inspect,
                         select, text)
@@ -181,6 +182,39 @@ def _store_error(exc: BaseException) -> StoreBusy | Unstorable | None:
     return None
 
 
+def _dir_writable(path: str) -> bool:
+    """Whether files can be created in directory ``path`` (``access(2)``: False on a read-only file system, for root
+    too)."""
+    return os.access(path, os.W_OK)
+
+
+def _read_only_connect(url: str, timeout_s: float):
+    """A reader's connection factory for a SQLite store in a directory that cannot be written (a read-only mount, a
+    backup volume), or None where it can (the store is then opened as usual).
+
+    A reader of a WAL-mode database needs its ``-shm`` file, which SQLite creates beside it: on a read-only file
+    system every open fails with "unable to open database file". When no ``-wal`` file holds unmerged outcomes
+    (a server closed cleanly checkpoints it: ``kevlike serve`` does at exit), the file alone is the whole store, and
+    it is opened as ``immutable`` (https://www.sqlite.org/uri.html: no locks, no ``-shm``; correct because no
+    process can write in a directory that cannot be written).
+
+    Raises:
+        ValueError: the ``-wal`` file is not empty (outcomes live only there; reading them needs the ``-shm``): it
+            names both files and says to copy them together to a writable directory.
+    """
+    path = make_url(url).database
+    if not path or _dir_writable(os.path.dirname(os.path.abspath(path)) or "."):
+        return None
+    wal = _file_stat(f"{path}-wal")
+    if wal is not None and wal.st_size > 0:
+        raise ValueError(f"{shown_url(url)}: {path!r} lies in a directory that cannot be written (a read-only file "
+                         f"system or directory), and its -wal file holds {wal.st_size} bytes of outcomes not yet "
+                         f"merged into it, which SQLite reads only with a -shm file it must create there: copy "
+                         f"{path!r} and {path + '-wal'!r} together to a writable directory and pass that --db")
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path), safe='/')}?mode=ro&immutable=1"
+    return lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=timeout_s)
+
+
 SQLITE_MIN_BYTES = 512
 """The smallest SQLite database file that has been written to: one page (https://www.sqlite.org/fileformat.html,
 1.3: pages are 512 to 65,536 bytes; a store's file holds its header page from the moment WAL mode is set)."""
@@ -300,7 +334,12 @@ class FeedbackStore:
         self.sqlite = url.startswith("sqlite")
         try:
             if self.sqlite:
-                self.engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s})
+                creator = None if create else _read_only_connect(url, busy_timeout_s)
+                if creator is not None:
+                    self.engine = create_engine(url, creator=creator)
+                else:
+                    self.engine = create_engine(url, connect_args={"check_same_thread": False,
+                                                                   "timeout": busy_timeout_s})
                 self._sqlite_pragmas(wal=create)
             else:
                 self.engine = create_engine(url, pool_pre_ping=True)
