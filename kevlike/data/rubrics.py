@@ -170,7 +170,8 @@ SCALES: tuple[Scale, ...] = (
             "Only internal meeting notes were visible, no customer data.",
             "An internal wiki page was shared by mistake; it held no personal data.",
             "Some staff-only planning documents were exposed."),
-          ("The leak last year only involved internal notes.",), "Were internal documents, but no customer data, exposed?"),
+          ("The leak last year only involved internal notes.",),
+          "Were internal documents, but no customer data, exposed?"),
         L("contact details", "customer names or email addresses", (
             "Customer names and email addresses were exposed.", "A list of customer email addresses was leaked.",
             "The attacker downloaded names and phone numbers of customers."),
@@ -235,7 +236,8 @@ SCALE_NAMES = tuple(s.name for s in SCALES)
 LEVEL_FORMATS = ("{N}: {c}", "{n} ({c})", "{C}", "{N} - {c}")
 OPENERS = {
     "update": ("Weekly update:", "Status update:", "Hi all,"),
-    "incident": ("Incident summary:", "Post-incident note:", "Hi team,"), "security": ("Security notice:", "Dear user,"),
+    "incident": ("Incident summary:", "Post-incident note:", "Hi team,"),
+    "security": ("Security notice:", "Dear user,"),
     "delivery": ("Hello,", "Hi there,", "To the shop:"), "review": ("", "My review:"),
     "rsvp": ("Hi!", "Dear hosts,", "Hello,"), "travel": ("Travel update:", "Dear passenger,", "Notice:"),
 }

@@ -142,6 +142,9 @@ PG_KEY_BYTES = 2000
 exceeds btree version 4 maximum 2704")."""
 
 
+NEW_STORE = "a new store (another SQLite file or PostgreSQL database)"
+"""What a message about a store that cannot go on tells the user to start on (the store may be either backend)."""
+
 _BROKEN_SCHEMA = re.compile(r"no such table|no such column|has no column named|table \S+ has \d+ columns")
 """SQLite's operational errors that mean the tables are not the store's (not a lock: a retry cannot help)."""
 
@@ -171,14 +174,14 @@ def _store_error(exc: BaseException) -> StoreBusy | Unstorable | None:
                                f"writable (not a read-only file system), then restart the server")
         if _BROKEN_SCHEMA.search(first):
             return StoreBroken(f"the outcome store's tables are not the store's ({first}): repair it, or start the "
-                               f"server on a new file (`kevlike serve --record` creates the tables)")
+                               f"server on {NEW_STORE} (`kevlike serve --record` creates the tables)")
         if "disk is full" in first or "No space left" in first:     # transient: space can be freed
             return StoreBusy(f"the outcome store's disk is full ({first}): free space where its file lies; "
                              f"records wait in memory meanwhile")
         return StoreBusy(f"the outcome store is busy or unreachable: {first}")
     if isinstance(exc, DatabaseError) and not isinstance(exc, IntegrityError):
         return StoreBroken(f"the outcome store is damaged ({first}): nothing more can be recorded in it; restore it "
-                           f"from a backup, or start the server on a new file")
+                           f"from a backup, or start the server on {NEW_STORE}")
     return None
 
 
@@ -382,13 +385,13 @@ class FeedbackStore:
             missing = [c.name for c in t.columns if c.name not in {x["name"] for x in cols}]
             if missing:
                 raise ValueError(f"{shown_url(self.url)}: table {t.name} has no column {', '.join(missing)}: not an "
-                                 f"outcome store of this version (start the server on a new file)")
+                                 f"outcome store of this version (start the server on {NEW_STORE})")
             unwritable = [x["name"] for x in cols if x["name"] not in t.columns and not x.get("nullable", True)
                           and x.get("default") is None]
             if unwritable:      # every insert would fail on it: records lost, feedback refused
                 raise ValueError(f"{shown_url(self.url)}: table {t.name} has a column the store does not write and "
                                  f"cannot be left empty ({', '.join(unwritable)}: NOT NULL, no default): drop it or "
-                                 f"give it a default, or start the server on a new file")
+                                 f"give it a default, or start the server on {NEW_STORE}")
         if self.sqlite:
             # a problem's text may span lines ("*** in database main ***\nPage 3: …"): one line each
             found = [" ".join(str(row[0]).split()) for row in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
@@ -485,7 +488,7 @@ class FeedbackStore:
                 if attempt == CONFLICT_RETRIES:   # not a race: a constraint or trigger the store does not define
                     raise StoreBroken(f"the outcome store refused the write ({_first_line(e)}): its tables hold a "
                                       f"constraint or trigger the store does not define; remove it, or start the "
-                                      f"server on a new file") from e
+                                      f"server on {NEW_STORE}") from e
                 time.sleep(0.01 * (attempt + 1))
 
     def refusal(self, question_ids, state: str | None) -> list[dict]:
