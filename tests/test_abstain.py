@@ -587,6 +587,11 @@ def test_server_threshold_models_recorder_and_report(tmp_path):
         st, _, out = call(port, "POST", "/v1/systemone", {**body, "model": "plain"})
         assert "x_abstain" not in json.dumps(out)
         app.state.recorder.wait(timeout=10)
+        st, _, err = call(port, "POST", "/v1/feedback", {"request_id": "r1", "outcomes": {
+            "anger": {"cannot_tell": True, "x": 1}, "lazy": {"cannot_tell": 1}}})   # the outcome written wrong
+        assert st == 422 and [e["msg"] for e in err["detail"]] == [
+            '{"cannot_tell": true} is an outcome on its own (the state did not determine the answer), without other '
+            'keys; got also "x"', '"cannot_tell" takes true (the state did not determine the answer), got 1']
         st, _, out = call(port, "POST", "/v1/feedback", {"request_id": "r1", "outcomes": {
             "urgent": True, "team": "billing", "anger": {"cannot_tell": True}, "lazy": {"cannot_tell": True}}})
         assert (st, out["stored"]) == (200, 4)

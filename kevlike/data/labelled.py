@@ -93,6 +93,14 @@ def answer_target(question: Question, answer) -> list[float]:
     if isinstance(answer, dict):
         if not answer:
             raise ValueError("an empty distribution")
+        if "cannot_tell" in answer and "cannot_tell" not in keys:    # the outcome, written wrong: say what is wrong
+            extra = [_json(k) for k in answer if k != "cannot_tell"]
+            if extra:
+                raise ValueError(f'{{"cannot_tell": true}} is an outcome on its own (the state did not determine the '
+                                 f'answer), without other keys; got also {", ".join(extra[:5])}'
+                                 f'{" …" if len(extra) > 5 else ""}')
+            raise ValueError(f'"cannot_tell" takes true (the state did not determine the answer), got '
+                             f'{_json(answer["cannot_tell"])}')
         out = [0.0] * K
         for k, v in answer.items():
             if k not in keys:
