@@ -21,7 +21,7 @@
 
 Exit codes:
     0  ok; serve: stopped by SIGTERM or Ctrl-C after answering the requests in flight
-    1  set-up failure (a backbone could not be downloaded, verified or converted)
+    1  set-up failure (a backbone could not be downloaded, verified or converted; a full disk or quota)
     2  bad input: invalid request, unknown model, unreadable file, bad option value
     3  serve: cannot listen on --host:--port (address in use, no permission), found before any
        model is loaded
@@ -94,6 +94,9 @@ def _fail(msg: str, code: int = EXIT_USAGE) -> int:
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 """Write errors that come without a file name (a full disk or quota, a file-size limit, a read-only file system)."""
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""Write errors of the machine, not of the input (a full disk or quota, a file-size limit): exit code 1 (set-up
+failure), where other ``OSError``\ s (a missing or unreadable file the user named) are 2."""
 
 
 def _exit_code(e: BaseException) -> int | None:
@@ -1160,4 +1163,6 @@ def main(argv: list[str] | None = None) -> int:
         message = (str(e) or type(e).__name__).splitlines()[0]
         if isinstance(e, OSError) and e.filename is None and e.errno in FULL_DISK and getattr(args, "out", None):
             message += f" (writing under --out {args.out})"      # ENOSPC names no file: say where it was writing
+        if isinstance(e, OSError) and e.errno in NO_SPACE:
+            code = EXIT_SETUP                                    # the machine's failure, not bad input
         return _fail(message, code)

@@ -475,6 +475,12 @@ def test_a_full_disk_says_where_it_was_writing(tmp_path, capsys, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(cli, "_cmd_eval", full)
-    assert cli.main(["eval", "--out", str(tmp_path / "runs")]) == 2
+    assert cli.main(["eval", "--out", str(tmp_path / "runs")]) == 1       # the machine's failure: set-up, not input
     assert capsys.readouterr().err == (f"kevlike: error: [Errno 28] No space left on device (writing under --out "
                                        f"{tmp_path / 'runs'})\n")
+
+    def missing(args):                                 # a file the user named: bad input, as before
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "mine.jsonl")
+
+    monkeypatch.setattr(cli, "_cmd_eval", missing)
+    assert cli.main(["eval", "--out", str(tmp_path / "runs")]) == 2
