@@ -710,7 +710,7 @@ def _cmd_recalibrate(args) -> int:
             return _fail(f"{flag}: {e}")
     db = shown_url(args.db)         # never a password in a message or in the profile's "source"
     try:
-        records = FeedbackStore(args.db, create=False).records(model)
+        records, unreadable = FeedbackStore(args.db, create=False).counted_records(model)
     except StoreBusy as e:  # another process holds the store's lock (transient: try again), or it is damaged
         return _fail(f"{db}: {e}" + ("; try again" if e.transient else ""), EXIT_SETUP)
     except ValueError as e:   # a file that is not a database
@@ -719,7 +719,8 @@ def _cmd_recalibrate(args) -> int:
         return _fail(f"{db}: no recorded answer of model {model!r} has an outcome yet")
     from kevlike.eval.owndata import fit_profile   # torch: only once the inputs are valid
 
-    fit_profile(model, f"{len(records)} outcomes in {db}", args.profile, min_count=args.min_count,
+    left_out = f" ({unreadable} unreadable rows left out: a damaged store)" if unreadable else ""
+    fit_profile(model, f"{len(records)} outcomes in {db}{left_out}", args.profile, min_count=args.min_count,
                 quiet=args.quiet, records=records)
     return 0
 

@@ -72,12 +72,12 @@ def test_report_polls_never_hold_the_decisions_tokenization(tmp_path):
     store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.db'}")
     fill(store, 20, model=eng.name)
     release = threading.Event()
-    records = store.records
+    records = store.counted_records
 
     def slow_records(model=None):
         release.wait(60)
         return records(model)
-    store.records = slow_records
+    store.counted_records = slow_records
     app = create_app({eng.name: eng}, eng.name, ServerConfig(), store=store)
     body = {k: v for k, v in REQUEST.items() if k != "model"}
     with running(app) as port, ThreadPoolExecutor(32) as pool:

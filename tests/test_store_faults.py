@@ -146,7 +146,9 @@ def test_a_malformed_row_is_left_out_with_a_warning_not_a_500(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="kevlike.service.feedback"):
         rep = report(store, "M")
     assert rep["overall"]["outcomes"] == 1 and rep["overall"]["accuracy"] == 1.0
+    assert rep["unreadable"] == 2                       # in the answer itself, not only in the server's log
     assert "2 recorded answer(s) with an outcome could not be read" in caplog.text
+    assert "unreadable" not in report(store, "nobody")
 
 
 def test_feedback_and_request_id_over_http(tmp_path):

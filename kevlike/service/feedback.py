@@ -627,6 +627,10 @@ class FeedbackStore:
         return len(targets)
 
     def records(self, model: str | None = None) -> list[dict]:
+        """:meth:`counted_records`' records alone."""
+        return self.counted_records(model)[0]
+
+    def counted_records(self, model: str | None = None) -> tuple[list[dict], int]:
         """Every answered question with an outcome, as metric records (:mod:`kevlike.metrics`:
         ``type``, ``probs``, ``gold``, ``target``; plus ``logits = T · log p``, ``question``, ``model``; for a score
         answer served through the normal readout, ``logits = T · log s`` with ``s`` the softmax it was read out from
@@ -636,7 +640,11 @@ class FeedbackStore:
         the logit :func:`~kevlike.model.temperatures.fit_table` refits it from).
         ``model``: only requests answered by exactly this model name or one of its profiles (``model@NAME``;
         case-exact, no wildcards: :func:`model_filter`). Rows whose temperature or probabilities are not
-        finite (none are written now; older stores may hold them) are left out.
+        finite (none are written now; older stores may hold them) are left out; so are rows that cannot be read
+        (malformed probabilities or target: damage, or a row this version never wrote), counted and logged.
+
+        Returns:
+            ``(records, unreadable)``: the records, and how many rows with an outcome could not be read.
 
         Raises:
             StoreBusy: the store is locked past the busy timeout, or unreachable."""
@@ -647,7 +655,7 @@ class FeedbackStore:
                    & (outcomes_table.c.question_id == answers_table.c.question_id)))
         if model is not None:
             if "\x00" in model and not self.sqlite:    # PostgreSQL text holds no NUL: no model is named so
-                return []
+                return [], 0
             q = q.where(model_filter(requests_table.c.model, model))
         with self._busy(), self.engine.connect() as conn:
             rows = conn.execute(q).all()
@@ -663,7 +671,7 @@ class FeedbackStore:
         if unreadable:
             log.warning("%s: %d recorded answer(s) with an outcome could not be read (malformed probabilities or "
                         "target) and were left out", shown_url(self.url), unreadable)
-        return out
+        return out, unreadable
 
 
 def _stored_probabilities(a: dict) -> list | dict:
@@ -937,7 +945,8 @@ def report(store: FeedbackStore, model: str | None = None) -> dict:
     confident-error rate of the recorded answers (definitions of :mod:`kevlike.metrics`; outcomes
     ``{"cannot_tell": true}`` are left out of them), and, where answers carry ``x_abstain``, ``abstention``:
     :func:`kevlike.metrics.abstention` without its curve (coverage at ≤ 5 % error, AURC, AUROC and ECE of
-    ``x_abstain`` against the "cannot tell" outcomes).
+    ``x_abstain`` against the "cannot tell" outcomes). Rows with an outcome that cannot be read (a damaged store)
+    are left out of every figure and counted in ``unreadable``, present only when there are any.
 
     Linear in the outcomes: one query, then one pass per group (:func:`_report_metrics`; without the
     bootstrap interval of :func:`kevlike.metrics.summary`, 200 more passes, which the report never showed).
@@ -950,7 +959,7 @@ def report(store: FeedbackStore, model: str | None = None) -> dict:
         StoreLost: its SQLite file was removed or replaced while it was open.
     """
     store.check_file()                   # a removed file's figures are stale, not the store's
-    recs = store.records(model)
+    recs, unreadable = store.counted_records(model)
     by_type: dict[str, list] = {}
     for r in recs:
         by_type.setdefault(r["type"].split(":")[0], []).append(r)
@@ -960,6 +969,8 @@ def report(store: FeedbackStore, model: str | None = None) -> dict:
         for key, rs in [("overall", recs), *((f"per_type.{t}", rs) for t, rs in sorted(by_type.items()))]:
             target = out["overall"] if key == "overall" else out["per_type"][key.split(".", 1)[1]]
             target["abstention"] = {k: v for k, v in abstention(rs).items() if k != "curve"}
+    if unreadable:
+        out["unreadable"] = unreadable
     return out
 
 
