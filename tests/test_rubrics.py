@@ -7,9 +7,14 @@ from kevlike.data.families import SOURCES, SYNTHETIC_SOURCES, source_rows
 from tests.test_reading import _valid
 
 
+def _said(scale, text):
+    """``text`` as a row writes it, for each of ``scale``'s subjects."""
+    return {text.format(t=t, T=t[:1].upper() + t[1:]) for t in scale.subjects}
+
+
 def _level_in_text(scale, state):
     """The one level of ``scale`` whose fact sentence the text states (distractors are not facts)."""
-    found = [i for i, lv in enumerate(scale.levels) if any(f in state for f in lv.facts)]
+    found = [i for i, lv in enumerate(scale.levels) if any(f in state for x in lv.facts for f in _said(scale, x))]
     assert len(found) <= 1, (scale.name, found, state)
     return found[0] if found else None
 
@@ -45,14 +50,17 @@ def test_rubrics_rows_are_seeded_valid_and_read_back_from_the_text():
             levels[scale.name] = (scale, level)
             golds_seen.add(level)
             n_checked += 1
+        if len(levels) == 2:                                        # two scales in one text: a coherent one
+            (a, (_, ga)), (b, (_, gb)) = levels.items()
+            assert rubrics.compatible(a, ga, b, gb), state
         for k, q in qs.items():                                     # every yes/no and choice agrees with the level
             for scale, level in levels.values():
-                cut = [c for c in scale.cuts if q["instructions"] in c[1:]]
+                cut = [c for c in scale.cuts if q["instructions"] in _said(scale, c[1]) | _said(scale, c[2])]
                 if cut:
                     k0, at_least, below = cut[0]
-                    truth = level >= k0 if q["instructions"] == at_least else level < k0
+                    truth = level >= k0 if q["instructions"] in _said(scale, at_least) else level < k0
                     assert gold[k] == ("true" if truth else "false"), (state, q)
-                asks = [i for i, lv in enumerate(scale.levels) if lv.ask == q["instructions"]]
+                asks = [i for i, lv in enumerate(scale.levels) if q["instructions"] in _said(scale, lv.ask)]
                 if asks:
                     assert gold[k] == ("true" if asks[0] == level else "false"), (state, q)
                 if q["type"] == "choice" and scale.name in q["instructions"]:
@@ -65,6 +73,8 @@ def test_rubric_levels_and_asks_hand_checked():
     assert [rubrics._fmt(damage.levels[1], f) for f in rubrics.LEVEL_FORMATS] == [
         "Cosmetic: scratched or dented, works fine", "cosmetic (scratched or dented, works fine)",
         "Scratched or dented, works fine", "Cosmetic - scratched or dented, works fine"]
+    assert not rubrics.compatible("recommendation", 3, "damage", 3) and rubrics.compatible("damage", 1,
+                                                                                         "recommendation", 2)
     for s in rubrics.SCALES:                   # a distractor never repeats a fact of its own scale
         facts = {f for lv in s.levels for f in lv.facts}
         assert not facts & {o for lv in s.levels for o in lv.others}
