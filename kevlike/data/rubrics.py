@@ -5,8 +5,9 @@ Users write scales as rubrics: each level a name and a criterion, not a number o
 topic ("an outage report, so: severe") misses them; the criterion must be matched against what the text says ("pages
 loaded slowly, but everyone could keep working"). Each row is a short message (an incident note, a project update,
 a delivery complaint, a review, an RSVP, a security notice, a travel notice) stating the facts of one or two
-:data:`SCALES` (two only where they make one coherent text: :func:`compatible`), among sentences that mention other levels of the same scale about *something else* (last month's
-outage, the parcel before this one): the decisive sentence must be bound to what is asked. Its 4–7 questions:
+:data:`SCALES` (two only where they make one coherent text: :func:`compatible`), among sentences that mention other
+levels of the same scale about *something else* (last month's outage, the parcel before this one): the decisive
+sentence must be bound to what is asked. Its 4–7 questions:
 
 - a **score** over the scale's levels, written in one of :data:`LEVEL_FORMATS` ("Degraded: …", "degraded (…)", the
   criterion alone), low → high or reversed (a scale that runs the other way), the question sometimes naming the
