@@ -134,7 +134,8 @@ def test_validator_rejects_wrong_sizes():
 def test_no_question_is_worded_as_a_reading_training_question(items):
     """The split measures reading of unseen texts: none of its questions (or option sets) is worded exactly as a
     question of the generated ``documents``/``quantities``/``numbers``/``absurd`` training sources (kevlike/data/reading.py, train split),
-    nor of ``mentions`` (kevlike/data/mentions.py) when its data package is installed."""
+    of ``rubrics`` (kevlike/data/rubrics.py), nor of ``mentions`` (kevlike/data/mentions.py) when its data package is
+    installed."""
     reading = pytest.importorskip("kevlike.data.reading")
 
     def norm(s):
@@ -153,7 +154,7 @@ def test_no_question_is_worded_as_a_reading_training_question(items):
         mention_rows = source_rows("mentions", "train")
     except DataUnavailableError:
         mention_rows = ()
-    for row in mention_rows:
+    for row in (*mention_rows, *source_rows("rubrics", "train")):
         for q in row[0]["questions"].values():
             seen_q.add(norm(q["instructions"]))
             if q.get("criteria"):
