@@ -157,7 +157,12 @@ def _area_and_coverage(curve: list[dict], budget: float) -> tuple[float, float]:
 
 def auroc(scores: list[float], positive: list[bool]) -> float | None:
     """Area under the ROC curve of ``scores`` for the ``positive`` ones (Mann–Whitney U / (n⁺ n⁻), ties ½);
-    None without both classes."""
+    None without both classes.
+
+    Raises:
+        ValueError: a score is not a finite number (a NaN has no rank)."""
+    if not all(math.isfinite(s) for s in scores):
+        raise ValueError("auroc: every score must be a finite number")
     pos = [s for s, y in zip(scores, positive) if y]
     neg = [s for s, y in zip(scores, positive) if not y]
     if not pos or not neg:
@@ -165,7 +170,7 @@ def auroc(scores: list[float], positive: list[bool]) -> float | None:
     ranks, order = {}, sorted(scores)
     i = 0
     while i < len(order):                      # mid-ranks of tied values
-        j = i
+        j = i + 1
         while j < len(order) and order[j] == order[i]:
             j += 1
         ranks[order[i]] = (i + j + 1) / 2

@@ -359,6 +359,11 @@ def test_risk_coverage_figures_by_hand():
     assert a["accuracy_all"] == 0.5 and a["n_cannot_tell"] == 2
     # AUROC: positives {0.6, 0.9} vs negatives {0.1, 0.2, 0.3, 0.6}: (4 + 3.5) / 8
     assert a["auroc"] == pytest.approx(7.5 / 8) and auroc([0.1, 0.9], [False, True]) == 1.0
+    # ties at the ends and a NaN: mid-ranks (1.5, 1.5, 3.5, 3.5 → U = 7 − 3 = 4 of 4), and a clear error, not a hang
+    assert auroc([0.2, 0.2, 0.7, 0.7], [False, False, True, True]) == 1.0
+    assert auroc([0.5, 0.5], [False, True]) == 0.5
+    with pytest.raises(ValueError, match="finite"):
+        auroc([0.1, float("nan"), 0.3], [False, True, True])
     # ECE of x_abstain as a yes/no probability: bins by max(p, 1−p)
     assert a["ece"] is not None and sum(a["ece_bins"]) == 6
     s = summary(rs)                                     # answer metrics over the four answerable ones only

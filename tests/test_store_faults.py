@@ -151,6 +151,33 @@ def test_a_malformed_row_is_left_out_with_a_warning_not_a_500(tmp_path, caplog):
     assert "unreadable" not in report(store, "nobody")
 
 
+def test_damaged_numbers_are_counted_unreadable_not_read_as_outcomes(tmp_path):
+    """A row whose numbers were damaged after it was written (the store's own writes never make these): a NaN
+    x_abstain used to hang the report in auroc's tie loop, 1e308 probabilities made ece raise (HTTP 500), and a
+    target [NaN, 1] or [0, 9] was read as an outcome, flipping its gold. Each is left out and counted."""
+    db = tmp_path / "fb.db"
+    store = FeedbackStore(f"sqlite:///{db}")
+    with_x = [dict(NOUL[0], x_abstain=0.2)]
+    for i in range(7):
+        store.record(f"r{i}", "M", with_x)
+        store.add_outcomes(f"r{i}", {"q": [1.0, 0.0]})
+    con = sqlite3.connect(db)
+    damage = {"r1": ("probabilities", "replace(probabilities, '0.2', 'NaN')"),     # x_abstain NaN
+              "r2": ("probabilities", "replace(probabilities, '0.2', '1e308')"),   # x_abstain out of [0, 1]
+              "r3": ("probabilities", "replace(probabilities, '[0.7, 0.3]', '[1e308, 1e308]')"),
+              "r4": ("target", "'[NaN, 1.0]'"), "r5": ("target", "'[0.0, 9.0]'")}
+    for rid, (col, expr) in damage.items():
+        table = "kevlike_answers" if col == "probabilities" else "kevlike_outcomes"
+        assert con.execute(f"UPDATE {table} SET {col}={expr} WHERE request_id=?", (rid,)).rowcount == 1
+    con.commit()
+    con.close()
+    records, unreadable = store.counted_records("M")
+    assert unreadable == 5 and len(records) == 2
+    assert [r["gold"] for r in records] == [0, 0] and [r["x_abstain"] for r in records] == [0.2, 0.2]
+    rep = report(store, "M")                             # returns (it used to hang or raise)
+    assert rep["unreadable"] == 5 and rep["overall"]["outcomes"] == 2
+
+
 def test_feedback_and_request_id_over_http(tmp_path):
     from kevlike.config.server import ServerConfig
     from kevlike.service.server import create_app

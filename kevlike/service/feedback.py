@@ -693,12 +693,20 @@ def _stored_probabilities(a: dict) -> list | dict:
     return {"probabilities": a["probabilities"], **extra} if extra else a["probabilities"]
 
 
+def _distribution(v: list[float], tol: float = 1e-3) -> bool:
+    """Whether ``v`` is a probability distribution as recorded: finite values in [0, 1] (``tol`` of rounding either
+    side) summing to 1 within ``tol`` (answers are served in float32 and rounded through JSON)."""
+    return all(math.isfinite(x) and -tol <= x <= 1 + tol for x in v) and abs(sum(v) - 1.0) <= tol
+
+
 def _record_of(r) -> dict | None:
     """The metric record of one joined answer/outcome row (:meth:`FeedbackStore.records`); None for a row whose
-    temperature or probabilities are not finite.
+    temperature or probabilities are not finite (an older version could record those).
 
     Raises:
-        ValueError, TypeError, KeyError, IndexError, AttributeError: a malformed row (not JSON, wrong shape)."""
+        ValueError, TypeError, KeyError, IndexError, AttributeError: a malformed row (not JSON, wrong shape; a target
+        or finite probabilities that are no distribution; an ``x_abstain`` outside [0, 1] or not finite; a
+        non-finite abstain scaling): damage, counted as unreadable by the caller."""
     p = json.loads(r.probabilities)
     x_abstain = scaling = readout = soft = None
     if isinstance(p, dict):                 # recorded with x_abstain or a score readout (FeedbackStore.record)
@@ -710,9 +718,17 @@ def _record_of(r) -> dict | None:
         raise ValueError("probabilities must be a list of >= 2 and the target one of the same length")
     p = [float(x) for x in p]
     t = [1.0 / len(p)] * len(p) if cannot_tell else [float(x) for x in t]
+    if not _distribution(t):                # the outcome endpoint accepts nothing else (labelled.answer_target)
+        raise ValueError("the target must be finite, non-negative numbers summing to 1")
     # SQLite stores a NaN as NULL: a temperature of None is a NaN an older version recorded
     if r.temperature is None or not math.isfinite(r.temperature) or not all(math.isfinite(x) for x in p):
         return None
+    if not _distribution(p):                # finite but no distribution (1e308): damage, not a served answer
+        raise ValueError("probabilities must be numbers in [0, 1] summing to 1")
+    if x_abstain is not None and not (isinstance(x_abstain, (int, float)) and 0.0 <= x_abstain <= 1.0):
+        raise ValueError("x_abstain must be a number in [0, 1]")   # NaN fails the comparison too
+    if scaling is not None and not (len(scaling) == 2 and all(math.isfinite(float(v)) for v in scaling)):
+        raise ValueError("abstain_scaling must be two finite numbers")
     rec = {"source": r.question_id, "question": r.question_id, "model": r.model, "type": r.type}
     if cannot_tell:
         rec["cannot_tell"] = True
