@@ -33,6 +33,7 @@ escapes (PYTHONIOENCODING=utf-8 prints it as is).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -503,8 +504,15 @@ def _cmd_export(args) -> int:
         lines = labelled_lines(args.task, args.split, args.n, seed=args.seed)
     except DataUnavailableError as e:       # here a set-up failure (elsewhere a missing input: exit 2)
         return _fail(str(e), EXIT_SETUP)
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    part = f"{args.out}.part"               # a full disk mid-write leaves no --out that blocks the retry
+    try:
+        with open(part, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+        os.replace(part, args.out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
     print(f"{len(lines)} labelled requests ({args.task}, {args.split}) -> {args.out}", file=sys.stderr)
     return EXIT_OK
 

@@ -464,6 +464,35 @@ def test_a_usage_error_is_one_line_with_exit_code_2(capsys):
         "kevlike decide: error: unrecognized arguments: --bogus (`kevlike decide --help` lists the options)\n")
 
 
+def test_export_on_a_full_disk_leaves_no_file_that_blocks_the_retry(tmp_path, capsys, monkeypatch):
+    """`kevlike export` to a disk that fills mid-write left a partial --out, and the retry after freeing space was
+    refused ('--out … exists'; break-test 2026-12-07): it writes OUT.part and renames it, removing the part on
+    failure."""
+    import errno
+
+    from kevlike import cli
+    from kevlike.data import tasks
+
+    monkeypatch.setattr(tasks, "labelled_lines", lambda task, split, n, seed=0: [{"i": i} for i in range(n)])
+    real, calls = json.dumps, []
+
+    def filling(obj, **kw):
+        calls.append(obj)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(obj, **kw)
+
+    out = tmp_path / "mine.jsonl"
+    monkeypatch.setattr(cli.json, "dumps", filling)
+    assert cli.main(["export", "spam", "--n", "5", "--out", str(out)]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []                     # neither mine.jsonl nor mine.jsonl.part
+    monkeypatch.setattr(cli.json, "dumps", real)
+    assert cli.main(["export", "spam", "--n", "5", "--out", str(out)]) == 0
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [{"i": i} for i in range(5)]
+    assert list(tmp_path.iterdir()) == [out]
+
+
 def test_a_full_disk_says_where_it_was_writing(tmp_path, capsys, monkeypatch):
     """ENOSPC names no file: `kevlike eval --out FULL` printed '[Errno 28] No space left on device' alone
     (break-test 2026-12-05)."""
