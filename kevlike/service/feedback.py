@@ -177,7 +177,7 @@ def _store_error(exc: BaseException) -> StoreBusy | Unstorable | None:
                                f"server on {NEW_STORE} (`kevlike serve --record` creates the tables)")
         if "disk is full" in first or "No space left" in first:     # transient: space can be freed
             return StoreBusy(f"the outcome store's disk is full ({first}): free space where its file lies; "
-                             f"records wait in memory meanwhile")
+                             f"a running server keeps its records in memory meanwhile")
         return StoreBusy(f"the outcome store is busy or unreachable: {first}")
     if isinstance(exc, DatabaseError) and not isinstance(exc, IntegrityError):
         return StoreBroken(f"the outcome store is damaged ({first}): nothing more can be recorded in it; restore it "
