@@ -7,6 +7,7 @@ a damaged or altered store, constraints and triggers it does not define, a read-
 
 import json
 import logging
+import shutil
 import sqlite3
 
 import pytest
@@ -732,15 +733,23 @@ def test_a_store_in_a_directory_that_cannot_be_written_is_read_from_its_file_or_
     writer = FeedbackStore(f"sqlite:///{db}")
     writer.record("r0", "M", NOUL)
     assert writer.add_outcomes("r0", {"q": [1.0, 0.0]}) == 1
-    monkeypatch.setattr(feedback, "_dir_writable", lambda path: path != str(tmp_path))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    monkeypatch.setattr(feedback, "_dir_writable", lambda path: path not in (str(tmp_path), str(ro)))
     assert (tmp_path / "fb.db-wal").stat().st_size > 0          # the writer is still open: outcomes in the log
-    with pytest.raises(ValueError, match=r"cannot be written.*-wal file holds \d+ bytes.*copy .*fb\.db.* and "
-                                         r".*fb\.db-wal.* together to a writable directory"):
-        FeedbackStore(f"sqlite:///{db}", create=False)
+    # a -shm beside the -wal (a killed server leaves both): SQLite reads them as they are (break-test 2026-12-07)
+    with_shm = FeedbackStore(f"sqlite:///{db}", create=False)
+    assert report(with_shm, "M")["overall"]["outcomes"] == 1
+    with_shm.close()
+    shutil.copy(db, ro / "fb.db")                               # the -wal without its -shm: named, with the files
+    shutil.copy(tmp_path / "fb.db-wal", ro / "fb.db-wal")
+    with pytest.raises(ValueError, match=r"cannot be written.*-wal file holds \d+ bytes.*-shm file that is missing "
+                                         r"or unusable.*copy .*fb\.db.* and .*fb\.db-wal.* together to a writable"):
+        FeedbackStore(f"sqlite:///{ro / 'fb.db'}", create=False)
     writer.close()                                              # checkpointed: the file alone is the store
     assert not (tmp_path / "fb.db-wal").exists() and not (tmp_path / "fb.db-shm").exists()
     reader = FeedbackStore(f"sqlite:///{db}", create=False)
     rep = report(reader, "M")
     assert rep["overall"]["outcomes"] == 1 and rep["overall"]["accuracy"] == 1.0
     reader.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fb.db"]     # immutable: no -wal, no -shm created
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fb.db", "ro"]    # immutable: no -wal, no -shm created

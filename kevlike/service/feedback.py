@@ -201,19 +201,36 @@ def _read_only_connect(url: str, timeout_s: float):
     it is opened as ``immutable`` (https://www.sqlite.org/uri.html: no locks, no ``-shm``; correct because no
     process can write in a directory that cannot be written).
 
+    Where the ``-wal`` holds outcomes and a ``-shm`` lies beside it (a server that was killed leaves both), SQLite
+    reads them as they are (``mode=ro``: https://www.sqlite.org/wal.html, "Read-Only Databases").
+
     Raises:
-        ValueError: the ``-wal`` file is not empty (outcomes live only there; reading them needs the ``-shm``): it
-            names both files and says to copy them together to a writable directory.
+        ValueError: the ``-wal`` file is not empty and no usable ``-shm`` lies beside it (outcomes live only in the
+            -wal; reading them needs the ``-shm``): it names both files and says to copy them together to a
+            writable directory.
     """
     path = make_url(url).database
     if not path or _dir_writable(os.path.dirname(os.path.abspath(path)) or "."):
         return None
     wal = _file_stat(f"{path}-wal")
     if wal is not None and wal.st_size > 0:
+        shm = _file_stat(f"{path}-shm")
+        if shm is not None and shm.st_size > 0:     # left by a server that was killed: SQLite reads with it as is
+            uri = f"file:{urllib.parse.quote(os.path.abspath(path), safe='/')}?mode=ro"
+            try:
+                con = sqlite3.connect(uri, uri=True, timeout=timeout_s)
+                try:
+                    con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                finally:
+                    con.close()
+                return lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=timeout_s)
+            except sqlite3.Error:
+                pass
         raise ValueError(f"{shown_url(url)}: {path!r} lies in a directory that cannot be written (a read-only file "
                          f"system or directory), and its -wal file holds {wal.st_size} bytes of outcomes not yet "
-                         f"merged into it, which SQLite reads only with a -shm file it must create there: copy "
-                         f"{path!r} and {path + '-wal'!r} together to a writable directory and pass that --db")
+                         f"merged into it, which SQLite reads only with a -shm file that is missing or unusable "
+                         f"there: copy {path!r} and {path + '-wal'!r} together to a writable directory and pass "
+                         f"that --db")
     uri = f"file:{urllib.parse.quote(os.path.abspath(path), safe='/')}?mode=ro&immutable=1"
     return lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=timeout_s)
 
