@@ -6,6 +6,7 @@ exact (no SQL wildcards, case-exact: ``M`` and ``M@PROFILE`` only); nothing non-
 import contextlib
 import http.client
 import json
+import shutil
 import sqlite3
 import threading
 import time
@@ -285,6 +286,14 @@ def test_recalibrate_reads_a_store_without_writing_to_it_and_refuses_a_database_
     assert "not an outcome store (no table kevlike_requests, kevlike_answers, kevlike_outcomes)" in \
         capsys.readouterr().err
     assert empty.read_bytes() == b""
+    # a store's file copied without its -wal (the tables still in the log): the hint names the missing file
+    live = FeedbackStore(f"sqlite:///{tmp_path / 'live.db'}")
+    copied = tmp_path / "copied.db"
+    shutil.copy(tmp_path / "live.db", copied)
+    live.close()
+    assert cli.main(["recalibrate", "--db", f"sqlite:///{copied}", "--profile", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "not an outcome store" in err and f"copy {str(copied) + '-wal'!r} with it" in err
     db = tmp_path / "s.db"
     store = FeedbackStore(f"sqlite:///{db}")
     store.record("r", "M", [{"question_id": "n", "type": "noul", "probabilities": [0.7, 0.3], "temperature": 1.0,

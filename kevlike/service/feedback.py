@@ -235,6 +235,24 @@ def _read_only_connect(url: str, timeout_s: float):
     return lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=timeout_s)
 
 
+def _lost_wal_hint(url: str) -> str:
+    """For a SQLite file in WAL mode (its header's bytes 18–19 are 2: https://www.sqlite.org/fileformat.html, 1.3.4)
+    with no ``-wal`` beside it: a hint that the -wal, where a server keeps its recent records and, early on, its
+    tables, was lost in a copy or move; else ``""``."""
+    path = make_url(url).database if url.startswith("sqlite") else None
+    if not path or _file_stat(f"{path}-wal") is not None:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return ""
+    if len(head) == 20 and head[:16] == b"SQLite format 3\x00" and head[18] == head[19] == 2:
+        return (f" (it is a store's file in WAL mode whose -wal is not beside it: if it was copied or moved, copy "
+                f"{path + '-wal'!r} with it)")
+    return ""
+
+
 SQLITE_MIN_BYTES = 512
 """The smallest SQLite database file that has been written to: one page (https://www.sqlite.org/fileformat.html,
 1.3: pages are 512 to 65,536 bytes; a store's file holds its header page from the moment WAL mode is set)."""
@@ -376,7 +394,7 @@ class FeedbackStore:
                 missing = [t.name for t in metadata.sorted_tables if t.name not in have]
                 if missing:
                     raise ValueError(f"{shown_url(url)}: not an outcome store (no table {', '.join(missing)}); "
-                                     f"`kevlike serve --record URL` creates one")
+                                     f"`kevlike serve --record URL` creates one{_lost_wal_hint(url)}")
             else:
                 with self._write() as conn:   # one process at a time checks for and creates the tables
                     if self.engine.dialect.name == "postgresql":
