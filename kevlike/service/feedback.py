@@ -237,10 +237,11 @@ def _read_only_connect(url: str, timeout_s: float):
 
 def _lost_wal_hint(url: str) -> str:
     """For a SQLite file in WAL mode (its header's bytes 18–19 are 2: https://www.sqlite.org/fileformat.html, 1.3.4)
-    with no ``-wal`` beside it: a hint that the -wal, where a server keeps its recent records and, early on, its
+    with no ``-wal`` (or an empty one) beside it: a hint that the -wal, where a server keeps its recent records and, early on, its
     tables, was lost in a copy or move; else ``""``."""
     path = make_url(url).database if url.startswith("sqlite") else None
-    if not path or _file_stat(f"{path}-wal") is not None:
+    wal = _file_stat(f"{path}-wal") if path else None
+    if not path or (wal is not None and wal.st_size > 0):    # an empty -wal: the one this reader's open created
         return ""
     try:
         with open(path, "rb") as f:
