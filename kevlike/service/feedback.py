@@ -60,6 +60,7 @@ from sqlalchemy import (Column, Float, ForeignKey, MetaData, String, Table, Text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, DataError, IntegrityError, OperationalError
 
+from kevlike.data.labelled import DISTRIBUTION_TOLERANCE
 from kevlike.metrics import abstention, ece
 from kevlike.request.schema import Option, Question
 
@@ -212,33 +213,40 @@ def _read_only_connect(url: str, timeout_s: float):
     path = make_url(url).database
     if not path or _dir_writable(os.path.dirname(os.path.abspath(path)) or "."):
         return None
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path), safe='/')}?mode=ro"
     wal = _file_stat(f"{path}-wal")
-    if wal is not None and wal.st_size > 0:
-        shm = _file_stat(f"{path}-shm")
-        if shm is not None and shm.st_size > 0:     # left by a server that was killed: SQLite reads with it as is
-            uri = f"file:{urllib.parse.quote(os.path.abspath(path), safe='/')}?mode=ro"
-            try:
-                con = sqlite3.connect(uri, uri=True, timeout=timeout_s)
-                try:
-                    con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-                finally:
-                    con.close()
-                return lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=timeout_s)
-            except sqlite3.Error:
-                pass
+    if wal is None or wal.st_size == 0:
+        uri += "&immutable=1"
+    elif not _reads_with_shm(path, uri, timeout_s):
         raise ValueError(f"{shown_url(url)}: {path!r} lies in a directory that cannot be written (a read-only file "
                          f"system or directory), and its -wal file holds {wal.st_size} bytes of outcomes not yet "
                          f"merged into it, which SQLite reads only with a -shm file that is missing or unusable "
                          f"there: copy {path!r} and {path + '-wal'!r} together to a writable directory and pass "
                          f"that --db")
-    uri = f"file:{urllib.parse.quote(os.path.abspath(path), safe='/')}?mode=ro&immutable=1"
     return lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=timeout_s)
+
+
+def _reads_with_shm(path: str, uri: str, timeout_s: float) -> bool:
+    """Whether SQLite reads the store at ``uri`` (``mode=ro``) through the non-empty ``-shm`` beside ``path`` (a
+    killed server leaves its -wal and -shm; none can be created in a read-only directory)."""
+    shm = _file_stat(f"{path}-shm")
+    if shm is None or shm.st_size == 0:
+        return False
+    try:
+        con = sqlite3.connect(uri, uri=True, timeout=timeout_s)
+        try:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+    return True
 
 
 def _lost_wal_hint(url: str) -> str:
     """For a SQLite file in WAL mode (its header's bytes 18–19 are 2: https://www.sqlite.org/fileformat.html, 1.3.4)
-    with no ``-wal`` (or an empty one) beside it: a hint that the -wal, where a server keeps its recent records and, early on, its
-    tables, was lost in a copy or move; else ``""``."""
+    with no ``-wal`` (or an empty one) beside it: a hint that the -wal, where a server keeps its recent records
+    and, early on, its tables, was lost in a copy or move; else ``""``."""
     path = make_url(url).database if url.startswith("sqlite") else None
     wal = _file_stat(f"{path}-wal") if path else None
     if not path or (wal is not None and wal.st_size > 0):    # an empty -wal: the one this reader's open created
@@ -729,9 +737,10 @@ def _stored_probabilities(a: dict) -> list | dict:
     return {"probabilities": a["probabilities"], **extra} if extra else a["probabilities"]
 
 
-def _distribution(v: list[float], tol: float = 1e-3) -> bool:
+def _distribution(v: list[float], tol: float = DISTRIBUTION_TOLERANCE) -> bool:
     """Whether ``v`` is a probability distribution as recorded: finite values in [0, 1] (``tol`` of rounding either
-    side) summing to 1 within ``tol`` (answers are served in float32 and rounded through JSON)."""
+    side) summing to 1 within ``tol``, the tolerance the outcome endpoint accepts (answers are served in float32 and
+    rounded through JSON)."""
     return all(math.isfinite(x) and -tol <= x <= 1 + tol for x in v) and abs(sum(v) - 1.0) <= tol
 
 
