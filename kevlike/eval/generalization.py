@@ -26,6 +26,8 @@ split                        what it asks
                              words written for this suite, 4–7 questions each with traps, negated and opposite pairs,
                              numbers and absurd questions; no question or score scale of a generated training source
                              (tested)
+``realistic_fresh``          :file:`kevlike/eval/data/realistic_fresh.json`: more such pages, written in stage 45 after
+                             every shipped model was chosen, all in the validation half (below)
 ``absurd``                   test rows of the ``absurd`` source (:mod:`kevlike.data.reading`): questions about a property
                              the state lacks, with properties (languages, forms, topics, things) never trained
 ``documents``                test rows of the ``documents`` source: *seen templates*, new facts and numbers
@@ -35,7 +37,10 @@ split                        what it asks
 
 **Two halves.** Every item belongs to the *validation* half or the *test* half, by the sha256 of its key
 (:func:`half_of`: a contrast pair's id — both its states in one half —, a realistic item's id, else the state
-text), so a half is fixed across models and suite versions. Every choice (steps, stages, soups, temperatures,
+text), so a half is fixed across models and suite versions. ``realistic_fresh`` (:data:`VALIDATION_ONLY`) is all
+validation: the ``realistic`` split's validation pages chose stages 35–44, so a candidate that differs from the
+shipped reader is also read on pages no choice has read yet; it stays outside the unseen figure
+(:func:`unseen_records`), which keeps one meaning across stages. Every choice (steps, stages, soups, temperatures,
 recipes) reads the validation half; the test half is read only to report. ``metrics.json`` carries
 ``halves.validation`` and ``halves.test`` (the full summary of each, with :func:`reading_targets`).
 
@@ -62,7 +67,7 @@ from pathlib import Path
 from kevlike.data.families import HELDOUT_SOURCES, SOURCES, SYNTHETIC_SOURCES, eval_items
 from kevlike.data.sources import DataUnavailableError, Example
 from kevlike.eval.abstention import abstention_table
-from kevlike.eval.realistic import REALISTIC_FILE, realistic_items
+from kevlike.eval.realistic import REALISTIC_FILE, REALISTIC_FRESH_FILE, realistic_items
 from kevlike.metrics import summary
 from kevlike.runs import kevlike_home
 
@@ -92,8 +97,10 @@ NOT_UNSEEN = ("seen_wording", "documents", "snli_test", "absurd", "abstain")
 # every split of the suite, in the order it is answered (``bigbench`` and ``snli_test`` only when their data is
 # present); ``kevlike eval --splits`` picks among these
 SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "target/banking77_all77",
-          "target/spam_balanced", "target/sentiment5", *CONTRAST_SPLITS, "realistic", "absurd", "documents",
-          "snli_test", "abstain")
+          "target/spam_balanced", "target/sentiment5", *CONTRAST_SPLITS, "realistic", "realistic_fresh",
+          "absurd", "documents", "snli_test", "abstain")
+# splits whose every item is in the validation half (:func:`half_for`), kept out of the unseen figure
+VALIDATION_ONLY = ("realistic_fresh",)
 
 
 def check_splits(splits) -> tuple[str, ...] | None:
@@ -196,9 +203,9 @@ def contrast_metrics(records: list[dict], pairs: list[dict], split: str = "contr
                           "noul_vs_choice": choice_ok / n_choice if n_choice == n_state_q and n_choice else None}}
 
 
-def realistic_examples(path: Path = REALISTIC_FILE) -> list[Example]:
-    """One request per item of the realistic file, all its questions; source ``realistic/ID``; targets one-hot
-    on the gold (noul options ``[true, false]``, score levels in order)."""
+def realistic_examples(path: Path = REALISTIC_FILE, split: str = "realistic") -> list[Example]:
+    """One request per item of the realistic file at ``path``, all its questions; source ``SPLIT/ID``; targets
+    one-hot on the gold (noul options ``[true, false]``, score levels in order)."""
     out = []
     for item in realistic_items(path):
         qs, targets, gold = {}, {}, {}
@@ -211,7 +218,7 @@ def realistic_examples(path: Path = REALISTIC_FILE) -> list[Example]:
             else:
                 targets[qid] = [1.0 if i == q["gold"] else 0.0 for i in range(len(q["criteria"]))]
             gold[qid] = str(q["gold"])
-        out.append(Example({"state": item["state"], "questions": qs}, targets, f"realistic/{item['id']}", gold))
+        out.append(Example({"state": item["state"], "questions": qs}, targets, f"{split}/{item['id']}", gold))
     return out
 
 
@@ -228,7 +235,7 @@ def half_key(split: str, example: Example) -> str:
     source, else the state (canonical JSON of it)."""
     if split in CONTRAST_SPLITS:
         return example.source.rsplit("/", 1)[0]
-    if example.source.startswith("realistic/"):
+    if example.source.startswith(("realistic/", "realistic_fresh/")):
         return example.source
     return json.dumps(example.request["state"], sort_keys=True, ensure_ascii=False)
 
@@ -236,6 +243,12 @@ def half_key(split: str, example: Example) -> str:
 def half_of(key: str) -> str:
     """``"validation"`` or ``"test"``: the parity of ``sha256("half:" + key)``."""
     return HALVES[int(hashlib.sha256(f"half:{key}".encode("utf-8")).hexdigest(), 16) % 2]
+
+
+def half_for(split: str, example: Example) -> str:
+    """The half of ``example`` in ``split``: ``"validation"`` for a :data:`VALIDATION_ONLY` split, else
+    :func:`half_of` its :func:`half_key`."""
+    return "validation" if split in VALIDATION_ONLY else half_of(half_key(split, example))
 
 
 def with_halves(split: str, examples: list[Example], records: list[dict]) -> list[dict]:
@@ -246,7 +259,7 @@ def with_halves(split: str, examples: list[Example], records: list[dict]) -> lis
         ValueError: the records do not line up with the examples' questions."""
     out, i = [], 0
     for ex in examples:
-        h = half_of(half_key(split, ex))
+        h = half_for(split, ex)
         for qid in ex.request["questions"]:
             if i >= len(records) or records[i]["question"] != qid:
                 raise ValueError(f"{split}: record {i} does not match question {qid!r} of {ex.source}")
@@ -350,6 +363,8 @@ def _build_split(split: str, quick: bool, n: int | None, bigbench) -> list[Examp
         return contrast_examples(CONTRAST_SPLITS[split], split)[0]
     if split == "realistic":
         return realistic_examples()
+    if split == "realistic_fresh":
+        return realistic_examples(REALISTIC_FRESH_FILE, split)
     if split in ("absurd", "documents"):
         return eval_items(split, "test", size[split])
     if split == "snli_test":
@@ -434,8 +449,9 @@ def coherence_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
 
 
 def unseen_records(records: list[dict]) -> list[dict]:
-    """The unseen questions of a run: every counted record (:func:`counted`) outside :data:`NOT_UNSEEN`."""
-    return [r for r in records if r["split"] not in NOT_UNSEEN and counted(r)]
+    """The unseen questions of a run: every counted record (:func:`counted`) outside :data:`NOT_UNSEEN` and
+    :data:`VALIDATION_ONLY`."""
+    return [r for r in records if r["split"] not in NOT_UNSEEN + VALIDATION_ONLY and counted(r)]
 
 
 def reading_targets(records: list[dict], summ: dict) -> dict:

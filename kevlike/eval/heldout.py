@@ -23,7 +23,7 @@ from kevlike.data.tasks import eval_examples
 from kevlike.eval.baselines import baseline_section, compare
 from kevlike.eval.generalization import (
     CONTRAST_SPLITS, HALVES, UNCALIBRATED_ABSTENTION_HEADING, absent_splits, check_splits, contrast_pairs, counted,
-    generalization_sets, generalization_summary, half_key, half_of, report_tables, with_halves
+    generalization_sets, generalization_summary, half_for, report_tables, with_halves
 )
 from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.probes import STRUCTURAL, run_probes
@@ -344,7 +344,7 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     for split, why in absent.items():       # with --quiet too: the run is not comparable with one that has them
         print(f"kevlike eval: split {split} left out: {why}", file=sys.stderr)
     if half is not None:
-        sets = {split: [e for e in exs if half_of(half_key(split, e)) == half] for split, exs in sets.items()}
+        sets = {split: [e for e in exs if half_for(split, e) == half] for split, exs in sets.items()}
     records, timing, lm_records = [], {}, []
     for split, examples in sets.items():
         done = read_split(run_dir, split, examples)

@@ -5,6 +5,8 @@ are plain in the text: traps (the topical answer is wrong), negated and opposite
 read from the text, and absurd questions whose answer is no.
 
 The file is :file:`kevlike/eval/data/realistic.json`; :func:`realistic_items` loads and validates it.
+:file:`kevlike/eval/data/realistic_fresh.json` holds more pages in the same format, written after the models
+of stages 1–44 were chosen (the ``realistic_fresh`` split).
 
 Each item is ``{"id", "kind", "state", "questions", "evidence"}``; ``questions`` maps a question id to a
 Jev question (``noul``: gold ``"true"``/``"false"``; ``choice``: 2–8 option keys, gold one key; ``score``:
@@ -19,6 +21,9 @@ import re
 from pathlib import Path
 
 REALISTIC_FILE = Path(__file__).resolve().parent / "data" / "realistic.json"
+# more pages of the same kinds, written in stage 45 after every model so far was chosen: the generalization suite's
+# ``realistic_fresh`` split, all in the validation half (kevlike/eval/generalization.py says why)
+REALISTIC_FRESH_FILE = REALISTIC_FILE.with_name("realistic_fresh.json")
 MIN_WORDS, MAX_WORDS = 150, 600
 MIN_QUESTIONS, MAX_QUESTIONS = 4, 7
 PLAIN_TAGS = {"trap", "number", "absurd"}
