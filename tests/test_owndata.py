@@ -223,3 +223,32 @@ def test_export_writes_a_labelled_file_that_reads_back(tmp_path, capsys):
     assert main(["export", "sys1_phishing_email", "--out", str(out)]) == 2
     assert main(["export", "no_such_task", "--out", str(tmp_path / "x.jsonl")]) == 2
     assert "exists; choose a new file" in capsys.readouterr().err
+
+
+def test_a_profile_fit_on_recorded_logits_loads_no_weights(tmp_path, monkeypatch):
+    """``kevlike recalibrate`` fits on the logits a server recorded: only the model's directory is read, so a model
+    whose backbone is gone (or, for a registered name, not fetched) is refitted without loading or downloading one
+    (it loaded the whole engine: a 1.1 GB download for kevlike-reader on a machine that only holds the store)."""
+    import shutil
+
+    from kevlike.eval.owndata import fit_profile
+    from kevlike.model import backbones, engine
+
+    art = _artifact(tmp_path)
+    shutil.rmtree(tmp_path / "backbone")                     # the backbone the manifest names is not there
+
+    def no_load(*a, **k):
+        raise AssertionError("fit on recorded logits loaded a model")
+
+    monkeypatch.setattr(engine.Engine, "from_pretrained", no_load)
+    monkeypatch.setattr(backbones, "fetch_backbone", no_load)
+    recs = [{"type": "noul", "logits": [2.0, 0.0], "gold": 0 if i % 4 else 1} for i in range(100)]
+    path, fit = fit_profile(str(art), "hand-made records", "ops", min_count=50, records=recs, quiet=True)
+    assert path == art / "profiles" / "ops.json" and "dtype" not in fit
+    assert fit["types"]["noul"]["temperature"] == pytest.approx(2 / math.log(3), rel=1e-4)
+    # a registered name whose backbone is not fetched resolves to its directory without fetching it
+    monkeypatch.setattr(backbones, "is_fetched", lambda name: False)
+    resolved = backbones.resolve_model("kevlike-reader", backbone=False)
+    assert resolved.artifact_dir is not None and resolved.backbone_dir is None
+    with pytest.raises(AssertionError, match="loaded a model"):
+        backbones.resolve_model("kevlike-reader")

@@ -8,26 +8,41 @@ from collections import Counter
 
 import pytest
 
-from kevlike.eval.realistic import PAIR_TAG, REALISTIC_FILE, realistic_items, validate
+from kevlike.eval.realistic import PAIR_TAG, REALISTIC_FILE, REALISTIC_FRESH_FILE, realistic_items, validate
+
+# per file: at least this many items, traps, pairs, number questions and absurd questions
+MINIMA = {REALISTIC_FILE: (36, 15, 12, 20, 10), REALISTIC_FRESH_FILE: (30, 15, 12, 20, 10)}
+
+
+@pytest.fixture(scope="module", params=list(MINIMA), ids=lambda p: p.name)
+def path(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def items():
-    return realistic_items()
+def items(path):
+    return realistic_items(path)
+
+
+def test_the_two_files_share_no_item_and_no_state():
+    old, fresh = realistic_items(REALISTIC_FILE), realistic_items(REALISTIC_FRESH_FILE)
+    assert not {it["id"] for it in old} & {it["id"] for it in fresh}
+    assert not {" ".join(it["state"].split()) for it in old} & {" ".join(it["state"].split()) for it in fresh}
 
 
 def _questions(items):
     return [q for it in items for q in it["questions"].values()]
 
 
-def test_counts_and_lengths(items):
-    assert len(items) >= 36
+def test_counts_and_lengths(items, path):
+    assert len(items) >= MINIMA[path][0]
     assert len({it["id"] for it in items}) == len(items)
     for it in items:
         assert 4 <= len(it["questions"]) <= 7, it["id"]
         assert 150 <= len(it["state"].split()) <= 600, it["id"]
     lengths = [len(it["state"].split()) for it in items]
-    assert min(lengths) < 200 and max(lengths) > 400          # lengths vary across the range
+    if path == REALISTIC_FILE:        # lengths vary across the range (the fresh pages run 260-392 words)
+        assert min(lengths) < 200 and max(lengths) > 400
 
 
 def test_type_mix_and_gold_balance(items):
@@ -40,14 +55,15 @@ def test_type_mix_and_gold_balance(items):
     assert 0.35 <= gold["true"] / (gold["true"] + gold["false"]) <= 0.65
 
 
-def test_tag_kinds(items):
+def test_tag_kinds(items, path):
     qs = _questions(items)
     tags = Counter(t for q in qs for t in q["tags"])
     n_pairs = sum(len({t for q in it["questions"].values() for t in q["tags"] if PAIR_TAG.match(t)}) for it in items)
-    assert sum(1 for q in qs if "trap" in q["tags"]) >= 15
-    assert n_pairs >= 12
-    assert sum(1 for q in qs if "number" in q["tags"]) >= 20
-    assert tags["absurd"] >= 10
+    _, traps, pairs, numbers, absurd = MINIMA[path]
+    assert sum(1 for q in qs if "trap" in q["tags"]) >= traps
+    assert n_pairs >= pairs
+    assert sum(1 for q in qs if "number" in q["tags"]) >= numbers
+    assert tags["absurd"] >= absurd
     assert any(t.startswith("negation_pair:") for t in tags) and any(t.startswith("opposite_pair:") for t in tags)
 
 

