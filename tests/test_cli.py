@@ -324,8 +324,8 @@ def test_tool_subcommands_refuse_bad_options_in_one_line(capsys):
 
 
 MODEL_COMMANDS = ("decide", "serve", "bench", "train", "eval", "calibrate", "probes", "parity", "loadtest", "fuzz")
-"""The commands that load a model (loadtest and fuzz: in the servers they start); recalibrate loads one only to
-find its directory (it fits on recorded logits) and gpu-check fixes each step's precision itself."""
+"""The commands that load a model (loadtest and fuzz: in the servers they start); recalibrate loads none (it
+reads the model's directory and fits on recorded logits) and gpu-check fixes each step's precision itself."""
 
 
 def test_every_command_that_loads_a_model_takes_threads_and_dtype(monkeypatch):
