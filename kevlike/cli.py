@@ -33,7 +33,6 @@ escapes (PYTHONIOENCODING=utf-8 prints it as is).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import json
 import os
@@ -459,17 +458,22 @@ def _cmd_compare(args) -> int:
         return _fail("--by-split compares each split with --baseline RUN; give one")
     try:
         base_records = load(args.baseline) if args.baseline else None
-        base = unseen(base_records, args.half) if args.baseline else None
+        # split by split, a run without unseen questions (realistic_fresh alone, say) is compared all the same
+        base = unseen(base_records, args.half, required=not args.by_split) if args.baseline else None
         for run in args.runs:
             records = load(run)
-            u = unseen(records, args.half)
-            s = summary(u)
-            line = f"{run}: unseen questions {s['n']} ({args.half}), accuracy {s['accuracy']:.3f}, NLL {s['nll']:.3f}"
-            if base is not None:
-                d, _, left = versus(u, base)
-                line += (f"; minus baseline {d['difference']:+.3f} "
-                         f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']}{left})")
-            print(line)
+            u = unseen(records, args.half, required=not args.by_split)
+            if not u:
+                print(f"{run}: no unseen question ({args.half}); by split:")
+            else:
+                s = summary(u)
+                line = (f"{run}: unseen questions {s['n']} ({args.half}), accuracy {s['accuracy']:.3f}, "
+                        f"NLL {s['nll']:.3f}")
+                if base:
+                    d, _, left = versus(u, base)
+                    line += (f"; minus baseline {d['difference']:+.3f} "
+                             f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']}{left})")
+                print(line)
             if args.by_split and base_records is not None:
                 splits, base_splits = by_split(records, args.half), by_split(base_records, args.half)
                 for name, rows in base_splits.items():
@@ -504,15 +508,10 @@ def _cmd_export(args) -> int:
         lines = labelled_lines(args.task, args.split, args.n, seed=args.seed)
     except DataUnavailableError as e:       # here a set-up failure (elsewhere a missing input: exit 2)
         return _fail(str(e), EXIT_SETUP)
-    part = f"{args.out}.part"               # a full disk mid-write leaves no --out that blocks the retry
-    try:
-        with open(part, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
-        os.replace(part, args.out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(part)
-        raise
+    from kevlike.runs import atomic_path     # a full disk mid-write leaves no --out that blocks the retry
+
+    with atomic_path(args.out) as part, open(part, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     print(f"{len(lines)} labelled requests ({args.task}, {args.split}) -> {args.out}", file=sys.stderr)
     return EXIT_OK
 

@@ -7,6 +7,9 @@ import os
 import platform
 import random
 import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -14,6 +17,33 @@ def kevlike_home() -> Path:
     """Where kevlike keeps its files (backbones, profiles of the shipped model, BIG-bench):
     ``$KEVLIKE_HOME``, else ``~/.cache/kevlike``."""
     return Path(os.environ.get("KEVLIKE_HOME") or Path.home() / ".cache" / "kevlike")
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write instead of it: ``.NAME.PID.THREAD.tmp`` in the same folder,
+    renamed onto ``path`` (``os.replace``, atomic within one file system on POSIX) when the block ends without an
+    error, and removed when it does not. So no reader ever sees half a file, and a full disk or an interrupt
+    mid-write leaves neither a truncated ``path`` (an eval run's metrics.json read as broken JSON by ``kevlike
+    compare``; an ``--out`` that refuses the retry) nor a temporary file; two writers each replace the file whole.
+
+    Raises:
+        OSError: whatever the write or the rename raised (the temporary file is removed first).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_path`."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def git_commit() -> str | None:

@@ -466,8 +466,8 @@ def test_a_usage_error_is_one_line_with_exit_code_2(capsys):
 
 def test_export_on_a_full_disk_leaves_no_file_that_blocks_the_retry(tmp_path, capsys, monkeypatch):
     """`kevlike export` to a disk that fills mid-write left a partial --out, and the retry after freeing space was
-    refused ('--out … exists'; break-test 2026-12-07): it writes OUT.part and renames it, removing the part on
-    failure."""
+    refused ('--out … exists'; break-test 2026-12-07): it writes a temporary file beside OUT and renames it
+    (kevlike.runs.atomic_path), removing it on failure."""
     import errno
 
     from kevlike import cli
@@ -486,11 +486,48 @@ def test_export_on_a_full_disk_leaves_no_file_that_blocks_the_retry(tmp_path, ca
     monkeypatch.setattr(cli.json, "dumps", filling)
     assert cli.main(["export", "spam", "--n", "5", "--out", str(out)]) == 1
     assert "No space left on device" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []                     # neither mine.jsonl nor mine.jsonl.part
+    assert list(tmp_path.iterdir()) == []                     # neither mine.jsonl nor its temporary file
     monkeypatch.setattr(cli.json, "dumps", real)
     assert cli.main(["export", "spam", "--n", "5", "--out", str(out)]) == 0
     assert [json.loads(x) for x in out.read_text().splitlines()] == [{"i": i} for i in range(5)]
     assert list(tmp_path.iterdir()) == [out]
+
+
+def test_a_write_that_fails_leaves_the_old_file_or_none_and_no_temporary_file(tmp_path, monkeypatch):
+    """kevlike.runs.atomic_path, under every run file (eval's metrics.json / records.jsonl / report.md, profiles,
+    checkpoints, resumed splits, streams, exports): a disk that fills mid-write left a truncated metrics.json that
+    `kevlike compare` then read as broken JSON (break-test 2026-12-07). Now a failure keeps the file as it was (or
+    absent) and removes the temporary file; eval writes records.jsonl before metrics.json, so a metrics.json is
+    only there with its records."""
+    import errno
+
+    from kevlike.eval import heldout
+    from kevlike.runs import atomic_path, write_text_atomic
+
+    old = tmp_path / "metrics.json"
+    write_text_atomic(old, '{"v": 1}')
+    with pytest.raises(OSError, match="No space"):
+        with atomic_path(old) as tmp, open(tmp, "w") as f:
+            f.write('{"v": 2, "trunc')
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert old.read_text() == '{"v": 1}' and list(tmp_path.iterdir()) == [old]
+    write_text_atomic(old, '{"v": 3}')
+    assert json.loads(old.read_text()) == {"v": 3} and list(tmp_path.iterdir()) == [old]
+
+    run = tmp_path / "run"
+    run.mkdir()
+    real = json.dumps
+
+    def filling(obj, **kw):
+        if isinstance(obj, dict) and obj.get("question") == "q2":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(obj, **kw)
+
+    monkeypatch.setattr(heldout.json, "dumps", filling)
+    recs = [{"question": f"q{i}", "split": "s", "type": "noul", "probs": [0.5, 0.5], "gold": 0} for i in range(3)]
+    with pytest.raises(OSError, match="No space"):
+        heldout._write_run(run, {"suite": "x"}, {}, recs, "t", "i", quiet=True)
+    assert list(run.iterdir()) == []                 # no records.jsonl, no metrics.json, no temporary file
 
 
 def test_a_full_disk_says_where_it_was_writing(tmp_path, capsys, monkeypatch):

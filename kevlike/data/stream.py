@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from kevlike.data.sources import Example
+from kevlike.runs import atomic_path
 
 FORMAT = "kevlike-stream/1"
 
@@ -42,17 +43,15 @@ def example_from_json(obj: dict) -> Example:
 
 def write_stream(path: str | Path, header: dict, train: list[Example], validation: list[Example]) -> Path:
     """Write a stream file (format above); ``header`` gives ``seed``, ``tasks``, ``data``, ``scripts`` and
-    ``config``; the counts and the format are added. Written to ``PATH.tmp`` and renamed, so a reader never sees a
-    half-written file."""
+    ``config``; the counts and the format are added. Written beside ``PATH`` and renamed
+    (:func:`kevlike.runs.atomic_path`), so a reader never sees a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     head = {"format": FORMAT, **header, "n_train": len(train), "n_validation": len(validation)}
-    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+    with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
         f.write(json.dumps(head) + "\n")
         for ex in [*train, *validation]:
             f.write(json.dumps(example_to_json(ex)) + "\n")
-    tmp.replace(path)
     return path
 
 

@@ -35,7 +35,7 @@ from kevlike.model.backbones import resolve_model
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import ModelDir, load_temperatures
 from kevlike.model.temperatures import TemperatureTable, fit_table
-from kevlike.runs import git_commit, machine
+from kevlike.runs import atomic_path, git_commit, machine, write_text_atomic
 
 # dataset -> examples sampled from its test split (seed 0)
 SUITES = {
@@ -260,10 +260,10 @@ def probe_table(probes: dict) -> str:
 def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], title: str, intro: str,
                quiet: bool) -> Path:
     """Write metrics.json, records.jsonl, the reliability plots and report.md; print the table."""
-    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
-    with open(run_dir / "records.jsonl", "w") as f:
+    with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
+    write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
     plots = reliability_plots(records, run_dir) + risk_coverage_plot(records, run_dir)
     md = table(summary)
     if abst := abstention_table(summary):
@@ -279,7 +279,8 @@ def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], ti
         md += "\n\n" + baseline_section(summary["baselines"], meta.get("lm_baseline"))
     if summary.get("probes"):
         md += "\n\nProbes (DESIGN §12, kevlike/eval/probes.py):\n\n" + probe_table(summary["probes"])
-    (run_dir / "report.md").write_text(f"{title}\n\n{intro}\n\n{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
+    write_text_atomic(run_dir / "report.md",
+                      f"{title}\n\n{intro}\n\n{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
     print(md)                                   # the result: printed with --quiet too (it hides progress only)
     print(f"run directory: {run_dir}")
     return run_dir
@@ -307,13 +308,14 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
         summary["generalization"] = generalization_summary(records, contrast_pairs())
         meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
                 "temperatures": temps.source}
-        (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
-        with open(run_dir / "records.jsonl", "w") as f:
+        with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
+        write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
         md = report_tables(summary["generalization"])
-        (run_dir / "report.md").write_text(f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`"
-                                           f"\n\nLogits of {reuse} with temperatures {temps.source}.\n\n{md}\n")
+        write_text_atomic(run_dir / "report.md",
+                          f"# kevlike eval (re-scored): suite `{meta['suite']}`, model `{meta['model']}`"
+                          f"\n\nLogits of {reuse} with temperatures {temps.source}.\n\n{md}\n")
         print(md.split("\n\n| split:source")[0])   # the result, with --quiet too
         print(f"run directory: {run_dir}")
         return run_dir
@@ -382,10 +384,10 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
             "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None), "readout": _readout_name(engine),
             "lm_baseline": lm.note, "absent_splits": absent}
-    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
-    with open(run_dir / "records.jsonl", "w") as f:
+    with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
+    write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
     plots = (reliability_plots([r for r in records if r["split"] not in CONTRAST_SPLITS], run_dir)
              + risk_coverage_plot(records, run_dir, group="split"))
     md = report_tables(gen)
@@ -399,8 +401,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
              + f"readout: {meta['readout']}; temperatures {meta['temperatures']}; "
              f"commit {meta['git_commit']}; "
              f"{meta['cpu']}; seconds per split {timing}.")
-    (run_dir / "report.md").write_text(f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n{intro}\n\n{md}\n\n"
-                                       + "".join(f"![{p}]({p})\n" for p in plots))
+    write_text_atomic(run_dir / "report.md", f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n{intro}\n\n{md}\n\n"
+                      + "".join(f"![{p}]({p})\n" for p in plots))
     print(md.split("\n\n| split:source")[0])       # the result, with --quiet too
     print(f"run directory: {run_dir}")
     return run_dir

@@ -46,7 +46,7 @@ from kevlike.model.engine import Engine
 from kevlike.model.modeldir import check_profile_name, check_profile_target, load_temperatures, save_profile
 from kevlike.model.temperatures import bound_hits_text, calibration_type, fit_line, fit_table
 from kevlike.request.schema import RequestError
-from kevlike.runs import git_commit
+from kevlike.runs import atomic_path, git_commit, write_text_atomic
 
 DEFAULT_COSTS = {"false_positive": 1.0, "false_negative": 1.0}
 
@@ -188,18 +188,19 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
             "url": url, "temperatures": engine.temperatures.source, "option_mode": getattr(engine, "option_mode", None),
             "costs": cost_table, "git_commit": git_commit(), "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None)}
-    (run_dir / "metrics.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
-    (run_dir / "thresholds.json").write_text(json.dumps(thresholds, indent=2))
-    with open(run_dir / "records.jsonl", "w") as f:
+    with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
+    write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
+    write_text_atomic(run_dir / "thresholds.json", json.dumps(thresholds, indent=2))
     plots = reliability_plots(records, run_dir) + risk_coverage_plot(records, run_dir, group="question")
     md = report(summary, thresholds)
     if abst := abstention_table(summary, "per_question"):
         md += "\n\nAbstention (x_abstain; answer when x_abstain < t, docs/guide/abstention.md):\n\n" + abst
-    (run_dir / "report.md").write_text(f"# kevlike eval --data {data}, model `{engine.name}`\n\n{len(items)} requests, "
-                                       f"{len(records)} labelled questions; temperatures: {meta['temperatures']}.\n\n"
-                                       f"{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
+    write_text_atomic(run_dir / "report.md",
+                      f"# kevlike eval --data {data}, model `{engine.name}`\n\n{len(items)} requests, "
+                      f"{len(records)} labelled questions; temperatures: {meta['temperatures']}.\n\n"
+                      f"{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
     print(md)                                   # the result: printed with --quiet too (it hides progress only)
     print(f"run directory: {run_dir}", file=sys.stderr)
     return run_dir

@@ -22,6 +22,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from kevlike.runs import write_text_atomic
+
 CALL_FILE = "call.json"
 SPLITS_DIR = "splits"
 
@@ -107,10 +109,8 @@ def write_split(run_dir: Path, split: str, examples: list, records: list[dict], 
     """Write one finished split (``splits/SPLIT.json``), atomically: a stopped write leaves no file."""
     path = split_file(run_dir, split)
     path.parent.mkdir(exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"split": split, "items_sha256": items_digest(examples), "seconds": seconds,
-                               "lm_note": lm_note, "records": records, "lm_records": lm_records}))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps({"split": split, "items_sha256": items_digest(examples), "seconds": seconds,
+                                        "lm_note": lm_note, "records": records, "lm_records": lm_records}))
 
 
 def read_split(run_dir: Path, split: str, examples: list) -> dict | None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kevlike.eval.generalization import unseen_records
 from kevlike.metrics import read_records, summary
+from kevlike.runs import atomic_path, write_text_atomic
 
 
 RECORD_KEYS = ("split", "type", "probs", "gold")
@@ -52,18 +53,22 @@ def _not_a_suite_record(r: dict) -> str | None:
             f"generalization)") if missing else None
 
 
-def unseen(records: list[dict], half: str = "all") -> list[dict]:
-    """The unseen questions of ``records`` (module docstring), of one ``half`` unless ``"all"``.
+def unseen(records: list[dict], half: str = "all", required: bool = True) -> list[dict]:
+    """The unseen questions of ``records`` (module docstring), of one ``half`` unless ``"all"``; an empty list
+    where there is none and not ``required`` (a run of the seen or validation-only splits alone, compared split by
+    split).
 
     Raises:
-        ValueError: no unseen question among the records, or records without halves asked for one."""
+        ValueError: no unseen question among the records (when ``required``), or records without halves asked for
+            one."""
     if half != "all":
         if any("half" not in r for r in records):
             raise ValueError("these records carry no half (a run from before the suite had halves): use --half all")
         records = [r for r in records if r["half"] == half]
     u = unseen_records(records)
-    if not u:
-        raise ValueError("no unseen question in these records")
+    if not u and required:
+        raise ValueError("no unseen question in these records (compare them split by split: --baseline RUN "
+                         "--by-split)")
     return u
 
 
@@ -150,9 +155,9 @@ def write_run(out: str | Path, records: list[dict], half: str, model: str, optio
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "records.jsonl", "w") as f:
+    with atomic_path(out / "records.jsonl") as tmp, open(tmp, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
-    (out / "metrics.json").write_text(json.dumps({"meta": {
+    write_text_atomic(out / "metrics.json", json.dumps({"meta": {
         "suite": "generalization", "half": half, "option_mode": option_mode, "model": model}}, indent=2))
     return out / "records.jsonl"

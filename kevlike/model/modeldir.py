@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from kevlike.model.heads import PointerHead
 from kevlike.model.registry import MANIFEST
 from kevlike.model.temperatures import TemperatureTable, read_temperatures
 from kevlike.request.encode import DELIMITERS, Encoder
-from kevlike.runs import kevlike_home
+from kevlike.runs import kevlike_home, write_text_atomic
 
 FORMAT = 1
 ABSTAIN = "x_abstain"
@@ -381,18 +380,12 @@ def save_profile(artifact_dir: str | Path, model_name: str, name: str, table: Te
     text = calibration_json(table, report)   # before the file is opened: a failure leaves no half file
     # a name of its own per writer: two writers of one profile (two `kevlike recalibrate --profile P`) each
     # replace the file whole, never each other's half-written temporary file
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
+        write_text_atomic(path, text)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         if e.filename is not None:
             raise
         raise OSError(e.errno, f"cannot write profile {name!r} to {path}: {e.strerror or e}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -54,7 +54,7 @@ from kevlike.model.modeldir import ModelDir, ensure_embedding_rows, save_decisio
 from kevlike.request.encode import DELIMITERS, Encoder
 from kevlike.request.pack import PackedBatch, pack
 from kevlike.request.schema import RequestError, validate_request
-from kevlike.runs import git_commit, set_seed
+from kevlike.runs import atomic_path, git_commit, set_seed
 from kevlike.training.config import (ConfigError, TrainConfig, load_config, resolve_attention, resolve_precision,
                                      resume_config, save_run_config, stream_settings)
 from kevlike.training.losses import normal_readout_nll, ranked_probability_score, soft_cross_entropy, symmetric_kl
@@ -710,12 +710,11 @@ def train(config_path: str | None = None, overrides: list[str] = (), resume: str
         if not accelerator.is_main_process:
             return
         (run_dir / "checkpoint").mkdir(exist_ok=True)
-        tmp = run_dir / "checkpoint" / "state.pt.tmp"
-        torch.save({"trainable": trainable_state(inner), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "mixture": mixture.state_dict(),
-                    "torch_rng": torch.get_rng_state(), "step": step, "best": best, "bad_rounds": bad_rounds,
-                    "tokens": tokens}, tmp)
-        os.replace(tmp, run_dir / "checkpoint" / "state.pt")
+        with atomic_path(run_dir / "checkpoint" / "state.pt") as tmp:
+            torch.save({"trainable": trainable_state(inner), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "mixture": mixture.state_dict(),
+                        "torch_rng": torch.get_rng_state(), "step": step, "best": best, "bad_rounds": bad_rounds,
+                        "tokens": tokens}, tmp)
 
     start_step = step
     tokens = ckpt.get("tokens", 0) if ckpt is not None else 0
