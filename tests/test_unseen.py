@@ -78,6 +78,25 @@ def test_main_prints_the_difference(tmp_path, capsys):
     assert "cut.jsonl.gz: cannot read" in capsys.readouterr().err
 
 
+def test_a_run_of_the_fresh_pages_alone_is_compared_split_by_split(tmp_path, capsys):
+    """``realistic_fresh`` is outside the unseen figure, so `kevlike compare` of a `--splits realistic_fresh` run
+    stopped at 'no unseen question'; with --by-split it now prints that split's paired difference (2 of 3 right
+    against 1 of 3: +0.333), and without --by-split the error says to use it."""
+    import json
+    run, base = tmp_path / "run", tmp_path / "base"
+    for d, right in ((run, (1, 1, 0)), (base, (1, 0, 0))):
+        d.mkdir()
+        (d / "records.jsonl").write_text("\n".join(
+            json.dumps(_r("realistic_fresh", f"q{i}", [0.9, 0.1] if ok else [0.1, 0.9], 0, half="validation"))
+            for i, ok in enumerate(right)) + "\n")
+    assert main(["compare", str(run), "--baseline", str(base), "--half", "validation", "--by-split"]) == 0
+    out = capsys.readouterr().out
+    assert f"{run}: no unseen question (validation); by split:" in out
+    assert "  realistic_fresh: 0.667, minus baseline +0.333" in out and "n 3" in out
+    assert main(["compare", str(run), "--baseline", str(base), "--half", "validation"]) == 2
+    assert "no unseen question in these records (compare them split by split" in capsys.readouterr().err
+
+
 def test_a_grown_suite_pairs_over_the_shared_questions(tmp_path, capsys):
     import json
     from kevlike.eval.unseen import shared_questions
