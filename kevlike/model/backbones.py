@@ -210,7 +210,8 @@ def resolve_model(name_or_path: str | os.PathLike | None = None, auto_fetch: boo
     """Map a model name, a decision-model directory or a backbone directory to local paths.
 
     ``backbone=False``: only the decision-model directory is wanted (``kevlike recalibrate`` fits on recorded
-    logits), so the backbone is neither fetched nor looked for, and ``backbone_dir`` is None.
+    logits), so a decision model's or registered model's backbone is neither fetched nor looked for, and its
+    ``backbone_dir`` is None.
 
     * a registered name (:data:`MODELS`) or an embedded backbone name (:data:`EMBEDDED`): its cached
       backbone, fetched first if missing and ``auto_fetch``;
