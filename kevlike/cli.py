@@ -639,7 +639,7 @@ def _cmd_eval(args) -> int:
         from kevlike.eval.generalization import check_splits
 
         try:
-            splits = check_splits([s.strip() for s in args.splits.split(",") if s.strip()])
+            splits = check_splits([s.strip() for s in args.splits.split(",") if s.strip()], args.half)
         except ValueError as e:
             return _fail(f"--{e}")
     if args.url is not None and args.reuse is not None:

@@ -315,6 +315,8 @@ def test_tool_subcommands_refuse_bad_options_in_one_line(capsys):
                        (["eval", "--suite", "generalization", "--splits", "realistic,realist"], "unknown 'realist'"),
                        (["eval", "--suite", "heldout", "--splits", "realistic"], "--splits goes with"),
                        (["eval", "--suite", "generalization", "--splits", " , "], "no split named"),
+                       (["eval", "--suite", "generalization", "--splits", "realistic_fresh", "--half", "test"],
+                        "realistic_fresh is all in the validation half"),
                        (["eval", "--reuse", "runs/x", "--splits", "realistic"], "--splits and --half go with a new run")):
         assert main(argv) == 2
         err = capsys.readouterr().err

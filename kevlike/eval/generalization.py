@@ -103,8 +103,10 @@ SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "targ
 VALIDATION_ONLY = ("realistic_fresh",)
 
 
-def check_splits(splits) -> tuple[str, ...] | None:
-    """``splits`` (names of :data:`SPLITS`, or None for all) as a tuple; raises ValueError naming an unknown one."""
+def check_splits(splits, half: str | None = None) -> tuple[str, ...] | None:
+    """``splits`` (names of :data:`SPLITS`, or None for all) as a tuple; raises ValueError naming an unknown one,
+    or splits that hold nothing of ``half`` (``--splits realistic_fresh --half test``: that split is all
+    validation, :data:`VALIDATION_ONLY`)."""
     if splits is None:
         return None
     splits = tuple(dict.fromkeys(splits))            # each once, in the order given
@@ -113,6 +115,10 @@ def check_splits(splits) -> tuple[str, ...] | None:
         raise ValueError(f"splits: unknown {', '.join(map(repr, unknown))} (known: {', '.join(SPLITS)})")
     if not splits:
         raise ValueError(f"splits: no split named (known: {', '.join(SPLITS)})")
+    if half == "test" and set(splits) <= set(VALIDATION_ONLY):
+        raise ValueError(f"splits: {', '.join(splits)} {'is' if len(splits) == 1 else 'are'} all in the validation "
+                         f"half (pages written after the shipped models were chosen; docs/guide/evaluation.md): "
+                         f"nothing to answer with --half test")
     return splits
 
 

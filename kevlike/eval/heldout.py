@@ -186,7 +186,7 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
         raise ValueError(f"half {half!r}: one of {HALVES}, with a generalization suite (not {suite!r})")
     if splits is not None and suite not in GENERALIZATION_SUITES:
         raise ValueError(f"splits go with a generalization suite (not {suite!r})")
-    splits = check_splits(splits)
+    splits = check_splits(splits, half)
     if reuse is not None and (splits is not None or half is not None):
         raise ValueError("--reuse re-scores every record of the earlier run: splits and half go with a new run")
     if reuse is not None and resume is not None:
