@@ -25,6 +25,8 @@ Exit codes:
     2  bad input: invalid request, unknown model, unreadable file, bad option value
     3  serve: cannot listen on --host:--port (address in use, no permission), found before any
        model is loaded
+  130  interrupted (Ctrl-C) outside serve: one line, no traceback; what was written whole stays (a
+       generalization eval's finished splits: --resume RUN), nothing half-written is left
 Errors are one line on stderr, "kevlike: error: ...", without a traceback. JSON on stdout is
 valid whatever the terminal's encoding: text the encoding cannot represent is written as \\uXXXX
 escapes (PYTHONIOENCODING=utf-8 prints it as is).
@@ -448,7 +450,8 @@ def _cmd_compare(args) -> int:
     def versus(mine: list[dict], theirs: list[dict]) -> tuple[dict, float, str]:
         a, b, only_mine, only_theirs = shared_questions(mine, theirs)
         if not a:
-            raise ValueError("the run and the baseline share no question (another suite?)")
+            raise ValueError("the run and the baseline share no question (other halves or other splits: check --half "
+                             "and each run's splits)")
         d = paired_difference(a, b)
         left = f"; left out: {only_mine} only in the run, {only_theirs} only in the baseline" \
             if only_mine or only_theirs else ""
@@ -469,13 +472,17 @@ def _cmd_compare(args) -> int:
                 s = summary(u)
                 line = (f"{run}: unseen questions {s['n']} ({args.half}), accuracy {s['accuracy']:.3f}, "
                         f"NLL {s['nll']:.3f}")
-                if base:
+                if base is not None and not base:
+                    line += "; the baseline has no unseen question to pair with"
+                elif base:
                     d, _, left = versus(u, base)
                     line += (f"; minus baseline {d['difference']:+.3f} "
                              f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']}{left})")
                 print(line)
             if args.by_split and base_records is not None:
                 splits, base_splits = by_split(records, args.half), by_split(base_records, args.half)
+                for name in splits.keys() - base_splits.keys():
+                    print(f"  {name}: not in the baseline")
                 for name, rows in base_splits.items():
                     if name not in splits:
                         print(f"  {name}: not in the run")
@@ -1078,7 +1085,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cp = command("compare", "accuracy and NLL over the unseen questions of generalization-suite runs, and with "
                             "--baseline each run minus the baseline on the same questions with a paired bootstrap "
-                            "95%% interval")
+                            "95% interval")
     cp.add_argument("runs", nargs="+", metavar="RUN",
                     help="a `kevlike eval --suite generalization` run directory, or its records.jsonl")
     cp.add_argument("--half", choices=("validation", "test", "all"), default="all",
@@ -1165,6 +1172,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `kevlike decide r.json | head -c 100`: the reader left, not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: the user's choice, not an error; the traceback of wherever it landed helps no one
+        print(f"kevlike {args.command}: interrupted", file=sys.stderr)
+        return 130
     except Exception as e:
         if (code := _exit_code(e)) is None:
             raise

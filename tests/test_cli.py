@@ -532,6 +532,19 @@ def test_a_write_that_fails_leaves_the_old_file_or_none_and_no_temporary_file(tm
     assert list(run.iterdir()) == []                 # no records.jsonl, no metrics.json, no temporary file
 
 
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    """Ctrl-C printed ~90 lines of traceback from wherever it landed (break-test 2026-12-07); now one line, exit
+    130 (the module docstring's table)."""
+    from kevlike import cli
+
+    def stopped(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_eval", stopped)
+    assert cli.main(["eval", "--out", str(tmp_path / "runs")]) == 130
+    assert capsys.readouterr().err == "kevlike eval: interrupted\n"
+
+
 def test_a_full_disk_says_where_it_was_writing(tmp_path, capsys, monkeypatch):
     """ENOSPC names no file: `kevlike eval --out FULL` printed '[Errno 28] No space left on device' alone
     (break-test 2026-12-05)."""

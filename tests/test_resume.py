@@ -153,3 +153,42 @@ def test_an_out_folder_that_cannot_be_written_is_named_before_the_model_loads(tm
     err = capsys.readouterr().err
     assert f"--out {tmp_path / 'new' / 'runs'}: {tmp_path} cannot be written" in err
     assert not (tmp_path / "new").exists()
+
+
+def test_a_resume_or_reuse_it_cannot_do_is_refused_before_any_split_is_answered(tmp_path, capsys, monkeypatch):
+    """Break-test 2026-12-07: `--resume` into a read-only run folder answered the remaining splits and only then
+    failed writing; `--reuse` of an `eval --data` run crashed with a KeyError traceback, of a run whose records.jsonl
+    is empty wrote an empty 'rescored' run, and of a cut-off metrics.json named no file. Root passes os.access's mode
+    checks, so the read-only folder is simulated."""
+    import json
+    import os
+
+    from kevlike.eval import resume
+
+    run = tmp_path / "run"
+    (run / "splits").mkdir(parents=True)
+    (run / "call.json").write_text("{}")
+    real = os.access
+    monkeypatch.setattr(resume.os, "access", lambda p, mode: False if str(p) == str(run / "splits") else real(p, mode))
+    assert main(["eval", "--resume", str(run), "--suite", "generalization"]) == 2
+    assert f"{run / 'splits'} cannot be written (a read-only directory" in capsys.readouterr().err
+    monkeypatch.setattr(resume.os, "access", real)
+
+    data_run = tmp_path / "data_run"                          # what `eval --data` writes: no suite in its meta
+    data_run.mkdir()
+    (data_run / "metrics.json").write_text(json.dumps({"meta": {"data": "mine.jsonl"}}))
+    (data_run / "records.jsonl").write_text('{"type": "noul", "logits": [0, 0], "gold": 0}\n')
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    (empty / "metrics.json").write_text(json.dumps({"meta": {"suite": "generalization-quick"}}))
+    (empty / "records.jsonl").write_text("\n")
+    cut = tmp_path / "cut_run"
+    cut.mkdir()
+    (cut / "metrics.json").write_text('{"meta": {"suite": "gen')
+    (cut / "records.jsonl").write_text("")
+    for reuse, said in ((data_run, "not a suite run (its metrics.json names no suite"),
+                        (empty, "records.jsonl holds no records"), (cut, "metrics.json is not JSON")):
+        assert main(["eval", "--reuse", str(reuse), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kevlike: error: ") and said in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -126,3 +126,28 @@ def test_a_grown_suite_pairs_over_the_shared_questions(tmp_path, capsys):
     changed = [dict(base[0], gold=1, probs=[0.1, 0.9])] + base[1:]
     with pytest.raises(ValueError, match="other data, not a grown suite"):
         shared_questions(run, changed)
+
+
+def test_by_split_counts_each_contrast_question_once_and_names_what_only_the_run_holds(tmp_path, capsys):
+    """Break-test 2026-12-07: `compare --by-split` counted a contrast question's negated (nN) and choice (cN) twins,
+    so its contrast figures (and n) differed from the eval report's; a split only the run held got no line; an empty
+    records file read as 'not in the run' and 'another suite?'."""
+    import json
+    run, base = tmp_path / "run", tmp_path / "base"
+    rows = {run: [_r("contrast", "q1", [0.9, 0.1], 0, source="contrast/p/0"),      # right
+                  _r("contrast", "n1", [0.9, 0.1], 1, source="contrast/p/0"),      # twin, wrong: not counted
+                  _r("contrast", "c1", [0.9, 0.1], 1, source="contrast/p/0"),      # twin, wrong: not counted
+                  _r("realistic_fresh", "q1", [0.9, 0.1], 0)],
+            base: [_r("contrast", "q1", [0.1, 0.9], 0, source="contrast/p/0"),
+                   _r("contrast", "n1", [0.9, 0.1], 1, source="contrast/p/0"),
+                   _r("contrast", "c1", [0.9, 0.1], 1, source="contrast/p/0")]}
+    for d, rs in rows.items():
+        d.mkdir()
+        (d / "records.jsonl").write_text("\n".join(json.dumps(r) for r in rs) + "\n")
+    assert main(["compare", str(run), "--baseline", str(base), "--by-split"]) == 0
+    out = capsys.readouterr().out
+    assert "  contrast: 1.000, minus baseline +1.000 [+1.000, +1.000], paired SE nan, n 1\n" in out
+    assert "  realistic_fresh: not in the baseline" in out
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    assert main(["compare", str(tmp_path / "empty.jsonl"), "--baseline", str(base), "--by-split"]) == 2
+    assert f"{tmp_path / 'empty.jsonl'}: holds no records" in capsys.readouterr().err

@@ -30,7 +30,7 @@ from kevlike.eval.probes import STRUCTURAL, run_probes
 from kevlike.eval.remote import RemoteEngine
 from kevlike.eval.resume import (CALL_FILE, check_resumable, check_same_call, read_split, run_call, split_file,
                                  write_split)
-from kevlike.metrics import N_BINS, ece, records_from_logits, summarize, summary
+from kevlike.metrics import N_BINS, ece, read_records, records_from_logits, summarize, summary
 from kevlike.model.backbones import resolve_model
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import ModelDir, load_temperatures
@@ -259,11 +259,10 @@ def probe_table(probes: dict) -> str:
 
 def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], title: str, intro: str,
                quiet: bool) -> Path:
-    """Write metrics.json, records.jsonl, the reliability plots and report.md; print the table."""
+    """Write records.jsonl, the reliability plots, report.md and, last, metrics.json; print the table."""
     with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
-    write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
     plots = reliability_plots(records, run_dir) + risk_coverage_plot(records, run_dir)
     md = table(summary)
     if abst := abstention_table(summary):
@@ -281,6 +280,8 @@ def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], ti
         md += "\n\nProbes (DESIGN §12, kevlike/eval/probes.py):\n\n" + probe_table(summary["probes"])
     write_text_atomic(run_dir / "report.md",
                       f"{title}\n\n{intro}\n\n{md}\n\n" + "".join(f"![{p}]({p})\n" for p in plots))
+    # last: a run with metrics.json is finished (`--resume` refuses it), so its plots and report come first
+    write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
     print(md)                                   # the result: printed with --quiet too (it hides progress only)
     print(f"run directory: {run_dir}")
     return run_dir
@@ -292,9 +293,18 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
     if resolved.artifact_dir is None:
         raise ValueError(f"model {model!r} is not a decision model (no temperatures to apply)")
     temps = load_temperatures(resolved.artifact_dir)
-    old = json.loads((reuse / "metrics.json").read_text())
-    records = rescore([json.loads(x) for x in (reuse / "records.jsonl").read_text().splitlines() if x.strip()], temps,
-                      old["meta"].get("option_mode") or "list")
+    try:
+        old = json.loads((reuse / "metrics.json").read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--reuse {reuse}: {reuse / 'metrics.json'} is not JSON ({e.msg} at line {e.lineno}); a "
+                         f"cut-off file?") from None
+    if not isinstance(old, dict) or not isinstance(old.get("meta"), dict) or "suite" not in old["meta"]:
+        raise ValueError(f"--reuse {reuse}: not a suite run (its metrics.json names no suite; an `eval --data` run "
+                         f"is re-scored by running it again)")
+    raw = read_records(reuse / "records.jsonl")
+    if not raw:
+        raise ValueError(f"--reuse {reuse}: {reuse / 'records.jsonl'} holds no records")
+    records = rescore(raw, temps, old["meta"].get("option_mode") or "list")
     run_dir = out / f"eval-{old['meta']['suite']}-rescored-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
     summary = summarize(records)
@@ -340,7 +350,10 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     else:
         run_dir = out / f"eval-{suite}{'-' + half if half else ''}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         run_dir.mkdir(parents=True, exist_ok=False)
-        (run_dir / CALL_FILE).write_text(json.dumps(call, indent=2))
+        write_text_atomic(run_dir / CALL_FILE, json.dumps(call, indent=2))
+        if not quiet:       # named now, so a stopped run can be found and resumed
+            print(f"run directory: {run_dir} (if stopped: the same command with --resume {run_dir})",
+                  file=sys.stderr)
     sets = generalization_sets(quick=suite.endswith("quick"), n=n, bigbench=bigbench, splits=splits)
     absent = absent_splits(sets, splits)
     for split, why in absent.items():       # with --quiet too: the run is not comparable with one that has them
@@ -387,7 +400,6 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
     with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
-    write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
     plots = (reliability_plots([r for r in records if r["split"] not in CONTRAST_SPLITS], run_dir)
              + risk_coverage_plot(records, run_dir, group="split"))
     md = report_tables(gen)
@@ -403,6 +415,8 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
              f"{meta['cpu']}; seconds per split {timing}.")
     write_text_atomic(run_dir / "report.md", f"# kevlike eval: suite `{suite}`, model `{engine.name}`\n\n{intro}\n\n{md}\n\n"
                       + "".join(f"![{p}]({p})\n" for p in plots))
+    # last: a run with metrics.json is finished (`--resume` refuses it), so its plots and report come first
+    write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
     print(md.split("\n\n| split:source")[0])       # the result, with --quiet too
     print(f"run directory: {run_dir}")
     return run_dir

@@ -24,7 +24,7 @@ import json
 import random
 from pathlib import Path
 
-from kevlike.eval.generalization import unseen_records
+from kevlike.eval.generalization import counted, unseen_records
 from kevlike.metrics import read_records, summary
 from kevlike.runs import atomic_path, write_text_atomic
 
@@ -38,12 +38,15 @@ def load(arg: str) -> list[dict]:
     gzip-compressed, ``*.jsonl.gz``, as the results folders keep them).
 
     Raises:
-        ValueError: one line naming the file and the line: not found, not JSON, not an object, or a record
+        ValueError: one line naming the file and the line: not found, empty, not JSON, not an object, or a record
             without a suite split (an ``eval --data`` run, say)."""
     path = Path(arg) if Path(arg).is_file() else Path(arg) / "records.jsonl"
     if not path.is_file():
         raise ValueError(f"{arg}: no records.jsonl (give an eval run directory or its records file)")
-    return read_records(path, _not_a_suite_record)
+    records = read_records(path, _not_a_suite_record)
+    if not records:
+        raise ValueError(f"{path}: holds no records")
+    return records
 
 
 def _not_a_suite_record(r: dict) -> str | None:
@@ -122,10 +125,11 @@ def paired_difference(a: list[dict], b: list[dict], resamples: int = 2000, seed:
 
 def by_split(records: list[dict], half: str = "all") -> dict[str, list[dict]]:
     """The answerable questions (gold given) of ``records`` grouped by suite split, in suite order, of one ``half``
-    unless ``"all"``."""
+    unless ``"all"``; each contrast question once (:func:`~kevlike.eval.generalization.counted`: its plain form, as
+    the eval report counts it, not its negated and choice twins)."""
     out: dict[str, list[dict]] = {}
     for r in records:
-        if (half == "all" or r.get("half") == half) and r.get("gold") is not None:
+        if (half == "all" or r.get("half") == half) and r.get("gold") is not None and counted(r):
             out.setdefault(r["split"], []).append(r)
     return out
 
