@@ -802,8 +802,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, epilog: str | None = None) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=epilog,
-                              formatter_class=_HelpFormatter)
+        # help= is %-formatted by argparse (the command list), the description is printed as written
+        return sub.add_parser(name, help=help.replace("%", "%%"), description=help[0].upper() + help[1:] + ".",
+                              epilog=epilog, formatter_class=_HelpFormatter)
 
     engine, server = DEFAULT_OPTIONS, ServerConfig()
 
