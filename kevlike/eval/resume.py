@@ -35,7 +35,7 @@ class ResumeError(ValueError):
 
 def check_resumable(run_dir: Path) -> None:
     """Raise :class:`ResumeError` unless ``run_dir`` is an unfinished resumable run (a ``call.json``, no
-    ``metrics.json``)."""
+    ``metrics.json``) that can be written (it and its ``splits/``, checked before any split is answered)."""
     if not run_dir.is_dir():
         raise ResumeError(f"--resume {run_dir}: not a directory")
     if not (run_dir / CALL_FILE).is_file():
