@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 
 from kevlike.request import answers
 from kevlike.request.schema import validate_request
+from kevlike.runs import atomic_path
 
 N_BINS = 10
 
@@ -313,6 +314,18 @@ def choice_records(engine, examples: list, batch_size: int = 4, progress: bool =
         return []
     return [r for r in records_from_logits(engine, chosen, batch_size, progress=progress, calibrated=calibrated)
             if r["type"] == "choice"]
+
+
+def write_records(path: str | Path, records: list[dict]) -> Path:
+    """Write ``records`` as a run's ``records.jsonl`` (one JSON object per line, what :func:`read_records` reads),
+    through :func:`kevlike.runs.atomic_path`: a failure mid-write leaves no half file. Returns ``path``.
+
+    Raises:
+        OSError: the file cannot be written (nothing is left behind)."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    return Path(path)
 
 
 def read_records(path: str | Path, check=None) -> list[dict]:

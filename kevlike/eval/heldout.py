@@ -30,12 +30,12 @@ from kevlike.eval.probes import STRUCTURAL, run_probes
 from kevlike.eval.remote import RemoteEngine
 from kevlike.eval.resume import (CALL_FILE, check_resumable, check_same_call, read_split, run_call, split_file,
                                  write_split)
-from kevlike.metrics import N_BINS, ece, read_records, records_from_logits, summarize, summary
+from kevlike.metrics import N_BINS, ece, read_records, records_from_logits, summarize, summary, write_records
 from kevlike.model.backbones import resolve_model
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import ModelDir, load_temperatures
 from kevlike.model.temperatures import TemperatureTable, fit_table
-from kevlike.runs import atomic_path, git_commit, machine, write_text_atomic
+from kevlike.runs import git_commit, machine, write_text_atomic
 
 # dataset -> examples sampled from its test split (seed 0)
 SUITES = {
@@ -260,9 +260,7 @@ def probe_table(probes: dict) -> str:
 def _write_run(run_dir: Path, meta: dict, summary: dict, records: list[dict], title: str, intro: str,
                quiet: bool) -> Path:
     """Write records.jsonl, the reliability plots, report.md and, last, metrics.json; print the table."""
-    with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
+    write_records(run_dir / "records.jsonl", records)
     plots = reliability_plots(records, run_dir) + risk_coverage_plot(records, run_dir)
     md = table(summary)
     if abst := abstention_table(summary):
@@ -318,9 +316,7 @@ def _rescore_run(model: str | None, reuse: Path, out: Path, quiet: bool) -> Path
         summary["generalization"] = generalization_summary(records, contrast_pairs())
         meta = {**old["meta"], "model": str(model) if model else old["meta"]["model"], "rescored_from": str(reuse),
                 "temperatures": temps.source}
-        with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
+        write_records(run_dir / "records.jsonl", records)
         write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
         md = report_tables(summary["generalization"])
         write_text_atomic(run_dir / "report.md",
@@ -397,9 +393,7 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
             "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None), "readout": _readout_name(engine),
             "lm_baseline": lm.note, "absent_splits": absent}
-    with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
+    write_records(run_dir / "records.jsonl", records)
     plots = (reliability_plots([r for r in records if r["split"] not in CONTRAST_SPLITS], run_dir)
              + risk_coverage_plot(records, run_dir, group="split"))
     md = report_tables(gen)

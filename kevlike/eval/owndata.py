@@ -40,13 +40,13 @@ from kevlike.eval.abstention import abstention_table, risk_coverage_plot
 from kevlike.eval.heldout import reliability_plots
 from kevlike.eval.probes import threshold_economics
 from kevlike.eval.remote import RemoteEngine
-from kevlike.metrics import records_from_logits, summarize
+from kevlike.metrics import records_from_logits, summarize, write_records
 from kevlike.model.backbones import resolve_model
 from kevlike.model.engine import Engine
 from kevlike.model.modeldir import check_profile_name, check_profile_target, load_temperatures, save_profile
 from kevlike.model.temperatures import bound_hits_text, calibration_type, fit_line, fit_table
 from kevlike.request.schema import RequestError
-from kevlike.runs import atomic_path, git_commit, write_text_atomic
+from kevlike.runs import git_commit, write_text_atomic
 
 DEFAULT_COSTS = {"false_positive": 1.0, "false_negative": 1.0}
 
@@ -188,9 +188,7 @@ def evaluate_data(model: str | None, data: str | Path, out: str | Path = "runs",
             "url": url, "temperatures": engine.temperatures.source, "option_mode": getattr(engine, "option_mode", None),
             "costs": cost_table, "git_commit": git_commit(), "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None)}
-    with atomic_path(run_dir / "records.jsonl") as tmp, open(tmp, "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
+    write_records(run_dir / "records.jsonl", records)
     write_text_atomic(run_dir / "metrics.json", json.dumps({"meta": meta, **summary}, indent=2))
     write_text_atomic(run_dir / "thresholds.json", json.dumps(thresholds, indent=2))
     plots = reliability_plots(records, run_dir) + risk_coverage_plot(records, run_dir, group="question")

@@ -25,8 +25,8 @@ import random
 from pathlib import Path
 
 from kevlike.eval.generalization import counted, unseen_records
-from kevlike.metrics import read_records, summary
-from kevlike.runs import atomic_path, write_text_atomic
+from kevlike.metrics import read_records, summary, write_records
+from kevlike.runs import write_text_atomic
 
 
 RECORD_KEYS = ("split", "type", "probs", "gold")
@@ -159,9 +159,7 @@ def write_run(out: str | Path, records: list[dict], half: str, model: str, optio
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "records.jsonl") as tmp, open(tmp, "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
+    write_records(out / "records.jsonl", records)
     write_text_atomic(out / "metrics.json", json.dumps({"meta": {
         "suite": "generalization", "half": half, "option_mode": option_mode, "model": model}}, indent=2))
     return out / "records.jsonl"
