@@ -98,7 +98,7 @@ FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 """Write errors that come without a file name (a full disk or quota, a file-size limit, a read-only file system)."""
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """Write errors of the machine, not of the input (a full disk or quota, a file-size limit): exit code 1 (set-up
-failure), where other ``OSError``\ s (a missing or unreadable file the user named) are 2."""
+failure), where other ``OSError`` errors (a missing or unreadable file the user named) are 2."""
 
 
 def _exit_code(e: BaseException) -> int | None:
@@ -595,6 +595,8 @@ def _cmd_eval(args) -> int:
         return _fail(f"--probes must be >= 0, got {args.probes}")
     if args.option_orders is not None and args.url is not None:
         return _fail("--option-orders applies to local models only (not --url)")
+    if args.negation_twins is not None and args.url is not None:
+        return _fail("--negation-twins applies to local models only (not --url; the server has its own)")
     if args.option_mode is not None and args.url is not None:
         return _fail("--option-mode applies to local models only (not --url; the server has its own)")
     if args.dtype != "auto" and (args.url is not None or args.reuse is not None):
@@ -815,7 +817,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     d.add_argument("--mode", choices=["packed", "separate"], default="packed",
                    help="packed: one forward pass for all questions; separate: one per question (the reference)")
-    _add(d, engine, "dtype", "script_policy", "option_orders", "option_mode", "profile", "max_options", "abstain_above",
+    _add(d, engine, "dtype", "script_policy", "option_orders", "negation_twins", "option_mode", "profile", "max_options", "abstain_above",
          "p_right_below")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
@@ -853,7 +855,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: kevlike-default)")
     _add(s, server, "dtype", "quantize", "threads", "state_cache_mb")
     _add(s, server, "script_policy", note=" (422)")
-    _add(s, server, "option_orders", "option_mode", whose="each model's")
+    _add(s, server, "option_orders", "negation_twins", "option_mode", whose="each model's")
     _add(s, server, "max_options", budget="--max-request-tokens")
     _add(s, server, "max_batch", "max_wait_ms", "queue_size", "timeout_s", "max_batch_tokens", "max_request_tokens")
     s.add_argument("--api-keys-file", default=None,
@@ -944,7 +946,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "reading the splits it finished (RUN/splits/) instead of answering them again; give the "
                         "stopped run's flags (its RUN/call.json must match) (default: a new run)")
     e.add_argument("--quiet", action="store_true", help="no progress bars; the results are printed")
-    _add(e, engine, "threads", "option_orders", "option_mode", note="; local models only")
+    _add(e, engine, "threads", "option_orders", "negation_twins", "option_mode", note="; local models only")
     _add(e, engine, "quantize")
     _add(e, engine, "dtype", note="; local models only (figures compared across machines: use float32)")
     e.add_argument("--data", default=None, metavar="FILE.jsonl",
@@ -981,7 +983,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quiet", action="store_true", help="no progress bars; the fitted temperatures are printed")
     _add(c, engine, "threads")
     _add(c, engine, "dtype", note="; the precision the logits are fitted in (fit in the one you serve in)")
-    _add(c, engine, "option_orders", whose="the artifact's", note="; fitted for and stored in kevlike.json")
+    _add(c, engine, "option_orders", "negation_twins", whose="the artifact's", note="; fitted for and stored in kevlike.json")
     c.add_argument("--option-mode", dest="fit_mode", choices=("list", "set", "both"), default=None,
                    help="fit the choice temperatures of this option mode (set: stored as choice:set); both: each mode "
                         "the model was trained for (default: both)")
@@ -1016,7 +1018,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="longest needle state: 256, 512, ... doubling up to this (at most the backbone's branch "
                          "limit minus 64: 8,128 for SmolLM2)")
     _add(pr, engine, "dtype", "threads")
-    _add(pr, engine, "option_orders", "option_mode", note="; local models only")
+    _add(pr, engine, "option_orders", "negation_twins", "option_mode", note="; local models only")
     pr.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBE_NAMES)} (default: all)")
     pr.add_argument("--out", default=None, help="the run directory (default: runs/probes-YYYYmmdd-HHMMSS)")
     pr.set_defaults(func=_tool("eval.probes", options=True, single=True))

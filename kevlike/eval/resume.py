@@ -76,6 +76,7 @@ def run_call(engine, *, suite: str, half: str | None, splits, n: int | None, bat
             "batch": batch_size, "url": url, "dtype": getattr(engine, "dtype", None),
             "option_mode": getattr(engine, "option_mode", None),
             "option_orders": getattr(engine, "option_orders", None),
+            "negation_twins": getattr(engine, "negation_twins", None),
             "temperatures": getattr(getattr(engine, "temperatures", None), "source", None),
             "quantize": quantize, "lm_baseline": lm_baseline}
 
