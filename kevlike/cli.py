@@ -27,6 +27,7 @@ Exit codes:
        model is loaded
   130  interrupted (Ctrl-C) outside serve: one line, no traceback; what was written whole stays (a
        generalization eval's finished splits: --resume RUN), nothing half-written is left
+  143  stopped by SIGTERM (129: SIGHUP, unless ignored as under nohup) outside serve and train: the same
 Errors are one line on stderr, "kevlike: error: ...", without a traceback. JSON on stdout is
 valid whatever the terminal's encoding: text the encoding cannot represent is written as \\uXXXX
 escapes (PYTHONIOENCODING=utf-8 prints it as is).
@@ -35,11 +36,13 @@ escapes (PYTHONIOENCODING=utf-8 prints it as is).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -1156,6 +1159,39 @@ def console() -> None:
     raise SystemExit(code)
 
 
+class _Terminated(BaseException):
+    """Raised in the main thread by SIGTERM or SIGHUP during a command (:func:`_terminations`): like Ctrl-C's
+    ``KeyboardInterrupt`` it unwinds the command, so what is mid-write is removed (:func:`kevlike.runs.atomic_path`)
+    instead of left as a hidden temporary file by the default action (the process killed where it stood)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(signum)
+
+
+@contextlib.contextmanager
+def _terminations(command: str):
+    """SIGTERM and SIGHUP raise :class:`_Terminated` while ``command`` runs, where they would kill the process by
+    default. Not for ``serve`` and ``train`` (each stops cleanly on its own), not off the main thread (a caller of
+    :func:`main` in a thread), and never over a handler already set (an ignored SIGHUP under ``nohup``, a caller's
+    own); the handlers before are restored after."""
+    old = {}
+    if command not in ("serve", "train") and threading.current_thread() is threading.main_thread():
+        for name in ("SIGTERM", "SIGHUP"):
+            sig = getattr(signal, name, None)
+            if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+                old[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one ``kevlike`` command; returns its exit code (see the module docstring)."""
     _safe_streams()
@@ -1171,13 +1207,17 @@ def main(argv: list[str] | None = None) -> int:
         dtype_from_env()                                 # before any command loads torch or a model
         if "threads" in vars(args):                      # a command that loads a model: KEVLIKE_THREADS too
             threads_from_env()
-        return args.func(args)
+        with _terminations(args.command):
+            return args.func(args)
     except BrokenPipeError:  # e.g. `kevlike decide r.json | head -c 100`: the reader left, not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:  # Ctrl-C: the user's choice, not an error; the traceback of wherever it landed helps no one
         print(f"kevlike {args.command}: interrupted", file=sys.stderr)
         return 130
+    except _Terminated as e:   # SIGTERM / SIGHUP (kill, a closed terminal): the same clean stop as Ctrl-C
+        print(f"kevlike {args.command}: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
     except Exception as e:
         if (code := _exit_code(e)) is None:
             raise

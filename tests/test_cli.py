@@ -545,6 +545,33 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err == "kevlike eval: interrupted\n"
 
 
+def test_sigterm_mid_write_leaves_no_temporary_file_and_exits_143(tmp_path, capsys, monkeypatch):
+    """`kill` (SIGTERM) of `kevlike eval` mid-write left a hidden `.metrics.json.PID.tmp` (the default action kills
+    where the process stands; only exceptions ran atomic_path's cleanup): now it unwinds like Ctrl-C, one line,
+    exit 128 + 15, and the handler before the call is back after it."""
+    import signal
+    import time
+
+    from kevlike import cli
+    from kevlike.runs import atomic_path
+
+    def writing(args):
+        with atomic_path(tmp_path / "metrics.json") as tmp:
+            tmp.write_text("{")
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)                      # the handler raises at the next bytecode, long before this ends
+            tmp.write_text("{}")
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(cli, "_cmd_eval", writing)
+    t0 = time.perf_counter()
+    assert cli.main(["eval", "--out", str(tmp_path / "runs")]) == 143
+    assert time.perf_counter() - t0 < 20
+    assert capsys.readouterr().err == "kevlike eval: stopped by SIGTERM\n"
+    assert list(tmp_path.iterdir()) == []       # neither metrics.json nor its temporary file
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_a_full_disk_says_where_it_was_writing(tmp_path, capsys, monkeypatch):
     """ENOSPC names no file: `kevlike eval --out FULL` printed '[Errno 28] No space left on device' alone
     (break-test 2026-12-05)."""
