@@ -721,6 +721,10 @@ def _cmd_recalibrate(args) -> int:
     if base != model:               # a profile's answers are read with its model's
         return _fail(f"--model {model}: a profile is refitted from its model: --model {base} (the recorded answers "
                      f"of {base} and of every {base}@NAME are read)")
+    from kevlike.model.registry import model_name_error
+
+    if (err := model_name_error(model)) is not None:   # before the store: "no recorded answer" would mislead
+        return _fail(f"--model: {err}")
     for flag, check in (("--profile", lambda: check_profile_name(args.profile)),
                         ("--db", lambda: check_store_url(args.db, must_exist=True))):
         try:

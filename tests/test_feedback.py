@@ -213,14 +213,15 @@ def test_recalibrate_on_a_locked_store_is_one_line(tmp_path, capsys):
 
     db = tmp_path / "fb.db"
     store = FeedbackStore(f"sqlite:///{db}")
-    store.record("r0", "M", NOUL)
+    store.record("r0", "kevlike-default", NOUL)
     store.add_outcomes("r0", {"q": [1.0, 0.0]})
     store.close()
     other = sqlite3.connect(db, isolation_level=None)
     other.execute("PRAGMA locking_mode=EXCLUSIVE")                      # even readers wait (WAL lets them in otherwise)
     other.execute("BEGIN EXCLUSIVE")
     try:
-        assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "M", "--profile", "p", "--quiet"]) == 1
+        assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "kevlike-default", "--profile", "p",
+                         "--quiet"]) == 1
     finally:
         other.close()
     err = capsys.readouterr().err
@@ -296,13 +297,17 @@ def test_recalibrate_reads_a_store_without_writing_to_it_and_refuses_a_database_
     assert "not an outcome store" in err and f"copy {str(copied) + '-wal'!r} with it" in err
     db = tmp_path / "s.db"
     store = FeedbackStore(f"sqlite:///{db}")
-    store.record("r", "M", [{"question_id": "n", "type": "noul", "probabilities": [0.7, 0.3], "temperature": 1.0,
-                             "option_keys": ["yes", "no"]}])
+    store.record("r", "kevlike-default", [{"question_id": "n", "type": "noul", "probabilities": [0.7, 0.3],
+                                           "temperature": 1.0, "option_keys": ["yes", "no"]}])
     store.close()
     before = db.read_bytes()
-    assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "M", "--profile", "x"]) == 2
-    assert "no recorded answer of model 'M' has an outcome yet" in capsys.readouterr().err
+    assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "kevlike-default", "--profile", "x"]) == 2
+    assert "no recorded answer of model 'kevlike-default' has an outcome yet" in capsys.readouterr().err
     assert db.read_bytes() == before
+    # a model this machine does not know is named as such, before the store is read (break-test 2026-12-07: it
+    # said "no recorded answer of model 'M'", as if the store were the problem)
+    assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "M", "--profile", "x"]) == 2
+    assert capsys.readouterr().err.startswith("kevlike: error: --model: unknown model 'M': not a registered name")
     assert cli.main(["recalibrate", "--db", f"sqlite:///{db}", "--model", "M@p", "--profile", "x"]) == 2
     assert "--model M@p: a profile is refitted from its model: --model M (the recorded answers of M and of every " \
            "M@NAME are read)" in capsys.readouterr().err

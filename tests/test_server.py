@@ -482,7 +482,8 @@ def test_feedback_loop_end_to_end_over_http(tmp_path, capsys):
     finally:
         s.stop()
     assert cli.main(["recalibrate", "--db", url, "--model", art, "--profile", "fb", "--min-count", "4", "--quiet"]) == 0
-    assert "left out of the fit" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "left out of the fit" not in err and "replaced the profile" not in err
     # the profile's score fit == the fit of the model's own logits (what calibrate --profile would compute)
     prof = load_temperatures(os.path.join(art, "profiles", "fb.json"))
     own, fit = fit_table([{"type": "score", "logits": z.tolist(), "gold": g} for g in anger], 4,
@@ -504,3 +505,6 @@ def test_feedback_loop_end_to_end_over_http(tmp_path, capsys):
         assert st == 200 and json.loads(raw)["overall"]["outcomes"] == 0
     finally:
         s.stop()
+    # a second recalibrate replaces the profile and says so (break-test 2026-12-07: it was overwritten silently)
+    assert cli.main(["recalibrate", "--db", url, "--model", art, "--profile", "fb", "--min-count", "4", "--quiet"]) == 0
+    assert f"(replaced the profile fitted before: profile 'fb': fitted on 24 outcomes in" in capsys.readouterr().err

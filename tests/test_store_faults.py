@@ -430,6 +430,33 @@ def test_a_profile_that_cannot_be_written_is_named_before_the_fit_and_leaves_no_
         check_profile_target(other, "m", "ok")
 
 
+def test_a_profiles_folder_that_cannot_be_written_is_named_before_the_fit(tmp_path, monkeypatch):
+    """Break-test 2026-12-07: recalibrate into a read-only profiles folder fitted first, then failed naming its
+    temporary file. Root passes os.access's mode checks, so the read-only folder is simulated."""
+    import os
+
+    from kevlike.model import modeldir
+    from kevlike.model.modeldir import check_profile_target, profile_source, save_profile
+    from kevlike.model.temperatures import TemperatureTable
+
+    real = os.access
+    locked = {str(tmp_path / "profiles"), str(tmp_path / "new")}
+    monkeypatch.setattr(modeldir.os, "access", lambda p, mode: False if str(p) in locked else real(p, mode))
+    (tmp_path / "profiles").mkdir()
+    with pytest.raises(ValueError, match=f"cannot write profile 'ok': {tmp_path / 'profiles'} cannot be written "
+                                         f"\\(a read-only directory or file system\\)"):
+        check_profile_target(tmp_path, "m", "ok")
+    (tmp_path / "new").mkdir()                    # no profiles folder yet: the folder it would be made in
+    with pytest.raises(ValueError, match=f"{tmp_path / 'new'} cannot be written"):
+        check_profile_target(tmp_path / "new", "m", "ok")
+    monkeypatch.setattr(modeldir.os, "access", real)
+    assert profile_source(tmp_path, "m", "ok") is None
+    save_profile(tmp_path, "m", "ok", TemperatureTable(by_type={"noul": 1.3}, source="500 outcomes in s.db"))
+    assert profile_source(tmp_path, "m", "ok") == "fitted before: 500 outcomes in s.db"
+    (tmp_path / "profiles" / "bad.json").write_text("{")
+    assert profile_source(tmp_path, "m", "bad") == "that could not be read"
+
+
 def test_a_model_directory_named_with_an_at_sign_is_refused_at_serve(tmp_path):
     """A directory m@v2 served beside m shadowed m's profile v2 and was counted in m's reports (break-test
     2026-12-05)."""

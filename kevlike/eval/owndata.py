@@ -43,7 +43,8 @@ from kevlike.eval.remote import RemoteEngine
 from kevlike.metrics import records_from_logits, summarize, write_records
 from kevlike.model.backbones import resolve_model
 from kevlike.model.engine import Engine
-from kevlike.model.modeldir import check_profile_name, check_profile_target, load_temperatures, save_profile
+from kevlike.model.modeldir import (check_profile_name, check_profile_target, load_temperatures, profile_source,
+                                   save_profile)
 from kevlike.model.temperatures import bound_hits_text, calibration_type, fit_line, fit_table
 from kevlike.request.schema import RequestError
 from kevlike.runs import git_commit, write_text_atomic
@@ -294,8 +295,10 @@ def fit_profile(model: str | None, data: str | Path, profile: str, min_count: in
                          f"here {per_type or 'none'}{f', cannot tell: {cannot}' if cannot else ''}")
     if dtype is not None:       # the precision the logits were computed in (recorded ones: the server's, unknown here)
         fit["dtype"] = dtype
+    before = profile_source(artifact_dir, name.split("@")[0], profile)
     path = save_profile(artifact_dir, name.split("@")[0], profile, table, fit)
     if (note := bound_hits_text(fit)) is not None:
         print(f"warning: {note}", file=sys.stderr)
-    print(f"profile {profile!r}: {path}", file=sys.stderr)
+    replaced = "" if before is None else f" (replaced the profile {before})"
+    print(f"profile {profile!r}: {path}{replaced}", file=sys.stderr)
     return path, fit

@@ -316,6 +316,18 @@ def profile_path(artifact_dir: str | Path, model_name: str, name: str) -> Path:
     return profiles_dir(artifact_dir, model_name) / f"{check_profile_name(name)}.json"
 
 
+def profile_source(artifact_dir: str | Path, model_name: str, name: str) -> str | None:
+    """What profile ``name`` now holds, in words for a message (its temperatures' ``source``: what they were fitted
+    on), or None when there is no such profile; ``"that could not be read"`` for a file that is not a profile."""
+    path = profile_path(artifact_dir, model_name, name)
+    if not path.is_file():
+        return None
+    try:
+        return f"fitted before: {json.loads(path.read_text(encoding='utf-8'))['source']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "that could not be read"
+
+
 def existing_profile_path(artifact_dir: str | Path, model_name: str, name: str) -> Path:
     """:func:`profile_path` of a profile that exists.
 
@@ -354,13 +366,17 @@ def check_profile_target(artifact_dir: str | Path, model_name: str, name: str) -
     for nothing).
 
     Raises:
-        ValueError: one line: the profiles folder is a file, or the profile's path is a directory.
+        ValueError: one line: the profiles folder is a file or cannot be written (nor the nearest folder above it
+            that exists, where it would be made), or the profile's path is a directory.
     """
     path = profile_path(artifact_dir, model_name, name)
     for p in (path.parent, *path.parent.parents):
         if p.exists() or p.is_symlink():
             if not p.is_dir():
                 raise ValueError(f"cannot write profile {name!r}: {p} is not a directory")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise ValueError(f"cannot write profile {name!r}: {p} cannot be written (a read-only directory or file "
+                                 f"system)")
             break
     if path.is_dir():
         raise ValueError(f"cannot write profile {name!r}: {path} is a directory")
