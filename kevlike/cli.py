@@ -586,6 +586,7 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_eval(args) -> int:
+    suite_given, args.suite = args.suite is not None, args.suite or "heldout"
     if args.batch < 1:
         return _fail(f"--batch must be an integer >= 1, got {args.batch}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
@@ -610,7 +611,7 @@ def _cmd_eval(args) -> int:
     if args.data is not None:
         if args.reuse is not None or args.probes or args.resume is not None:
             return _fail("--data evaluates your labelled file; drop --reuse/--resume/--probes")
-        if args.n is not None or args.suite != "heldout" or args.half is not None or args.splits is not None:
+        if args.n is not None or suite_given or args.half is not None or args.splits is not None:
             return _fail("--data evaluates every line of your labelled file: --n, --suite, --half and --splits go "
                          "with a suite, not with --data")
         if (err := _model_error(args)) is not None or (err := _labelled_error(args.data)) is not None:
@@ -642,6 +643,15 @@ def _cmd_eval(args) -> int:
         if missing:
             return _fail(f"--reuse {args.reuse}: not an eval run directory (no {' or '.join(missing)}; use a "
                          f"runs/eval-… directory, which holds both)")
+        if args.n is not None or args.probes:      # before: accepted and ignored
+            return _fail("--reuse re-scores the earlier run's records as they are: --n and --probes go with a new run")
+        try:
+            ran = json.loads((Path(args.reuse) / "metrics.json").read_text()).get("meta", {}).get("suite")
+        except (OSError, ValueError, AttributeError):
+            ran = None                              # the re-scoring names what is wrong with the file
+        if suite_given and ran is not None and ran != args.suite:
+            return _fail(f"--suite {args.suite}: {args.reuse} is a run of suite {ran!r}, and --reuse re-scores it as "
+                         f"that suite (drop --suite, or give --suite {ran})")
     if args.half is not None and not args.suite.startswith("generalization"):
         return _fail(f"--half goes with --suite generalization or generalization-quick, not {args.suite!r}")
     if args.splits is not None and not args.suite.startswith("generalization"):
@@ -923,7 +933,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-lm-baseline", dest="lm_baseline", action="store_false",
                    help="leave out the LM-readout baseline row (a second pass of the bare backbone over the same "
                         "items); chance and majority rows are always reported (default: the row is reported)")
-    e.add_argument("--suite", default="heldout",
+    e.add_argument("--suite", default=None,
                    help="heldout (the default), calibration (>= 1,000 questions per type), quick, full, or "
                         "generalization: unseen wordings, unseen sources, BIG-bench, contrast pairs and coherence "
                         "(generalization-quick: a few items of each; see kevlike/eval/generalization.py)")

@@ -191,4 +191,12 @@ def test_a_resume_or_reuse_it_cannot_do_is_refused_before_any_split_is_answered(
         assert main(["eval", "--reuse", str(reuse), "--out", str(tmp_path / "out"), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("kevlike: error: ") and said in err and err.count("\n") == 1, err
+    # --suite, --n and --probes of another run were accepted and ignored (break-test 2026-12-07)
+    for extra, said in ((["--suite", "heldout"], f"--suite heldout: {empty} is a run of suite 'generalization-quick', "
+                                                 f"and --reuse re-scores it as that suite"),
+                        (["--n", "5"], "--n and --probes go with a new run"),
+                        (["--probes", "3"], "--n and --probes go with a new run")):
+        assert main(["eval", "--reuse", str(empty), *extra, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kevlike: error: ") and said in err and err.count("\n") == 1, err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
