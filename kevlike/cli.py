@@ -460,43 +460,56 @@ def _cmd_compare(args) -> int:
             if only_mine or only_theirs else ""
         return d, sum(correct(r) for r in a) / d["n"], left
 
+    def compare_one(run: str) -> None:
+        records = load(run)
+        u = unseen(records, args.half, required=not args.by_split)
+        if not u:
+            print(f"{run}: no unseen question ({args.half}); by split:")
+        else:
+            s = summary(u)
+            line = (f"{run}: unseen questions {s['n']} ({args.half}), accuracy {s['accuracy']:.3f}, "
+                    f"NLL {s['nll']:.3f}")
+            if base is not None and not base:
+                line += "; the baseline has no unseen question to pair with"
+            elif base:
+                d, _, left = versus(u, base)
+                line += (f"; minus baseline {d['difference']:+.3f} "
+                         f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']}{left})")
+            print(line)
+        if args.by_split and base_records is not None:
+            splits, base_splits = by_split(records, args.half), by_split(base_records, args.half)
+            for name in splits.keys() - base_splits.keys():
+                print(f"  {name}: not in the baseline")
+            for name, rows in base_splits.items():
+                if name not in splits:
+                    print(f"  {name}: not in the run")
+                    continue
+                if not shared_questions(splits[name], rows)[0]:     # another half of this split, say
+                    print(f"  {name}: no question shared with the baseline")
+                    continue
+                d, acc, left = versus(splits[name], rows)
+                print(f"  {name}: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
+                      f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
+            d, acc, left = versus([r for rows in splits.values() for r in rows],
+                                  [r for rows in base_splits.values() for r in rows])
+            print(f"  all answerable questions: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
+                  f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
+
     if args.by_split and not args.baseline:
         return _fail("--by-split compares each split with --baseline RUN; give one")
     try:
         base_records = load(args.baseline) if args.baseline else None
         # split by split, a run without unseen questions (realistic_fresh alone, say) is compared all the same
         base = unseen(base_records, args.half, required=not args.by_split) if args.baseline else None
+        failed = []
         for run in args.runs:
-            records = load(run)
-            u = unseen(records, args.half, required=not args.by_split)
-            if not u:
-                print(f"{run}: no unseen question ({args.half}); by split:")
-            else:
-                s = summary(u)
-                line = (f"{run}: unseen questions {s['n']} ({args.half}), accuracy {s['accuracy']:.3f}, "
-                        f"NLL {s['nll']:.3f}")
-                if base is not None and not base:
-                    line += "; the baseline has no unseen question to pair with"
-                elif base:
-                    d, _, left = versus(u, base)
-                    line += (f"; minus baseline {d['difference']:+.3f} "
-                             f"(95% paired bootstrap [{d['low']:+.3f}, {d['high']:+.3f}], n {d['n']}{left})")
-                print(line)
-            if args.by_split and base_records is not None:
-                splits, base_splits = by_split(records, args.half), by_split(base_records, args.half)
-                for name in splits.keys() - base_splits.keys():
-                    print(f"  {name}: not in the baseline")
-                for name, rows in base_splits.items():
-                    if name not in splits:
-                        print(f"  {name}: not in the run")
-                        continue
-                    d, acc, left = versus(splits[name], rows)
-                    print(f"  {name}: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
-                          f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
-                d, acc, left = versus([r for rows in splits.values() for r in rows],
-                                      [r for rows in base_splits.values() for r in rows])
-                print(f"  all answerable questions: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
-                      f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
+            try:        # one run that cannot be paired is named, and the others are still compared
+                compare_one(run)
+            except ValueError as e:
+                failed.append(run)
+                print(f"kevlike: error: {run}: {e}", file=sys.stderr)
+        if failed:
+            return EXIT_USAGE
     except KeyError as e:         # a run's records without the field
         return _fail(str(e))
     return EXIT_OK

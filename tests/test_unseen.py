@@ -97,6 +97,31 @@ def test_a_run_of_the_fresh_pages_alone_is_compared_split_by_split(tmp_path, cap
     assert "no unseen question in these records (compare them split by split" in capsys.readouterr().err
 
 
+def test_a_run_that_cannot_be_paired_is_named_and_the_others_are_still_compared(tmp_path, capsys):
+    """Break-test 2026-12-07: `kevlike compare A B --baseline C` stopped at the first run that shared no question
+    with the baseline, naming neither run."""
+    import json
+    good, other, base = tmp_path / "good", tmp_path / "other", tmp_path / "base"
+    for d, split, half in ((good, "heldout_source", "test"), (other, "realistic", "test"),
+                           (base, "heldout_source", "test")):
+        d.mkdir()
+        (d / "records.jsonl").write_text("\n".join(json.dumps(_r(split, f"q{i}", [0.9, 0.1], 0, half=half))
+                                                   for i in range(3)) + "\n")
+    assert main(["compare", str(other), str(good), "--baseline", str(base)]) == 2
+    captured = capsys.readouterr()
+    assert f"{good}: unseen questions 3 (all), accuracy 1.000, NLL 0.105; minus baseline +0.000" in captured.out
+    assert captured.err == f"kevlike: error: {other}: the run and the baseline share no question (other halves or " \
+                           f"other splits: check --half and each run's splits)\n"
+    # --by-split: a split both hold without a question in common is said so, and the other splits still compared
+    with open(good / "records.jsonl", "a") as f:
+        f.write(json.dumps(_r("realistic", "q7", [0.9, 0.1], 0)) + "\n")
+    with open(base / "records.jsonl", "a") as f:
+        f.write(json.dumps(_r("realistic", "q8", [0.9, 0.1], 0)) + "\n")
+    assert main(["compare", str(good), "--baseline", str(base), "--by-split"]) == 0
+    out = capsys.readouterr().out
+    assert "  realistic: no question shared with the baseline" in out and "  heldout_source: 1.000" in out
+
+
 def test_a_grown_suite_pairs_over_the_shared_questions(tmp_path, capsys):
     import json
     from kevlike.eval.unseen import shared_questions
