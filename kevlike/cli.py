@@ -498,7 +498,10 @@ def _cmd_compare(args) -> int:
     if args.by_split and not args.baseline:
         return _fail("--by-split compares each split with --baseline RUN; give one")
     try:
-        base_records = load(args.baseline) if args.baseline else None
+        try:
+            base_records = load(args.baseline) if args.baseline else None
+        except ValueError as e:
+            return _fail(f"--baseline {args.baseline}: {e}")
         # split by split, a run without unseen questions (realistic_fresh alone, say) is compared all the same
         base = unseen(base_records, args.half, required=not args.by_split) if args.baseline else None
         failed = []
@@ -616,6 +619,11 @@ def _cmd_eval(args) -> int:
         return _fail("--negation-twins applies to local models only (not --url; the server has its own)")
     if args.option_mode is not None and args.url is not None:
         return _fail("--option-mode applies to local models only (not --url; the server has its own)")
+    given = [f for f, v in (("--option-orders", args.option_orders), ("--negation-twins", args.negation_twins),
+                            ("--option-mode", args.option_mode)) if v is not None]
+    if given and args.reuse is not None:        # before: accepted, and the run's own reading kept
+        return _fail(f"{' and '.join(given)}: --reuse re-scores the earlier run's logits, read as that run read them; "
+                     f"a new reading goes with a new run")
     if args.dtype != "auto" and (args.url is not None or args.reuse is not None):
         return _fail("--dtype applies when eval runs a local model (not with --url or --reuse)")
     options = _options(DEFAULT_OPTIONS, args)
@@ -703,6 +711,11 @@ def _cmd_calibrate(args) -> int:
             return _fail("a calibration profile is fitted on a labelled file: give both --data FILE.jsonl and --profile NAME")
         if args.fit_mode == "both":
             return _fail("--profile fits the option mode the model is served in: --option-mode list or set")
+        given = [f for f, v in (("--option-orders", args.option_orders), ("--negation-twins", args.negation_twins))
+                 if v is not None]
+        if given:    # a profile stores temperatures only: fitted at another reading, they would be served at the model's
+            return _fail(f"{' and '.join(given)}: a profile is fitted and served with its model's own reading (its "
+                         f"kevlike.json); calibrate without --profile stores a new reading with the temperatures")
         if args.min_count < 1:
             return _fail(f"--min-count must be an integer >= 1, got {args.min_count}")
         from kevlike.config.engine import check_profile_name
@@ -1196,16 +1209,38 @@ class _Terminated(BaseException):
         self.signum = signum
 
 
+_TERMINATIONS: list[threading.Event] = []
+"""One event per :class:`_Terminated` raised, set when :func:`main` has caught it (:func:`_kill_unless_handled`)."""
+
+TERMINATION_GRACE_S = 10.0
+"""Seconds a raised :class:`_Terminated` has to reach :func:`main` before the signal's default action is taken."""
+
+
+def _kill_unless_handled(signum: int, handled: threading.Event) -> None:
+    """The fallback of :func:`_raise_terminated`: Python drops an exception raised where it can only report it
+    ("Exception ignored in …": a ``__del__``, a weakref callback, an ``isinstance`` check inside one), so a SIGTERM
+    that lands there would be lost and the command would run on (break-test 2026-12-07). If :func:`main` has not
+    caught it within :data:`TERMINATION_GRACE_S`, the signal is sent again with its default action restored."""
+    if not handled.wait(TERMINATION_GRACE_S):
+        os.kill(os.getpid(), signum)
+
+
 def _raise_terminated(signum, frame):
+    signal.signal(signum, signal.SIG_DFL)   # a second one acts at once, as without this handler
+    handled = threading.Event()
+    _TERMINATIONS.append(handled)
+    threading.Thread(target=_kill_unless_handled, args=(signum, handled), daemon=True,
+                     name="kevlike-terminate").start()
     raise _Terminated(signum)
 
 
 @contextlib.contextmanager
 def _terminations(command: str):
     """SIGTERM and SIGHUP raise :class:`_Terminated` while ``command`` runs, where they would kill the process by
-    default. Not for ``serve`` and ``train`` (each stops cleanly on its own), not off the main thread (a caller of
-    :func:`main` in a thread), and never over a handler already set (an ignored SIGHUP under ``nohup``, a caller's
-    own); the handlers before are restored after."""
+    default (once: a second one, or one whose exception is lost, takes the default action: :func:`_raise_terminated`).
+    Not for ``serve`` and ``train`` (each stops cleanly on its own), not off the main thread (a caller of :func:`main`
+    in a thread), and never over a handler already set (an ignored SIGHUP under ``nohup``, a caller's own); the
+    handlers before are restored after."""
     old = {}
     if command not in ("serve", "train") and threading.current_thread() is threading.main_thread():
         for name in ("SIGTERM", "SIGHUP"):
@@ -1243,6 +1278,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kevlike {args.command}: interrupted", file=sys.stderr)
         return 130
     except _Terminated as e:   # SIGTERM / SIGHUP (kill, a closed terminal): the same clean stop as Ctrl-C
+        while _TERMINATIONS:
+            _TERMINATIONS.pop().set()
         print(f"kevlike {args.command}: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
         return 128 + e.signum
     except Exception as e:

@@ -572,6 +572,34 @@ def test_sigterm_mid_write_leaves_no_temporary_file_and_exits_143(tmp_path, caps
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_sigterm_whose_exception_is_lost_still_stops_the_command():
+    """Break-test 2026-12-07: a SIGTERM that landed where Python only reports an exception ("Exception ignored in
+    …") was lost and `kevlike eval` ran on. The handler's fallback sends the signal again with its default action
+    once the grace period passes without main() having caught it. Here the command swallows the exception."""
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, time\n"
+        "import kevlike.cli as cli\n"
+        "cli.TERMINATION_GRACE_S = 1.0\n"
+        "def swallowing(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(5)\n"
+        "    except BaseException:\n"
+        "        pass\n"
+        "    time.sleep(60)\n"
+        "    return 0\n"
+        "cli._cmd_models = swallowing\n"
+        "raise SystemExit(cli.main(['models']))\n")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=50)
+    assert p.returncode == -signal.SIGTERM, (p.returncode, p.stderr[-2000:])
+    assert time.perf_counter() - t0 < 40
+
+
 def test_a_full_disk_says_where_it_was_writing(tmp_path, capsys, monkeypatch):
     """ENOSPC names no file: `kevlike eval --out FULL` printed '[Errno 28] No space left on device' alone
     (break-test 2026-12-05)."""

@@ -154,3 +154,39 @@ def test_negation_twins_limit_in_cli_and_engine(tmp_path, capsys):
     assert "--negation-twins applies to local models only" in capsys.readouterr().err
     with pytest.raises(ValueError, match="negation_twins must be an integer from 0 to 4, got -1"):
         make_engine(negation_twins=-1)
+    # a reading that would not be stored or used is refused (break-test 2026-12-07: accepted and ignored)
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}},
+                                "gold": {"q": "true"}}) + "\n")
+    assert cli.main(["calibrate", str(tmp_path), "--data", str(data), "--profile", "p", "--option-mode", "set",
+                     "--negation-twins", "1"]) == 2
+    assert capsys.readouterr().err == ("kevlike: error: --negation-twins: a profile is fitted and served with its "
+                                       "model's own reading (its kevlike.json); calibrate without --profile stores a "
+                                       "new reading with the temperatures\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "records.jsonl").write_text("")
+    (run / "metrics.json").write_text("{}")
+    assert cli.main(["eval", "--reuse", str(run), "--negation-twins", "1", "--option-orders", "2"]) == 2
+    assert capsys.readouterr().err.startswith("kevlike: error: --option-orders and --negation-twins: --reuse "
+                                              "re-scores the earlier run's logits, read as that run read them")
+
+
+def test_a_twin_over_the_context_is_named_as_the_twin():
+    """Break-test 2026-12-07: a question that fits alone but whose twin (a few tokens longer) does not was refused
+    as "this question's branch (N tokens)", N the twin's: a user could not tell --negation-twins caused it."""
+    from kevlike.request.schema import Limits, RequestError
+
+    req = validate_request(plain_request(PLAIN))
+    enc = make_engine("llama", "lm", negation_twins=0).encode(req)
+    S, own = len(enc.state_ids), enc.branches[0].span
+    limits = Limits(max_branch_context=S + own)              # the question alone fits exactly
+    make_engine("llama", "lm", negation_twins=0, limits=limits).encode(req)
+    with pytest.raises(RequestError) as e:
+        make_engine("llama", "lm", negation_twins=2, limits=limits).encode(req)
+    (err,) = e.value.errors
+    assert e.value.status == 413 and err["loc"] == ["body", "questions", "q0"]
+    longest = max(b.span for b in make_engine("llama", "lm", negation_twins=2).encode(req).branches)
+    assert err["msg"] == (f"state ({S} tokens) + this question's negation twin (negation_twins 2; the question alone "
+                          f"is {own} tokens) ({longest} tokens) = {S + longest} tokens; the limit is {S + own} (the "
+                          f"backbone's context)")

@@ -87,3 +87,42 @@ def test_wait_healthy_returns_on_200_and_raises_on_exit_or_timeout():
     finally:
         ok.shutdown()
         starting.shutdown()
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_a_server_being_started_is_stopped_when_the_command_is(monkeypatch, tmp_path, stop):
+    """Break-test 2026-12-07: SIGTERM (which now unwinds a command like Ctrl-C) while `loadtest --spawn` or `fuzz`
+    waited for its server left the server running, re-parented to PID 1: only a failed start killed it."""
+    from kevlike.eval import fuzz, loadtest
+
+    calls = []
+
+    class Proc:
+        pid = 1
+
+        def poll(self):
+            return None
+
+        def kill(self):
+            calls.append("kill")
+
+        def send_signal(self, sig):
+            calls.append("signal")
+
+        def wait(self, timeout=None):
+            calls.append("wait")
+            return -9
+
+    def interrupted(port, alive):
+        raise stop()
+
+    for module in (loadtest, fuzz):
+        monkeypatch.setattr(module.subprocess, "Popen", lambda *a, **k: Proc())
+        monkeypatch.setattr(module, "wait_healthy", interrupted)
+    with pytest.raises(stop):
+        loadtest._spawn(None, [])
+    assert calls == ["kill", "wait"]
+    calls.clear()
+    with pytest.raises(stop):
+        fuzz.serve_subprocess("m", tmp_path / "server.log")
+    assert calls == ["signal", "wait"]

@@ -947,7 +947,7 @@ def serve_subprocess(model: str, log_path: Path, extra: list[str] = ()):
 
     try:
         wait_healthy(port, lambda: proc.poll() is None)
-    except RuntimeError:
+    except BaseException:          # also Ctrl-C or SIGTERM while it loads: the server is not left running
         stop()
         raise
     return base, stop, errors

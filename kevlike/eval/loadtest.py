@@ -132,9 +132,12 @@ def _spawn(model: str | None, extra: list[str], stdout=None) -> tuple[subprocess
     proc = subprocess.Popen(cmd, stdout=stdout, stderr=None if stdout is None else subprocess.STDOUT)
     try:
         wait_healthy(port, lambda: proc.poll() is None)
-    except RuntimeError as e:
+    except BaseException as e:     # also Ctrl-C or SIGTERM while it loads: the server is not left running
         proc.kill()
-        raise SystemExit(f"{e} (exit code {proc.wait()})") from None
+        code = proc.wait()
+        if isinstance(e, RuntimeError):
+            raise SystemExit(f"{e} (exit code {code})") from None
+        raise
     return proc, port
 
 

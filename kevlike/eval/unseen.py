@@ -29,8 +29,9 @@ from kevlike.metrics import read_records, summary, write_records
 from kevlike.runs import write_text_atomic
 
 
-RECORD_KEYS = ("split", "type", "probs", "gold")
-"""What :func:`load` needs in every record of a generalization-suite run."""
+RECORD_KEYS = ("split", "source", "question", "type", "probs", "gold")
+"""What :func:`load` needs in every record of a generalization-suite run (``source`` and ``question`` pair it with
+another run's, :func:`shared_questions`)."""
 
 
 def load(arg: str) -> list[dict]:
@@ -42,7 +43,7 @@ def load(arg: str) -> list[dict]:
             without a suite split (an ``eval --data`` run, say)."""
     path = Path(arg) if Path(arg).is_file() else Path(arg) / "records.jsonl"
     if not path.is_file():
-        raise ValueError(f"{arg}: no records.jsonl (give an eval run directory or its records file)")
+        raise ValueError("no records.jsonl there (give an eval run directory or its records file)")
     records = read_records(path, _not_a_suite_record)
     if not records:
         raise ValueError(f"{path}: holds no records")

@@ -337,9 +337,14 @@ class Encoder:
         context = f"the limit for state + longest branch is {self.branch_limit} tokens (the backbone's context)"
         if S + 1 > self.branch_limit:
             raise _tokens_exceeded(["body", "state"], f"state is {S} tokens; {context}")
-        for b in enc.branches:
-            if S + b.span > self.branch_limit:
-                qid = request.questions[b.question].id
-                raise _tokens_exceeded(["body", "questions", qid], f"state ({S} tokens) + this question's branch "
-                                       f"({b.span} tokens) = {S + b.span} tokens; the limit is {self.branch_limit} "
-                                       f"(the backbone's context)")
+        over = [b for b in enc.branches if S + b.span > self.branch_limit]
+        if over:
+            b = max(over, key=lambda x: x.span)           # the longest: what a fix must bring under the limit
+            q = request.questions[b.question]
+            what = "this question's branch"
+            if q.type == "noul" and b.order == (1, 0):    # a negation twin (Encoder.reads): say so and what it adds
+                own = next(x for x in enc.branches if x.question == b.question and not x.order)
+                what = (f"this question's negation twin (negation_twins {self.negation_twins}; the question alone is "
+                        f"{own.span} tokens)")
+            raise _tokens_exceeded(["body", "questions", q.id], f"state ({S} tokens) + {what} ({b.span} tokens) = "
+                                   f"{S + b.span} tokens; the limit is {self.branch_limit} (the backbone's context)")
