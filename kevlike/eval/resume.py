@@ -81,6 +81,11 @@ def run_call(engine, *, suite: str, half: str | None, splits, n: int | None, bat
             "quantize": quantize, "lm_baseline": lm_baseline}
 
 
+ABSENT_MEANS = {"negation_twins": 0}
+"""What a field a run's ``call.json`` lacks meant when it was written (a field added since): runs stopped before
+negation twins existed read every question alone."""
+
+
 def check_same_call(run_dir: Path, call: dict) -> None:
     """Raise :class:`ResumeError` naming every field where ``run_dir``'s ``call.json`` differs from ``call``."""
     check_resumable(run_dir)
@@ -90,8 +95,14 @@ def check_same_call(run_dir: Path, call: dict) -> None:
         raise ResumeError(f"--resume {run_dir}: {CALL_FILE} is unreadable ({e})") from None
     if not isinstance(before, dict):
         raise ResumeError(f"--resume {run_dir}: {CALL_FILE} is not a JSON object")
+    def same(k: str) -> bool:
+        a, b = before.get(k, ABSENT_MEANS.get(k)), call.get(k, ABSENT_MEANS.get(k))
+        if k == "splits" and a is not None and b is not None:      # the same splits in another order: the same run
+            return sorted(a) == sorted(b)
+        return a == b
+
     diffs = [f"{k}: the run has {before.get(k)!r}, this call {call.get(k)!r}"
-             for k in sorted(set(before) | set(call)) if before.get(k) != call.get(k)]
+             for k in sorted(set(before) | set(call)) if not same(k)]
     if diffs:
         raise ResumeError(f"--resume {run_dir}: not the same call as the run's ({'; '.join(diffs)}); give the "
                           f"stopped run's flags, or start a new run")
