@@ -615,12 +615,10 @@ def _cmd_eval(args) -> int:
         return _fail(f"--probes must be >= 0, got {args.probes}")
     if args.option_orders is not None and args.url is not None:
         return _fail("--option-orders applies to local models only (not --url)")
-    if args.negation_twins is not None and args.url is not None:
-        return _fail("--negation-twins applies to local models only (not --url; the server has its own)")
     if args.option_mode is not None and args.url is not None:
         return _fail("--option-mode applies to local models only (not --url; the server has its own)")
-    given = [f for f, v in (("--option-orders", args.option_orders), ("--negation-twins", args.negation_twins),
-                            ("--option-mode", args.option_mode)) if v is not None]
+    given = [f for f, v in (("--option-orders", args.option_orders), ("--option-mode", args.option_mode))
+             if v is not None]
     if given and args.reuse is not None:        # before: accepted, and the run's own reading kept
         return _fail(f"{' and '.join(given)}: --reuse re-scores the earlier run's logits, read as that run read them; "
                      f"a new reading goes with a new run")
@@ -711,11 +709,9 @@ def _cmd_calibrate(args) -> int:
             return _fail("a calibration profile is fitted on a labelled file: give both --data FILE.jsonl and --profile NAME")
         if args.fit_mode == "both":
             return _fail("--profile fits the option mode the model is served in: --option-mode list or set")
-        given = [f for f, v in (("--option-orders", args.option_orders), ("--negation-twins", args.negation_twins))
-                 if v is not None]
-        if given:    # a profile stores temperatures only: fitted at another reading, they would be served at the model's
-            return _fail(f"{' and '.join(given)}: a profile is fitted and served with its model's own reading (its "
-                         f"kevlike.json); calibrate without --profile stores a new reading with the temperatures")
+        if args.option_orders is not None:   # a profile stores temperatures only: fitted at other orders, they
+            return _fail("--option-orders: a profile is fitted and served with its model's own option orders (its "
+                         "kevlike.json); calibrate without --profile stores new orders with the temperatures")
         if args.min_count < 1:
             return _fail(f"--min-count must be an integer >= 1, got {args.min_count}")
         from kevlike.config.engine import check_profile_name
@@ -860,7 +856,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default=None, help="registered name or directory (default: kevlike-default)")
     d.add_argument("--mode", choices=["packed", "separate"], default="packed",
                    help="packed: one forward pass for all questions; separate: one per question (the reference)")
-    _add(d, engine, "dtype", "script_policy", "option_orders", "negation_twins", "option_mode", "profile", "max_options", "abstain_above",
+    _add(d, engine, "dtype", "script_policy", "option_orders", "option_mode", "profile", "max_options", "abstain_above",
          "p_right_below")
     d.add_argument("--compact", action="store_true", help="print the JSON on one line")
     d.add_argument("--timing", action="store_true", help="print load and decide wall time (and the thread count) to stderr")
@@ -898,7 +894,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: kevlike-default)")
     _add(s, server, "dtype", "quantize", "threads", "state_cache_mb")
     _add(s, server, "script_policy", note=" (422)")
-    _add(s, server, "option_orders", "negation_twins", "option_mode", whose="each model's")
+    _add(s, server, "option_orders", "option_mode", whose="each model's")
     _add(s, server, "max_options", budget="--max-request-tokens")
     _add(s, server, "max_batch", "max_wait_ms", "queue_size", "timeout_s", "max_batch_tokens", "max_request_tokens")
     s.add_argument("--api-keys-file", default=None,
@@ -989,7 +985,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "reading the splits it finished (RUN/splits/) instead of answering them again; give the "
                         "stopped run's flags (its RUN/call.json must match) (default: a new run)")
     e.add_argument("--quiet", action="store_true", help="no progress bars; the results are printed")
-    _add(e, engine, "threads", "option_orders", "negation_twins", "option_mode", note="; local models only")
+    _add(e, engine, "threads", "option_orders", "option_mode", note="; local models only")
     _add(e, engine, "quantize")
     _add(e, engine, "dtype", note="; local models only (figures compared across machines: use float32)")
     e.add_argument("--data", default=None, metavar="FILE.jsonl",
@@ -1026,7 +1022,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quiet", action="store_true", help="no progress bars; the fitted temperatures are printed")
     _add(c, engine, "threads")
     _add(c, engine, "dtype", note="; the precision the logits are fitted in (fit in the one you serve in)")
-    _add(c, engine, "option_orders", "negation_twins", whose="the artifact's", note="; fitted for and stored in kevlike.json")
+    _add(c, engine, "option_orders", whose="the artifact's", note="; fitted for and stored in kevlike.json")
     c.add_argument("--option-mode", dest="fit_mode", choices=("list", "set", "both"), default=None,
                    help="fit the choice temperatures of this option mode (set: stored as choice:set); both: each mode "
                         "the model was trained for (default: both)")
@@ -1061,7 +1057,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="longest needle state: 256, 512, ... doubling up to this (at most the backbone's branch "
                          "limit minus 64: 8,128 for SmolLM2)")
     _add(pr, engine, "dtype", "threads")
-    _add(pr, engine, "option_orders", "negation_twins", "option_mode", note="; local models only")
+    _add(pr, engine, "option_orders", "option_mode", note="; local models only")
     pr.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(PROBE_NAMES)} (default: all)")
     pr.add_argument("--out", default=None, help="the run directory (default: runs/probes-YYYYmmdd-HHMMSS)")
     pr.set_defaults(func=_tool("eval.probes", options=True, single=True))

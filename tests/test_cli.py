@@ -600,6 +600,29 @@ def test_a_sigterm_whose_exception_is_lost_still_stops_the_command():
     assert time.perf_counter() - t0 < 40
 
 
+def test_a_reading_that_would_be_ignored_is_refused(tmp_path, capsys):
+    """Break-test 2026-12-07: `eval --reuse RUN --option-orders 5` and `calibrate --data F --profile P --option-orders
+    2` were accepted: the first re-scores logits read as the run read them, the second stores temperatures only, so
+    the orders asked for were used nowhere (or fitted for and then served at the model's own)."""
+    from kevlike import cli
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}},
+                                "gold": {"q": "true"}}) + "\n")
+    assert cli.main(["calibrate", str(tmp_path), "--data", str(data), "--profile", "p", "--option-mode", "set",
+                     "--option-orders", "2"]) == 2
+    assert capsys.readouterr().err == ("kevlike: error: --option-orders: a profile is fitted and served with its "
+                                       "model's own option orders (its kevlike.json); calibrate without --profile "
+                                       "stores new orders with the temperatures\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "records.jsonl").write_text("")
+    (run / "metrics.json").write_text("{}")
+    assert cli.main(["eval", "--reuse", str(run), "--option-orders", "2", "--option-mode", "set"]) == 2
+    assert capsys.readouterr().err.startswith("kevlike: error: --option-orders and --option-mode: --reuse re-scores "
+                                              "the earlier run's logits, read as that run read them")
+
+
 def test_a_full_disk_says_where_it_was_writing(tmp_path, capsys, monkeypatch):
     """ENOSPC names no file: `kevlike eval --out FULL` printed '[Errno 28] No space left on device' alone
     (break-test 2026-12-05)."""

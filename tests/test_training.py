@@ -315,22 +315,18 @@ def test_a_fine_tune_keeps_the_option_mode_and_orders_of_the_model_it_starts_fro
     parent = write_artifact(tmp_path / "parent", model, tok, cfg, resolved, {"nll": 1.0})
     m = ModelDir(parent)
     assert (m.manifest()["option_mode"], m.manifest()["option_modes"]) == ("list", ["list"])   # no init_from
-    m.write_manifest({**m.manifest(), "option_modes": ["list", "set"], "option_mode": "set", "option_orders": 3,
-                      "negation_twins": 2})
+    m.write_manifest({**m.manifest(), "option_modes": ["list", "set"], "option_mode": "set", "option_orders": 3})
     child_cfg = _cfg(tiny_dir, f"init_from={parent}")                    # set_share 0: this run trains list only
     child_model, _, child_resolved = build_model(child_cfg)
     child = ModelDir(write_artifact(tmp_path / "child", child_model, tok, child_cfg, child_resolved, {"nll": 0.5}))
     man = child.manifest()
     assert (man["option_mode"], man["option_modes"], man["option_orders"]) == ("set", ["list", "set"], 3)
-    assert man["negation_twins"] == 2
     eng = Engine.from_pretrained(child.path, threads=1)
-    assert (eng.option_mode, eng.option_orders, eng.negation_twins) == ("set", 3, 2)
-    m.write_manifest({k: v for k, v in m.manifest().items() if k not in ("option_mode", "option_orders",
-                                                                          "negation_twins")}
+    assert (eng.option_mode, eng.option_orders) == ("set", 3)
+    m.write_manifest({k: v for k, v in m.manifest().items() if k not in ("option_mode", "option_orders")}
                      | {"option_modes": ["list"]})                      # an older parent: list, orders unset
     man = ModelDir(write_artifact(tmp_path / "child2", child_model, tok, child_cfg, child_resolved, {})).manifest()
     assert (man["option_mode"], man["option_modes"], "option_orders" in man) == ("list", ["list"], False)
-    assert "negation_twins" not in man
 
 
 def test_the_lm_readout_trains_from_the_bare_backbones_answers_and_saves_what_the_engine_serves(tiny_dir, tmp_path):
@@ -612,11 +608,10 @@ def test_train_smoke_run_through_the_cli(tiny_dir, tmp_path):
     assert len((ev_dir / "records.jsonl").read_text().splitlines()) == 9 and (ev_dir / "report.md").is_file()
     assert metrics["meta"]["option_orders"] == 1  # the engine's default: a canonical order
     cal = kevlike("calibrate", str(run / "artifact"), "--n", "4", "--quiet", "--out", str(tmp_path / "cal"),
-                  "--option-orders", "2", "--negation-twins", "1", "--dtype", "float32")
+                  "--option-orders", "2", "--dtype", "float32")
     assert cal.returncode == 0, cal.stderr.decode()[-2000:]
-    # the temperatures were fitted with 2 pooled orders and a negation twin, so serving uses them from now on
-    manifest = json.loads((run / "artifact" / "kevlike.json").read_text())
-    assert (manifest["option_orders"], manifest["negation_twins"]) == (2, 1)
+    # the temperatures were fitted with 2 pooled orders, so serving uses 2 from now on
+    assert json.loads((run / "artifact" / "kevlike.json").read_text())["option_orders"] == 2
     fit = json.loads((run / "artifact" / "calibration.json").read_text())
     assert fit["source"].startswith("T = 1 everywhere") and "fit" in fit   # 4 requests per task: all fall back
     assert fit["fit"]["dtype"] == "float32 (requested)"

@@ -62,10 +62,6 @@ tokens), and distinct orders run out at K! for K options (6 options: 720), so an
 turns one request into minutes of CPU time. 24 = 4! reads every order of up to 4 options; pooling
 more orders changes the answers little (docs/guide/options.md, "Option order")."""
 
-MAX_NEGATION_TWINS = 4
-"""The most negation twins (``negation_twins``) a yes/no question may be read with: the frames of
-:data:`kevlike.request.render.NEGATION_TWIN_FRAMES`, one more branch each."""
-
 MAX_STATE_CACHE_MB = 2 ** 30
 """The largest ``state_cache_mb`` (1 PiB): a bound that keeps the cap a finite number of bytes."""
 
@@ -90,7 +86,7 @@ def _orders(v) -> bool | str:
 class EngineOptions(Section):
     """How an engine (:class:`kevlike.model.engine.Engine`) is loaded and answers; each field's help text, choices
     and rule are its field's (:func:`kevlike.config.rules.setting`). None: the model's own
-    (``option_mode``, ``option_orders``, ``negation_twins``: from its manifest; ``profile``: its own temperatures) or, for
+    (``option_mode``, ``option_orders``: from its manifest; ``profile``: its own temperatures) or, for
     ``threads``, ``KEVLIKE_THREADS`` else auto. ``dtype``, ``quantize`` and ``profile`` act when a model is loaded.
 
     Attributes:
@@ -100,9 +96,6 @@ class EngineOptions(Section):
             request's order. At most :data:`MAX_OPTION_ORDERS`. The LM readout is order-free already.
         option_mode: ``list`` or ``set`` (:data:`OPTION_MODES`); in set mode adding, removing or reordering
             options leaves the others' logits unchanged and ``option_orders`` does not apply.
-        negation_twins: the negation twins each yes/no question without option descriptions is also read as
-            (:meth:`kevlike.request.encode.Encoder.reads`), 0 to :data:`MAX_NEGATION_TWINS`; pooled with the
-            question like option orders. None: the model's (its manifest's ``negation_twins``, else 0).
         threads: torch's intra-op threads on the CPU: ``"auto"`` (:mod:`kevlike.model.threads`) or N.
         state_cache_mb: MiB of state keys/values kept between requests (:mod:`kevlike.model.state_cache`; 0 off);
             responses then carry ``x_cached_tokens``. Pointer readout without sliding-window layers only.
@@ -141,13 +134,6 @@ class EngineOptions(Section):
         None, Rule("custom", says=f"an integer from 0 to {MAX_OPTION_ORDERS}", test=_orders), f"orders each choice "
         f"question's options are read in, 0 to {MAX_OPTION_ORDERS}: 1 canonical, M>=2 pooled (M x the choice "
         f"branches' tokens), 0 as listed{{note}} (default: {{whose}})", metavar="M", words={"whose": "the model's"})
-    negation_twins: int | None = setting(
-        None, Rule("custom", says=f"an integer from 0 to {MAX_NEGATION_TWINS}",
-                   test=lambda v: is_int(v) and 0 <= v <= MAX_NEGATION_TWINS), f"negation twins each yes/no question "
-        f"without option descriptions is also read as, 0 to {MAX_NEGATION_TWINS}: twin k asks 'is the answer to "
-        f"\"Q\" no?' (in one of {MAX_NEGATION_TWINS} wordings) in its own branch of the same pass, pooled with Q "
-        f"with yes and no swapped, so a yes-bias that does not depend on the question cancels (one more branch "
-        f"per twin){{note}} (default: {{whose}})", metavar="N", words={"whose": "the model's"})
     script_policy: str = setting(
         "annotate", one_of(SCRIPT_POLICIES), "a state in a script the model was not trained on: annotate (report it "
         "in the response) or refuse it")

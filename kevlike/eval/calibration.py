@@ -35,9 +35,8 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     the tasks whose validation splits are used; default the artifact's training tasks).
     ``options``: how the model is loaded (:meth:`kevlike.model.engine.Engine.from_pretrained`; ``dtype``: the
     weight precision the validation logits are computed in, recorded in the report). ``options.option_orders``:
-    the engine's option orders to fit the temperatures for; None: the artifact's; ``options.negation_twins`` the same
-    for its negation twins. The values are written to ``kevlike.json``, so serving uses the settings the temperatures
-    were fitted with.
+    the engine's option orders to fit the temperatures for; None: the artifact's. The value is written to
+    ``kevlike.json``, so serving uses the setting the temperatures were fitted with.
     ``fit_mode``: ``list``, ``set`` or ``both`` (None: both): the option modes whose choice temperatures
     are fitted; set-mode choice questions are stored as type ``choice:set``. With ``records_path``, ``set``
     says the records come from a set-mode run: their choice records fit ``choice:set`` alone, every other
@@ -46,7 +45,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     ``choice:set`` with ``list``) are kept from the existing ``calibration.json``. Raises ValueError for
     a mode the model was not trained for.
     """
-    option_orders, negation_twins = options.option_orders, options.negation_twins
+    option_orders = options.option_orders
 
     artifact = Path(artifact)
     model_dir = ModelDir(artifact)
@@ -75,7 +74,7 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
     else:
         engine = Engine.from_pretrained(artifact, options, option_mode="list")
         precision = f"{engine.dtype} ({engine.dtype_reason})"
-        option_orders, negation_twins = engine.option_orders, engine.negation_twins
+        option_orders = engine.option_orders
         set_engine = Engine(engine.model, engine.encoder.tokenizer, name=engine.name, head=engine.head,
                             backend=engine.backend, option_mode="set") if "set" in modes else None
         records = []
@@ -155,11 +154,9 @@ def calibrate_artifact(artifact: str | Path, n: int = 200, records_path: str | P
         e["accuracy"] = sum(max(range(len(r["logits"])), key=lambda k: r["logits"][k]) == r["gold"] for r in rs) / len(rs)
     if precision is not None:
         report["dtype"] = precision
-    settings = {k: v for k, v in (("option_orders", option_orders), ("negation_twins", negation_twins))
-                if v is not None}
-    if settings:
-        report.update(settings)
-        manifest.update(settings)
+    if option_orders is not None:
+        report["option_orders"] = option_orders
+        manifest["option_orders"] = option_orders
         model_dir.write_manifest(manifest)
     save_calibration(artifact, table, report)
     for t, e in report["types"].items():        # the result: printed with --quiet too (it hides progress only)

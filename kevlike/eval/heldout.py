@@ -234,7 +234,6 @@ def run_suite(model: str | None, suite: str = "heldout", out: str | Path = "runs
             "seed": 0, "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing, "temperatures": engine.temperatures.source,
             "option_orders": getattr(engine, "option_orders", None),
-            "negation_twins": getattr(engine, "negation_twins", None),
             "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None), "readout": _readout_name(engine),
             "lm_baseline": lm.note}
@@ -391,7 +390,7 @@ def _run_generalization(engine, suite: str, out: Path, n: int | None, batch_size
             "git_commit": git_commit(), "machine": platform.platform(), "cpu": machine()["cpu"],
             "device": str(engine.device), "url": url, "seconds": timing,
             "temperatures": engine.temperatures.source, "option_orders": getattr(engine, "option_orders", None),
-            "negation_twins": getattr(engine, "negation_twins", None), "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
+            "option_mode": getattr(engine, "option_mode", None), "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None), "readout": _readout_name(engine),
             "lm_baseline": lm.note, "absent_splits": absent}
     write_records(run_dir / "records.jsonl", records)

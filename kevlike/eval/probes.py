@@ -411,8 +411,7 @@ def command_line(options: EngineOptions, **values) -> str:
     flags = [("--model", values.get("model")), ("--url", values.get("url")), ("--n", values.get("n")),
              ("--seed", values.get("seed")), ("--only", values.get("only")),
              ("--needle-max-tokens", values.get("needle_max_tokens")), ("--dtype", options.dtype),
-             ("--option-orders", options.option_orders), ("--negation-twins", options.negation_twins),
-             ("--option-mode", options.option_mode)]
+             ("--option-orders", options.option_orders), ("--option-mode", options.option_mode)]
     return " ".join(["kevlike probes", *(f"{k} {v}" for k, v in flags if v is not None)])
 
 
@@ -456,11 +455,11 @@ def run(options: EngineOptions, *, model: str | None, url: str | None, n: int, s
     meta = {"model": engine.name, "url": url, "dtype": getattr(engine, "dtype", None),
             "dtype_reason": getattr(engine, "dtype_reason", None),
             "option_orders": getattr(engine, "option_orders", None), "option_mode": getattr(engine, "option_mode", None),
-            "negation_twins": getattr(engine, "negation_twins", None), "backend": getattr(engine, "backend", None), "seed": seed, "git_commit": git_commit(),
+            "backend": getattr(engine, "backend", None), "seed": seed, "git_commit": git_commit(),
             "machine": machine(), "command": command_line(options, **given),
             "config": {"n": n, "seed": seed, "only": only, "needle_max_tokens": needle_max_tokens,
                        "dtype": options.dtype, "option_orders": options.option_orders,
-                       "negation_twins": options.negation_twins, "option_mode": options.option_mode, "model": model, "url": url}}
+                       "option_mode": options.option_mode, "model": model, "url": url}}
     run_dir, md = write_probe_run(run_dir, meta, results)
     print(md)
     print(f"run directory: {run_dir}")

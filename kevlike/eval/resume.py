@@ -76,14 +76,8 @@ def run_call(engine, *, suite: str, half: str | None, splits, n: int | None, bat
             "batch": batch_size, "url": url, "dtype": getattr(engine, "dtype", None),
             "option_mode": getattr(engine, "option_mode", None),
             "option_orders": getattr(engine, "option_orders", None),
-            "negation_twins": getattr(engine, "negation_twins", None),
             "temperatures": getattr(getattr(engine, "temperatures", None), "source", None),
             "quantize": quantize, "lm_baseline": lm_baseline}
-
-
-ABSENT_MEANS = {"negation_twins": 0}
-"""What a field a run's ``call.json`` lacks meant when it was written (a field added since): runs stopped before
-negation twins existed read every question alone."""
 
 
 def check_same_call(run_dir: Path, call: dict) -> None:
@@ -96,7 +90,7 @@ def check_same_call(run_dir: Path, call: dict) -> None:
     if not isinstance(before, dict):
         raise ResumeError(f"--resume {run_dir}: {CALL_FILE} is not a JSON object")
     def same(k: str) -> bool:
-        a, b = before.get(k, ABSENT_MEANS.get(k)), call.get(k, ABSENT_MEANS.get(k))
+        a, b = before.get(k), call.get(k)
         if k == "splits" and a is not None and b is not None:      # the same splits in another order: the same run
             return sorted(a) == sorted(b)
         return a == b

@@ -16,8 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-from kevlike.config.engine import (DEFAULT_OPTIONS, MAX_NEGATION_TWINS, MAX_OPTION_ORDERS, MODES,  # noqa: F401 (re-exported)
-                                   EngineOptions)
+from kevlike.config.engine import DEFAULT_OPTIONS, MAX_OPTION_ORDERS, MODES, EngineOptions  # noqa: F401 (re-exported)
 from kevlike.config.rules import is_int
 from kevlike.model.backbones import DEFAULT_MODEL, resolve_dtype, resolve_model
 from kevlike.model.heads import PointerHead, pool_abstain, pool_orders, readout_for
@@ -175,7 +174,7 @@ class Engine:
         tokenizer: its tokenizer (the delimiter tokens are added to it).
         options: how it reads and answers (:class:`kevlike.config.engine.EngineOptions`, where each field is
             described and checked); ``settings`` replace single fields, e.g. ``Engine(model, tok, option_mode="set")``.
-            Here ``option_orders`` None means 1, ``negation_twins`` None 0 and ``option_mode`` None ``"list"``; ``dtype``, ``quantize`` and
+            Here ``option_orders`` None means 1 and ``option_mode`` None ``"list"``; ``dtype``, ``quantize`` and
             ``profile`` act when a model is loaded (:meth:`from_pretrained`). ``thread_policy``: an already made
             :class:`ThreadPolicy` instead of ``options.threads``.
         name: the model name reported in responses.
@@ -200,7 +199,6 @@ class Engine:
         options = replace(options, **settings) if settings else options
         option_mode = options.option_mode or "list"
         self.option_orders = 1 if options.option_orders is None else options.option_orders
-        self.negation_twins = options.negation_twins or 0
         self.abstain_above = options.abstain_above
         self.p_right_below = options.p_right_below
         self.option_mode = option_mode
@@ -229,8 +227,7 @@ class Engine:
         self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.dtype_reason = "the given model's weights"  # from_pretrained: why auto chose it
         self.encoder = Encoder(tokenizer, getattr(model.config, "max_position_embeddings", None), options.limits,
-                               option_orders=self.option_orders, option_mode=option_mode,
-                               negation_twins=self.negation_twins)
+                               option_orders=self.option_orders, option_mode=option_mode)
         if head is not None:
             ensure_embedding_rows(model, len(tokenizer))
         self.limits = options.limits
@@ -247,8 +244,7 @@ class Engine:
         ``options`` (:class:`kevlike.config.engine.EngineOptions`; ``settings`` replace single fields, e.g.
         ``Engine.from_pretrained(name, dtype="float32")``), beyond what :class:`Engine` says of them:
         ``option_orders`` None takes the artifact's ``option_orders`` (the setting its temperatures were fitted
-        with; 1 when the manifest has none), ``negation_twins`` None the artifact's ``negation_twins`` (0 when
-        absent). ``option_mode`` None takes the manifest's ``option_mode``
+        with; 1 when the manifest has none). ``option_mode`` None takes the manifest's ``option_mode``
         (``"list"`` when it has none); a decision model answers only in the modes its manifest lists in
         ``option_modes`` (``["list"]`` when absent: it was never trained on the set template). ``threads``
         ``auto``: the model load is the first window in which the CPU use of other processes is measured.
@@ -266,8 +262,7 @@ class Engine:
             kevlike.model.backbones.ModelNotFoundError: unknown name or path.
             ValueError: a refused setting (before any weights load), an unknown backend, int8 off the CPU, an
                 option mode the model was not trained for, an unknown profile (or one given for a model without a
-                pointer head), or the artifact's ``option_orders`` outside ``[0, MAX_OPTION_ORDERS]`` or ``negation_twins``
-                outside ``[0, MAX_NEGATION_TWINS]``.
+                pointer head), or the artifact's ``option_orders`` outside ``[0, MAX_OPTION_ORDERS]``.
         """
         options = replace(options, **settings) if settings else options
         if options.profile is not None:
@@ -296,10 +291,7 @@ class Engine:
             options = replace(options, option_orders=_manifest_count(manifest, "option_orders", 1, MAX_OPTION_ORDERS,
                                                                      resolved.name)
                               if options.option_orders is None else options.option_orders,
-                              option_mode=options.option_mode or manifest.get("option_mode", "list"),
-                              negation_twins=_manifest_count(manifest, "negation_twins", 0, MAX_NEGATION_TWINS,
-                                                             resolved.name)
-                              if options.negation_twins is None else options.negation_twins)
+                              option_mode=options.option_mode or manifest.get("option_mode", "list"))
             modes = manifest.get("option_modes", ["list"])
             if options.option_mode not in modes:
                 raise ValueError(f"model {resolved.name!r} was trained for option mode(s) {', '.join(modes)}, "
@@ -329,8 +321,6 @@ class Engine:
         pointer + x_abstain, profile ops``. ``kevlike decide --timing`` prints it; ``kevlike serve`` logs it per
         model."""
         orders = f"{self.option_orders} option order{'' if self.option_orders == 1 else 's'}"
-        if self.negation_twins:
-            orders += f", {self.negation_twins} negation twin{'' if self.negation_twins == 1 else 's'}"
         profile = self.profile or "none (the model's own temperatures)"
         return (f"{self.dtype} [{self.dtype_reason}], option mode {self.option_mode}, {orders}, "
                 f"readout {self.readout.name}{' + x_abstain' if self.abstain else ''}, profile {profile}")

@@ -248,7 +248,6 @@ class EnsembleEngine:
 
     readout = _Readout()
     option_orders = None
-    negation_twins = None
     option_mode = "list"          # the mixture's temperatures are looked up as list-mode types
     temperature_mode = "list"
     profile = None
@@ -289,14 +288,14 @@ class EnsembleEngine:
 
         Raises:
             EnsembleError: a bad manifest (:func:`read_members`), or a setting an ensemble does not take (an option
-                mode, option orders or negation twins: each member reads in its own).
+                mode or option orders: each member reads in its own).
             ValueError: ``options.profile`` names no profile of the ensemble (a profile calibrates the mixture;
                 the members load without one).
             kevlike.model.temperatures.ProfileError: an invalid ``calibration.json``.
             kevlike.model.backbones.ModelNotFoundError, SetupError: a member cannot be loaded.
         """
         path = Path(path)
-        for f in ("option_mode", "option_orders", "negation_twins"):
+        for f in ("option_mode", "option_orders"):
             if getattr(options, f) is not None:
                 raise EnsembleError(f"ensemble {name or path}: --{f.replace('_', '-')} does not apply (each member "
                                     f"answers in its own)")

@@ -14,9 +14,8 @@ import random
 import threading
 from dataclasses import dataclass, replace
 
-from kevlike.config.engine import MAX_NEGATION_TWINS, OPTION_MODES
-from kevlike.request.render import (LM_ABSTAIN_ANSWER, lm_answers, lm_prompt, lm_state,
-                                    negation_twin, option_text, render_text)
+from kevlike.config.engine import OPTION_MODES
+from kevlike.request.render import LM_ABSTAIN_ANSWER, lm_answers, lm_prompt, lm_state, option_text, render_text
 from kevlike.request.schema import DEFAULT_LIMITS, Limits, Question, Request, RequestError
 
 DELIMITERS = ("<state>", "<q>", "<opt>", "</opt>", "<decide>")
@@ -151,20 +150,10 @@ class Encoder:
             Ignored for choice questions in set mode (one branch, no order).
         option_mode: ``"list"`` (default) or ``"set"``: how choice questions are encoded (see
             :meth:`encode`); noul and score questions are always read as a list.
-        negation_twins: how many negation twins (:func:`~kevlike.request.render.negation_twin`) each yes/no
-            question without option descriptions is also read as, 0 (the default, used by training) to
-            :data:`~kevlike.config.engine.MAX_NEGATION_TWINS`: one more branch each, in both templates, pooled
-            with the question's own like an option order (:func:`kevlike.model.heads.pool_orders`).
-
-    Raises:
-        ValueError: ``negation_twins`` outside ``[0, MAX_NEGATION_TWINS]``.
     """
 
     def __init__(self, tokenizer, context_limit: int | None = None, limits: Limits = DEFAULT_LIMITS,
-                 option_orders: int = 0, option_mode: str = "list", negation_twins: int = 0):
-        if not 0 <= negation_twins <= MAX_NEGATION_TWINS:
-            raise ValueError(f"negation_twins must be from 0 to {MAX_NEGATION_TWINS}, got {negation_twins}")
-        self.negation_twins = negation_twins
+                 option_orders: int = 0, option_mode: str = "list"):
         self.option_orders = option_orders
         self.option_mode = check_option_mode(option_mode)
         vocab = tokenizer.get_vocab()            # a fresh dict of the whole vocabulary per call: read it once
@@ -235,20 +224,6 @@ class Encoder:
             i = j
         return out
 
-    def reads(self, request: Request) -> list[tuple[int, Question, tuple[int, ...]]]:
-        """What is read of each question, in branch order: ``(question index, question as read, order)`` — the
-        question itself (order ``()``), then its negation twins (order ``(1, 0)``: the twin's yes is the
-        question's no), ``negation_twins`` of them for a yes/no question that has twins."""
-        out = []
-        for qi, q in enumerate(request.questions):
-            out.append((qi, q, ()))
-            for k in range(self.negation_twins):
-                twin = negation_twin(q, k)
-                if twin is None:
-                    break
-                out.append((qi, twin, (1, 0)))
-        return out
-
     # -- pointer template ------------------------------------------------------------------
     def encode(self, request: Request, option_mode: str | None = None) -> EncodedRequest:
         """Pointer-template ids: ``<state> s`` then per question and option order
@@ -263,16 +238,15 @@ class Encoder:
             RequestError: status 413 when the packed sequence or state + a branch exceeds a limit.
         """
         option_mode = self.option_mode if option_mode is None else check_option_mode(option_mode)
-        reads = self.reads(request)
         texts = [render_text(request.state)]
-        for _, q, _ in reads:
+        for q in request.questions:
             texts.append(" " + render_text(q.instructions))
             texts.extend(" " + option_text(o) for o in q.options)
         self.precheck(texts)
         pieces = iter(self.text_ids(texts, budget=self.limits.max_request_tokens))
         state_ids = (self.state_id, *next(pieces))
         branches = []
-        for qi, q, twin_order in reads:
+        for qi, q in enumerate(request.questions):
             instr = next(pieces)
             opts = [next(pieces) for _ in q.options]
             if option_mode == "set" and q.type == "choice":
@@ -280,8 +254,7 @@ class Encoder:
                 branches.append(EncodedBranch((self.q_id, *instr, self.decide_id), len(instr) + 1,
                                               answers=subs, question=qi))
                 continue
-            # a negation twin lists its options as asked and its yes is read as the question's no (``twin_order``)
-            for order in [tuple(range(len(opts)))] if twin_order else option_orders(q, self.option_orders):
+            for order in option_orders(q, self.option_orders):
                 ids = [self.q_id, *instr]
                 opt_at = []
                 for i in order:
@@ -292,7 +265,7 @@ class Encoder:
                 ids.append(self.decide_id)
                 identity = order == tuple(range(len(order)))
                 branches.append(EncodedBranch(tuple(ids), len(ids) - 1, tuple(opt_at), question=qi,
-                                              order=twin_order or (() if identity else order)))
+                                              order=() if identity else order))
         enc = EncodedRequest(state_ids, tuple(branches), len(request.questions))
         self.check_budget(enc, request)
         return enc
@@ -306,9 +279,8 @@ class Encoder:
         Raises:
             RequestError: status 413 as for :meth:`encode` (the none answers count in the budget).
         """
-        reads = self.reads(request)
         texts = [lm_state(request.state)]
-        for _, q, _ in reads:
+        for q in request.questions:
             texts.append(lm_prompt(q))
             texts.extend(lm_answers(q))
             if abstain:
@@ -317,12 +289,11 @@ class Encoder:
         pieces = iter(self.text_ids(texts, budget=self.limits.max_request_tokens))
         state_ids = tuple(next(pieces))
         branches = []
-        for qi, q, twin_order in reads:
+        for qi, q in enumerate(request.questions):
             prompt = tuple(next(pieces))
             answers = tuple(tuple(next(pieces)) for _ in q.options)
             none = tuple(next(pieces)) if abstain else ()
-            branches.append(EncodedBranch(prompt, len(prompt) - 1, answers=answers, question=qi, none=none,
-                                          order=twin_order))
+            branches.append(EncodedBranch(prompt, len(prompt) - 1, answers=answers, question=qi, none=none))
         enc = EncodedRequest(state_ids, tuple(branches), len(request.questions))
         self.check_budget(enc, request)
         return enc
@@ -337,14 +308,9 @@ class Encoder:
         context = f"the limit for state + longest branch is {self.branch_limit} tokens (the backbone's context)"
         if S + 1 > self.branch_limit:
             raise _tokens_exceeded(["body", "state"], f"state is {S} tokens; {context}")
-        over = [b for b in enc.branches if S + b.span > self.branch_limit]
-        if over:
-            b = max(over, key=lambda x: x.span)           # the longest: what a fix must bring under the limit
-            q = request.questions[b.question]
-            what = "this question's branch"
-            if q.type == "noul" and b.order == (1, 0):    # a negation twin (Encoder.reads): say so and what it adds
-                own = next(x for x in enc.branches if x.question == b.question and not x.order)
-                what = (f"this question's negation twin (negation_twins {self.negation_twins}; the question alone is "
-                        f"{own.span} tokens)")
-            raise _tokens_exceeded(["body", "questions", q.id], f"state ({S} tokens) + {what} ({b.span} tokens) = "
-                                   f"{S + b.span} tokens; the limit is {self.branch_limit} (the backbone's context)")
+        for b in enc.branches:
+            if S + b.span > self.branch_limit:
+                qid = request.questions[b.question].id
+                raise _tokens_exceeded(["body", "questions", qid], f"state ({S} tokens) + this question's branch "
+                                       f"({b.span} tokens) = {S + b.span} tokens; the limit is {self.branch_limit} "
+                                       f"(the backbone's context)")

@@ -49,11 +49,9 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from dataclasses import replace
 
 import regex
 
-from kevlike.config.engine import MAX_NEGATION_TWINS
 from kevlike.request.schema import Option, Question, Text
 
 _INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}--[\u200c\u200d\ufe00-\ufe0f\U000e0100-\U000e01ef"
@@ -143,34 +141,3 @@ def lm_answers(question: Question) -> list[str]:
     if question.type == "noul":
         return [" yes", " no"]
     return [f" {normalize_text(o.key)}" for o in question.options]
-
-
-# --- negation twins ------------------------------------------------------------------------
-
-NEGATION_TWIN_FRAMES = (
-    'Is the answer to "{q}" no?',
-    'Would the honest answer to "{q}" be no?',
-    'Is it false that the answer to "{q}" is yes?',
-    'Must "{q}" be answered with no?',
-)
-"""Frames that negate a whole yes/no question ``{q}``, read as its *negation twins* (``negation_twins``,
-:meth:`kevlike.request.encode.Encoder.encode`): twin k asks frame k of the question, so its "yes" is the question's
-"no". Each is one of the frames the models were trained on with ``wrap_negation``
-(:data:`kevlike.data.families.NEGATION_FRAMES`, pinned by a test); the evaluation's templates use none of them."""
-
-assert len(NEGATION_TWIN_FRAMES) == MAX_NEGATION_TWINS
-
-
-def negation_twin(question: Question, k: int) -> Question | None:
-    """Twin ``k`` (0-based) of a yes/no question: the same question with its
-    instructions wrapped in ``NEGATION_TWIN_FRAMES[k]`` and the same options (read with yes and no swapped, order
-    ``(1, 0)``). None for a question that has none: a choice or score question, or a yes/no question with an option
-    description (``Answer yes if: …`` — wrapping the question would leave the descriptions saying the opposite).
-
-    Raises:
-        IndexError: ``k`` outside ``[0, MAX_NEGATION_TWINS)`` (:data:`kevlike.config.engine.MAX_NEGATION_TWINS`).
-    """
-    frame = NEGATION_TWIN_FRAMES[k]
-    if question.type != "noul" or any(o.description is not None for o in question.options):
-        return None
-    return replace(question, instructions=frame.format(q=render_text(question.instructions)))

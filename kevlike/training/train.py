@@ -496,14 +496,12 @@ def write_artifact(path: Path, model: DecisionModel, tok, cfg: TrainConfig, reso
         pm = ModelDir(parent).manifest()
         extra["training"]["init_from"] = {"model": str(cfg.init_from), "training": pm.get("training")}
         # a fine-tune keeps the reading of the model it starts from: its option modes (with this run's), its
-        # served option mode, its option orders and negation twins (before: a fine-tune of the set-mode default
-        # saved list)
+        # served option mode and its option orders (before: a fine-tune of the set-mode default saved list)
         modes = list(dict.fromkeys([*pm.get("option_modes", ["list"]), *modes]))
         extra["option_modes"] = modes
         extra["option_mode"] = pm.get("option_mode", "list") if pm.get("option_mode", "list") in modes else "list"
-        for key in ("option_orders", "negation_twins"):
-            if key in pm:
-                extra[key] = pm[key]
+        if "option_orders" in pm:
+            extra["option_orders"] = pm["option_orders"]
     # phase abstain leaves every option logit as init_from's: its fitted temperatures still hold
     temperatures = ModelDir(parent).temperatures() if parent is not None and cfg.phase == "abstain" else None
     return save_decision_model(path, backbone=backbone, model=model.lm, tokenizer=tok, head=model.head,

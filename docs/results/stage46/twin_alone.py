@@ -1,9 +1,10 @@
-"""Stage 46: how well R6 reads its negation twins. From T's raw records (pooled logits: the mean of the question's and
+"""Stage 46: how well R6 reads its negation twins. From T's records (pooled logits: the mean of the question's and
 its twin's log_softmax, the twin flipped into the question's option order) and R6's records of the same questions
 (the question alone), the twin's own log-probabilities are 2 * pooled - log_softmax(question), up to float rounding
 of the two bf16 passes. Prints per split the yes/no accuracy of the question alone, of the twin alone and of the pool.
 
-    python docs/results/stage46/twin_alone.py T_RAW_RECORDS R6_RECORDS
+    python docs/results/stage46/twin_alone.py docs/results/stage46/T_validation_records.jsonl.gz \
+        docs/results/stage43/R6_amx_validation_records.jsonl.gz
 """
 import sys
 from collections import defaultdict
