@@ -501,7 +501,7 @@ def _cmd_compare(args) -> int:
         try:
             base_records = load(args.baseline) if args.baseline else None
         except ValueError as e:
-            return _fail(f"--baseline {args.baseline}: {e}")
+            return _fail(f"--baseline: {e}")
         # split by split, a run without unseen questions (realistic_fresh alone, say) is compared all the same
         base = unseen(base_records, args.half, required=not args.by_split) if args.baseline else None
         failed = []
@@ -510,7 +510,8 @@ def _cmd_compare(args) -> int:
                 compare_one(run)
             except ValueError as e:
                 failed.append(run)
-                print(f"kevlike: error: {run}: {e}", file=sys.stderr)
+                where = "" if str(e).startswith(str(run)) else f"{run}: "     # load's messages name the file
+                print(f"kevlike: error: {where}{e}", file=sys.stderr)
         if failed:
             return EXIT_USAGE
     except KeyError as e:         # a run's records without the field

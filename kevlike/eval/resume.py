@@ -89,6 +89,7 @@ def check_same_call(run_dir: Path, call: dict) -> None:
         raise ResumeError(f"--resume {run_dir}: {CALL_FILE} is unreadable ({e})") from None
     if not isinstance(before, dict):
         raise ResumeError(f"--resume {run_dir}: {CALL_FILE} is not a JSON object")
+
     def same(k: str) -> bool:
         a, b = before.get(k), call.get(k)
         if k == "splits" and a is not None and b is not None:      # the same splits in another order: the same run

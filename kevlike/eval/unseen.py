@@ -43,7 +43,7 @@ def load(arg: str) -> list[dict]:
             without a suite split (an ``eval --data`` run, say)."""
     path = Path(arg) if Path(arg).is_file() else Path(arg) / "records.jsonl"
     if not path.is_file():
-        raise ValueError("no records.jsonl there (give an eval run directory or its records file)")
+        raise ValueError(f"{arg}: no records.jsonl (give an eval run directory or its records file)")
     records = read_records(path, _not_a_suite_record)
     if not records:
         raise ValueError(f"{path}: holds no records")
