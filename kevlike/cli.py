@@ -27,7 +27,7 @@ Exit codes:
        model is loaded
   130  interrupted (Ctrl-C) outside serve: one line, no traceback; what was written whole stays (a
        generalization eval's finished splits: --resume RUN), nothing half-written is left
-  143  stopped by SIGTERM (129: SIGHUP, unless ignored as under nohup) outside serve and train: the same
+  143  stopped by SIGTERM (129: SIGHUP, unless ignored as under nohup) outside serve and train: as for 130
 Errors are one line on stderr, "kevlike: error: ...", without a traceback. JSON on stdout is
 valid whatever the terminal's encoding: text the encoding cannot represent is written as \\uXXXX
 escapes (PYTHONIOENCODING=utf-8 prints it as is).
