@@ -52,6 +52,7 @@ from kevlike.config.engine import DEFAULT_OPTIONS, DTYPE_CHOICES, threads_from_e
 from kevlike.config.fields import SettingError, argument, build, flag, leaves
 from kevlike.config.server import ServerConfig, api_keys_from_env
 from kevlike.model.precision import dtype_from_env
+from kevlike.runs import read_only_folder
 
 EXIT_OK, EXIT_SETUP, EXIT_USAGE, EXIT_LISTEN = 0, 1, 2, 3
 """The exit codes of the module docstring."""
@@ -84,10 +85,7 @@ under bf16 autocast)."""
 def _unwritable(folder: str) -> str | None:
     """Why a run directory cannot be made under ``folder`` (it, or the nearest folder above it that exists, cannot
     be written: a read-only file, directory or file system), or None."""
-    p = Path(folder).absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    if p.is_dir() and not os.access(p, os.W_OK | os.X_OK):
+    if (p := read_only_folder(folder)) is not None:
         return f"{p} cannot be written (a read-only directory or file system), so no run directory can be made there"
     return None
 
@@ -450,9 +448,13 @@ def _cmd_compare(args) -> int:
     from kevlike.eval.unseen import by_split, correct, load, paired_difference, shared_questions, unseen
     from kevlike.metrics import summary
 
-    def versus(mine: list[dict], theirs: list[dict]) -> tuple[dict, float, str]:
+    def versus(mine: list[dict], theirs: list[dict], required: bool = True) -> tuple[dict, float, str] | None:
+        """The paired difference, accuracy and left-out note; None when no question is shared and not
+        ``required`` (one split of a run, said so on its line)."""
         a, b, only_mine, only_theirs = shared_questions(mine, theirs)
         if not a:
+            if not required:
+                return None
             raise ValueError("the run and the baseline share no question (other halves or other splits: check --half "
                              "and each run's splits)")
         d = paired_difference(a, b)
@@ -484,10 +486,10 @@ def _cmd_compare(args) -> int:
                 if name not in splits:
                     print(f"  {name}: not in the run")
                     continue
-                if not shared_questions(splits[name], rows)[0]:     # another half of this split, say
+                if (paired := versus(splits[name], rows, required=False)) is None:   # other pages of the split, say
                     print(f"  {name}: no question shared with the baseline")
                     continue
-                d, acc, left = versus(splits[name], rows)
+                d, acc, left = paired
                 print(f"  {name}: {acc:.3f}, minus baseline {d['difference']:+.3f} [{d['low']:+.3f}, "
                       f"{d['high']:+.3f}], paired SE {d['se']:.3f}, n {d['n']}{left}")
             d, acc, left = versus([r for rows in splits.values() for r in rows],

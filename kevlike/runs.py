@@ -46,6 +46,17 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def read_only_folder(path: str | os.PathLike) -> Path | None:
+    """The folder that keeps ``path`` from being made or written: ``path``, or the nearest folder above it that
+    exists, when that is a directory this process cannot write into (``access(2)`` with write and search: a
+    read-only directory, or a read-only file system, for root too); None when it can, or when what exists there is
+    not a directory (the caller's own message says so)."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p if p.is_dir() and not os.access(p, os.W_OK | os.X_OK) else None
+
+
 def git_commit() -> str | None:
     """``git rev-parse HEAD`` of the source tree this package runs from, with ``-dirty`` when it has
     uncommitted changes; None outside a git checkout (an installed wheel) or without git."""

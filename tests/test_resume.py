@@ -160,10 +160,10 @@ def test_an_out_folder_that_cannot_be_written_is_named_before_the_model_loads(tm
     Root passes os.access's mode checks, so the read-only folder is simulated."""
     import os
 
-    import kevlike.cli as cli
+    from kevlike import runs
 
     real = os.access
-    monkeypatch.setattr(cli.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
+    monkeypatch.setattr(runs.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
     assert main(["eval", "--suite", "generalization-quick", "--out", str(tmp_path / "new" / "runs")]) == 2
     err = capsys.readouterr().err
     assert f"--out {tmp_path / 'new' / 'runs'}: {tmp_path} cannot be written" in err
@@ -178,16 +178,16 @@ def test_a_resume_or_reuse_it_cannot_do_is_refused_before_any_split_is_answered(
     import json
     import os
 
-    from kevlike.eval import resume
+    from kevlike import runs
 
     run = tmp_path / "run"
     (run / "splits").mkdir(parents=True)
     (run / "call.json").write_text("{}")
     real = os.access
-    monkeypatch.setattr(resume.os, "access", lambda p, mode: False if str(p) == str(run / "splits") else real(p, mode))
+    monkeypatch.setattr(runs.os, "access", lambda p, mode: False if str(p) == str(run / "splits") else real(p, mode))
     assert main(["eval", "--resume", str(run), "--suite", "generalization"]) == 2
     assert f"{run / 'splits'} cannot be written (a read-only directory" in capsys.readouterr().err
-    monkeypatch.setattr(resume.os, "access", real)
+    monkeypatch.setattr(runs.os, "access", real)
 
     data_run = tmp_path / "data_run"                          # what `eval --data` writes: no suite in its meta
     data_run.mkdir()

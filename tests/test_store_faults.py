@@ -435,13 +435,13 @@ def test_a_profiles_folder_that_cannot_be_written_is_named_before_the_fit(tmp_pa
     temporary file. Root passes os.access's mode checks, so the read-only folder is simulated."""
     import os
 
-    from kevlike.model import modeldir
+    from kevlike import runs
     from kevlike.model.modeldir import check_profile_target, profile_source, save_profile
     from kevlike.model.temperatures import TemperatureTable
 
     real = os.access
     locked = {str(tmp_path / "profiles"), str(tmp_path / "new")}
-    monkeypatch.setattr(modeldir.os, "access", lambda p, mode: False if str(p) in locked else real(p, mode))
+    monkeypatch.setattr(runs.os, "access", lambda p, mode: False if str(p) in locked else real(p, mode))
     (tmp_path / "profiles").mkdir()
     with pytest.raises(ValueError, match=f"cannot write profile 'ok': {tmp_path / 'profiles'} cannot be written "
                                          f"\\(a read-only directory or file system\\)"):
@@ -449,7 +449,7 @@ def test_a_profiles_folder_that_cannot_be_written_is_named_before_the_fit(tmp_pa
     (tmp_path / "new").mkdir()                    # no profiles folder yet: the folder it would be made in
     with pytest.raises(ValueError, match=f"{tmp_path / 'new'} cannot be written"):
         check_profile_target(tmp_path / "new", "m", "ok")
-    monkeypatch.setattr(modeldir.os, "access", real)
+    monkeypatch.setattr(runs.os, "access", real)
     assert profile_source(tmp_path, "m", "ok") is None
     save_profile(tmp_path, "m", "ok", TemperatureTable(by_type={"noul": 1.3}, source="500 outcomes in s.db"))
     assert profile_source(tmp_path, "m", "ok") == "fitted before: 500 outcomes in s.db"

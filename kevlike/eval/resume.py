@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
-from kevlike.runs import write_text_atomic
+from kevlike.runs import read_only_folder, write_text_atomic
 
 CALL_FILE = "call.json"
 SPLITS_DIR = "splits"
@@ -45,8 +44,8 @@ def check_resumable(run_dir: Path) -> None:
         raise ResumeError(f"--resume {run_dir}: the run is finished (it has metrics.json); --reuse {run_dir} "
                           f"re-scores it with the model's current temperatures")
     for d in (run_dir, run_dir / SPLITS_DIR):     # before any split is answered, not after the first one
-        if d.is_dir() and not os.access(d, os.W_OK | os.X_OK):
-            raise ResumeError(f"--resume {run_dir}: {d} cannot be written (a read-only directory or file system); "
+        if (ro := read_only_folder(d)) is not None:
+            raise ResumeError(f"--resume {run_dir}: {ro} cannot be written (a read-only directory or file system); "
                               f"make it writable or copy the run elsewhere and resume the copy")
 
 

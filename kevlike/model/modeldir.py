@@ -27,9 +27,9 @@ from kevlike.config.engine import PROFILE_NAME, check_profile_name  # noqa: F401
 from kevlike.config.train import READOUTS
 from kevlike.model.heads import PointerHead
 from kevlike.model.registry import MANIFEST
-from kevlike.model.temperatures import TemperatureTable, read_temperatures
+from kevlike.model.temperatures import ProfileError, TemperatureTable, read_temperatures
 from kevlike.request.encode import DELIMITERS, Encoder
-from kevlike.runs import kevlike_home, write_text_atomic
+from kevlike.runs import kevlike_home, read_only_folder, write_text_atomic
 
 FORMAT = 1
 ABSTAIN = "x_abstain"
@@ -323,8 +323,8 @@ def profile_source(artifact_dir: str | Path, model_name: str, name: str) -> str 
     if not path.is_file():
         return None
     try:
-        return f"fitted before: {json.loads(path.read_text(encoding='utf-8'))['source']}"
-    except (OSError, ValueError, KeyError, TypeError):
+        return f"fitted before: {read_temperatures(path).source}"
+    except ProfileError:
         return "that could not be read"
 
 
@@ -374,10 +374,9 @@ def check_profile_target(artifact_dir: str | Path, model_name: str, name: str) -
         if p.exists() or p.is_symlink():
             if not p.is_dir():
                 raise ValueError(f"cannot write profile {name!r}: {p} is not a directory")
-            if not os.access(p, os.W_OK | os.X_OK):
-                raise ValueError(f"cannot write profile {name!r}: {p} cannot be written (a read-only directory or file "
-                                 f"system)")
             break
+    if (p := read_only_folder(path.parent)) is not None:
+        raise ValueError(f"cannot write profile {name!r}: {p} cannot be written (a read-only directory or file system)")
     if path.is_dir():
         raise ValueError(f"cannot write profile {name!r}: {path} is a directory")
     return path
