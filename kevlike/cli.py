@@ -977,7 +977,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: a local model)")
     e.add_argument("--probes", type=int, default=0,
                    help="also run the structural probes on this many held-out questions each (0: none)")
-    e.add_argument("--n", type=int, default=None, help="examples per dataset (default: the suite's)")
+    e.add_argument("--n", type=int, default=None,
+                   help="examples per dataset (default: the suite's); the generalization suite's hand-written "
+                        "splits (realistic, contrast) take their first N pages or pairs")
     e.add_argument("--batch", type=int, default=4, help="requests per forward pass")
     e.add_argument("--out", default="runs", help="parent folder of the run directory")
     e.add_argument("--reuse", default=None,

@@ -216,6 +216,19 @@ def test_contrast_file_has_25_pairs_with_opposite_answers(split):
             assert a.targets[f"c{i}"] == a.targets[f"q{i}"] == a.targets[f"n{i}"][::-1]
 
 
+def test_n_takes_the_first_pages_and_pairs_of_the_hand_written_splits():
+    """``eval --n N`` limits the hand-written splits too: their first N realistic pages, first N contrast pairs
+    (both states of each); without it they are whole."""
+    from kevlike.eval.generalization import generalization_sets, realistic_examples
+    whole = generalization_sets(splits=("realistic", "contrast"))
+    cut = generalization_sets(n=3, splits=("realistic", "contrast"))
+    assert [e.source for e in cut["realistic"]] == [e.source for e in realistic_examples()[:3]]
+    assert len(whole["realistic"]) == len(realistic_examples()) > 3
+    assert [e.source for e in cut["contrast"]] == [e.source for e in whole["contrast"][:6]]
+    assert {s.rsplit("/", 1)[1] for s in (e.source for e in cut["contrast"])} == {"0", "1"}
+    assert len({e.source.rsplit("/", 1)[0] for e in cut["contrast"]}) == 3
+
+
 def _rec(src, qid, p_true, gold_true):
     return {"source": src, "question": qid, "probs": [p_true, 1 - p_true], "gold": 0 if gold_true else 1}
 

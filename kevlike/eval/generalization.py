@@ -365,12 +365,15 @@ def _build_split(split: str, quick: bool, n: int | None, bigbench) -> list[Examp
         return eval_items("spam", "test", 2 * size["target"], wordings="heldout")
     if split == "target/sentiment5":
         return eval_items("vader_movie", "test", 2 * size["target"], wordings="heldout", families=("score",))
+    # the hand-written splits are whole unless ``n`` is given: then their first ``n`` pages (or contrast pairs,
+    # both states of each)
     if split in CONTRAST_SPLITS:
-        return contrast_examples(CONTRAST_SPLITS[split], split)[0]
+        examples = contrast_examples(CONTRAST_SPLITS[split], split)[0]
+        return examples if n is None else examples[:2 * n]
     if split == "realistic":
-        return realistic_examples()
+        return realistic_examples()[:n]
     if split == "realistic_fresh":
-        return realistic_examples(REALISTIC_FRESH_FILE, split)
+        return realistic_examples(REALISTIC_FRESH_FILE, split)[:n]
     if split in ("absurd", "documents"):
         return eval_items(split, "test", size[split])
     if split == "snli_test":
