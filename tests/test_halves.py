@@ -7,7 +7,7 @@ from kevlike.eval.generalization import (
     coherence_pairs, generalization_summary, half_for, half_key, half_of, reading_targets, realistic_examples,
     report_tables, unseen_records, with_halves
 )
-from kevlike.eval.realistic import REALISTIC_FRESH_FILE
+from kevlike.eval.realistic import FRESH_FILES
 
 
 def test_half_is_a_fixed_hash_and_a_contrast_pair_stays_together():
@@ -24,20 +24,21 @@ def test_half_is_a_fixed_hash_and_a_contrast_pair_stays_together():
     assert half_key("realistic", r) == "realistic/invoice"
 
 
-def test_the_fresh_pages_are_all_validation_and_outside_the_unseen_figure():
-    """``realistic_fresh`` (stage 45: pages no choice has read) is all in the validation half, whatever its items'
-    hashes say (about half of them would be test), and stays out of the unseen figure; ``realistic`` keeps its
-    hashed halves."""
-    fresh = realistic_examples(REALISTIC_FRESH_FILE, "realistic_fresh")
-    assert len(fresh) == 30 and all(e.source.startswith("realistic_fresh/fa_") or e.source.startswith(
-        ("realistic_fresh/fb_", "realistic_fresh/fc_")) for e in fresh)
-    assert {half_for("realistic_fresh", e) for e in fresh} == {"validation"}
-    assert {half_of(half_key("realistic_fresh", e)) for e in fresh} == {"validation", "test"}   # the hash alone
+@pytest.mark.parametrize("split,prefixes", [("realistic_fresh", ("fa_", "fb_", "fc_")),
+                                             ("realistic_fresh2", ("ga_", "gb_", "gc_"))])
+def test_the_fresh_pages_are_all_validation_and_outside_the_unseen_figure(split, prefixes):
+    """``realistic_fresh`` (stage 45) and ``realistic_fresh2`` (stage 47), pages no choice had read when written, are
+    all in the validation half, whatever their items' hashes say (about half of them would be test), and stay out
+    of the unseen figure; ``realistic`` keeps its hashed halves."""
+    fresh = realistic_examples(FRESH_FILES[split], split)
+    assert len(fresh) == 30 and all(e.source.startswith(tuple(f"{split}/{p}" for p in prefixes)) for e in fresh)
+    assert {half_for(split, e) for e in fresh} == {"validation"}
+    assert {half_of(half_key(split, e)) for e in fresh} == {"validation", "test"}   # the hash alone
+    assert all(half_key(split, e) == e.source for e in fresh)
     old = realistic_examples()
     assert {half_for("realistic", e) for e in old} == {"validation", "test"}
     assert all(half_for("realistic", e) == half_of(e.source) for e in old)
-    recs = with_halves("realistic_fresh", fresh[:1], [{"question": q, "split": "realistic_fresh"}
-                                                      for q in fresh[0].request["questions"]])
+    recs = with_halves(split, fresh[:1], [{"question": q, "split": split} for q in fresh[0].request["questions"]])
     assert {r["half"] for r in recs} == {"validation"}
     kept = unseen_records([*recs, {"split": "realistic", "question": "q1"}])
     assert kept == [{"split": "realistic", "question": "q1"}]

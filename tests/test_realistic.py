@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from kevlike.eval.realistic import PAIR_TAG, REALISTIC_FILE, REALISTIC_FRESH_FILE, realistic_items, validate
+from kevlike.eval.realistic import FRESH_FILES, PAIR_TAG, REALISTIC_FILE, realistic_items, validate
 
 # per file: at least this many items, traps, pairs, number questions and absurd questions
-MINIMA = {REALISTIC_FILE: (36, 15, 12, 20, 10), REALISTIC_FRESH_FILE: (30, 15, 12, 20, 10)}
+MINIMA = {REALISTIC_FILE: (36, 15, 12, 20, 10), **{f: (30, 15, 12, 20, 10) for f in FRESH_FILES.values()}}
 
 
 @pytest.fixture(scope="module", params=list(MINIMA), ids=lambda p: p.name)
@@ -24,10 +24,13 @@ def items(path):
     return realistic_items(path)
 
 
-def test_the_two_files_share_no_item_and_no_state():
-    old, fresh = realistic_items(REALISTIC_FILE), realistic_items(REALISTIC_FRESH_FILE)
-    assert not {it["id"] for it in old} & {it["id"] for it in fresh}
-    assert not {" ".join(it["state"].split()) for it in old} & {" ".join(it["state"].split()) for it in fresh}
+def test_the_files_share_no_item_no_state_and_no_kind():
+    files = [realistic_items(f) for f in (REALISTIC_FILE, *FRESH_FILES.values())]
+    for i, a in enumerate(files):
+        for b in files[i + 1:]:
+            assert not {it["id"] for it in a} & {it["id"] for it in b}
+            assert not {" ".join(it["state"].split()) for it in a} & {" ".join(it["state"].split()) for it in b}
+            assert not {it["kind"].lower() for it in a} & {it["kind"].lower() for it in b}
 
 
 def _questions(items):

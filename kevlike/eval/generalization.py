@@ -28,6 +28,8 @@ split                        what it asks
                              (tested)
 ``realistic_fresh``          :file:`kevlike/eval/data/realistic_fresh.json`: more such pages, written in stage 45 after
                              every shipped model was chosen, all in the validation half (below)
+``realistic_fresh2``         :file:`kevlike/eval/data/realistic_fresh2.json`: a second such batch, written in stage 47
+                             after four decisions had read the first; all in the validation half
 ``absurd``                   test rows of the ``absurd`` source (:mod:`kevlike.data.reading`): questions about a property
                              the state lacks, with properties (languages, forms, topics, things) never trained
 ``documents``                test rows of the ``documents`` source: *seen templates*, new facts and numbers
@@ -37,8 +39,8 @@ split                        what it asks
 
 **Two halves.** Every item belongs to the *validation* half or the *test* half, by the sha256 of its key
 (:func:`half_of`: a contrast pair's id — both its states in one half —, a realistic item's id, else the state
-text), so a half is fixed across models and suite versions. ``realistic_fresh`` (:data:`VALIDATION_ONLY`) is all
-validation: the ``realistic`` split's validation pages chose stages 35–44, so a candidate that differs from the
+text), so a half is fixed across models and suite versions. ``realistic_fresh`` and ``realistic_fresh2``
+(:data:`VALIDATION_ONLY`) are all validation: the ``realistic`` split's validation pages chose stages 35–44, so a candidate that differs from the
 shipped reader is also read on pages no choice has read yet; it stays outside the unseen figure
 (:func:`unseen_records`), which keeps one meaning across stages. Every choice (steps, stages, soups, temperatures,
 recipes) reads the validation half; the test half is read only to report. ``metrics.json`` carries
@@ -67,7 +69,7 @@ from pathlib import Path
 from kevlike.data.families import HELDOUT_SOURCES, SOURCES, SYNTHETIC_SOURCES, eval_items
 from kevlike.data.sources import DataUnavailableError, Example
 from kevlike.eval.abstention import abstention_table
-from kevlike.eval.realistic import REALISTIC_FILE, REALISTIC_FRESH_FILE, realistic_items
+from kevlike.eval.realistic import FRESH_FILES, REALISTIC_FILE, realistic_items
 from kevlike.metrics import summary
 from kevlike.runs import kevlike_home
 
@@ -97,10 +99,10 @@ NOT_UNSEEN = ("seen_wording", "documents", "snli_test", "absurd", "abstain")
 # every split of the suite, in the order it is answered (``bigbench`` and ``snli_test`` only when their data is
 # present); ``kevlike eval --splits`` picks among these
 SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "target/banking77_all77",
-          "target/spam_balanced", "target/sentiment5", *CONTRAST_SPLITS, "realistic", "realistic_fresh",
+          "target/spam_balanced", "target/sentiment5", *CONTRAST_SPLITS, "realistic", *FRESH_FILES,
           "absurd", "documents", "snli_test", "abstain")
 # splits whose every item is in the validation half (:func:`half_for`), kept out of the unseen figure
-VALIDATION_ONLY = ("realistic_fresh",)
+VALIDATION_ONLY = tuple(FRESH_FILES)
 
 
 def check_splits(splits, half: str | None = None) -> tuple[str, ...] | None:
@@ -241,7 +243,7 @@ def half_key(split: str, example: Example) -> str:
     source, else the state (canonical JSON of it)."""
     if split in CONTRAST_SPLITS:
         return example.source.rsplit("/", 1)[0]
-    if example.source.startswith(("realistic/", "realistic_fresh/")):
+    if example.source.startswith(tuple(f"{s}/" for s in ("realistic", *FRESH_FILES))):
         return example.source
     return json.dumps(example.request["state"], sort_keys=True, ensure_ascii=False)
 
@@ -372,8 +374,8 @@ def _build_split(split: str, quick: bool, n: int | None, bigbench) -> list[Examp
         return examples if n is None else examples[:2 * n]
     if split == "realistic":
         return realistic_examples()[:n]
-    if split == "realistic_fresh":
-        return realistic_examples(REALISTIC_FRESH_FILE, split)[:n]
+    if split in FRESH_FILES:
+        return realistic_examples(FRESH_FILES[split], split)[:n]
     if split in ("absurd", "documents"):
         return eval_items(split, "test", size[split])
     if split == "snli_test":

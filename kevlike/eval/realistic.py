@@ -6,7 +6,8 @@ read from the text, and absurd questions whose answer is no.
 
 The file is :file:`kevlike/eval/data/realistic.json`; :func:`realistic_items` loads and validates it.
 :file:`kevlike/eval/data/realistic_fresh.json` holds more pages in the same format, written after the models
-of stages 1–44 were chosen (the ``realistic_fresh`` split).
+of stages 1–44 were chosen (the ``realistic_fresh`` split), and :file:`kevlike/eval/data/realistic_fresh2.json` a
+second such batch, written in stage 47 after four decisions had read the first (``realistic_fresh2``).
 
 Each item is ``{"id", "kind", "state", "questions", "evidence"}``; ``questions`` maps a question id to a
 Jev question (``noul``: gold ``"true"``/``"false"``; ``choice``: 2–8 option keys, gold one key; ``score``:
@@ -24,6 +25,10 @@ REALISTIC_FILE = Path(__file__).resolve().parent / "data" / "realistic.json"
 # more pages of the same kinds, written in stage 45 after every model so far was chosen: the generalization suite's
 # ``realistic_fresh`` split, all in the validation half (kevlike/eval/generalization.py says why)
 REALISTIC_FRESH_FILE = REALISTIC_FILE.with_name("realistic_fresh.json")
+# {split: file} of the batches of pages written after models were chosen, each all in the validation half: a batch
+# is "fresh" until decisions have read it (stage 45's was read by four, so stage 47 wrote a second)
+FRESH_FILES = {"realistic_fresh": REALISTIC_FRESH_FILE,
+               "realistic_fresh2": REALISTIC_FILE.with_name("realistic_fresh2.json")}
 MIN_WORDS, MAX_WORDS = 150, 600
 MIN_QUESTIONS, MAX_QUESTIONS = 4, 7
 PLAIN_TAGS = {"trap", "number", "absurd"}
