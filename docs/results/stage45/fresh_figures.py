@@ -5,41 +5,11 @@ absurd tags (P(yes|Q) + P(yes|Q') within 0.1, not both above 0.5, absurd P(yes) 
     python docs/results/stage45/fresh_figures.py NAME=RECORDS[,RECORDS...] ...
 
 e.g. R6=docs/results/stage43/R6_amx_validation_records.jsonl.gz,docs/results/stage45/R6_fresh_records.jsonl.gz
+
+Since stage 47 this runs docs/results/stage47/fresh_figures.py, which also reads `realistic_fresh2`; given records
+without that split it prints exactly the lines this script printed.
 """
-import sys
+import runpy
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from kevlike.eval.generalization import _p_yes  # noqa: E402
-from kevlike.eval.realistic import REALISTIC_FRESH_FILE, realistic_items  # noqa: E402
-from kevlike.metrics import _area_and_coverage, correct, read_records, risk_coverage  # noqa: E402
-
-TAGS = {(f"realistic_fresh/{it['id']}", qid): q.get("tags", [])
-        for it in realistic_items(REALISTIC_FRESH_FILE) for qid, q in it["questions"].items()}
-
-for arg in sys.argv[1:]:
-    name, paths = arg.split("=", 1)
-    recs = [r for p in paths.split(",") for r in read_records(p) if r.get("half") == "validation"]
-    for splits in (("realistic",), ("realistic_fresh",), ("realistic", "realistic_fresh")):
-        rs = [r for r in recs if r["split"] in splits]
-        if not rs:
-            continue
-        by_type = {t: f"{sum(correct(r) for r in rs if r['type'] == t) / n:.3f} ({n})"
-                   for t in ("noul", "choice", "score") if (n := sum(r["type"] == t for r in rs))}
-        cov = {by: _area_and_coverage(risk_coverage(rs, by), 0.05)[1] for by in ("x_abstain", "p_right")}
-        print(f"{name} {' + '.join(splits)}: n {len(rs)}, accuracy {sum(correct(r) for r in rs) / len(rs):.3f}; "
-              f"by type {by_type}; coverage at <= 5 % error by x_abstain {cov['x_abstain']:.3f}, by P(right) "
-              f"{cov['p_right']:.3f}")
-    fresh = [r for r in recs if r["split"] == "realistic_fresh"]
-    groups: dict = {}
-    for r in fresh:
-        for t in TAGS[(r["source"], r["question"])]:
-            if t.startswith(("negation_pair:", "opposite_pair:")):
-                groups.setdefault((r["source"], t), []).append(r)
-    pairs = [g for g in groups.values() if len(g) == 2]
-    absurd = [r for r in fresh if "absurd" in TAGS[(r["source"], r["question"])]]
-    if pairs:
-        print(f"{name} realistic_fresh pairs ({len(pairs)}): sum within 0.1 "
-              f"{sum(abs(_p_yes(a) + _p_yes(b) - 1) <= 0.1 for a, b in pairs) / len(pairs):.3f}, not both yes "
-              f"{sum(not (_p_yes(a) > 0.5 and _p_yes(b) > 0.5) for a, b in pairs) / len(pairs):.3f}; absurd "
-              f"({len(absurd)}) P(yes) < 0.2 {sum(_p_yes(r) < 0.2 for r in absurd) / max(len(absurd), 1):.3f}")
+runpy.run_path(str(Path(__file__).resolve().parents[1] / "stage47" / "fresh_figures.py"), run_name="__main__")
