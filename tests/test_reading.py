@@ -352,3 +352,96 @@ def test_numbers_rows_are_seeded_valid_and_read_back():
         assert len(currencies) <= 1, currencies                     # one currency per text
     assert n_pairs >= len(rows) and n_spoken >= 5
     assert "numbers" in SOURCES and "numbers" in SYNTHETIC_SOURCES
+
+
+# --- computed: numbers computed from the text ---------------------------------------------------------------
+
+def _numbers_in(sentence: str) -> list[int]:
+    """The numbers a sentence states, in order: digits (a clock time "14:05" as minutes after midnight) and the
+    number words of :data:`reading.NUM_WORDS`."""
+    words = {w: i for i, w in enumerate(reading.NUM_WORDS)}
+    out = []
+    for tok in re.findall(r"\d+:\d+|\d+|[a-z]+", sentence):
+        if ":" in tok:
+            h, m = tok.split(":")
+            out.append(int(h) * 60 + int(m))
+        elif tok.isdigit():
+            out.append(int(tok))
+        elif tok in words and tok not in ("one",):     # "one" also reads as a pronoun; the generator never writes it
+            out.append(words[tok])
+    return out
+
+
+def test_computed_results_recomputed_from_the_sentence():
+    """Every operation's result, recomputed by hand from the numbers its sentence states (never from the draw):
+    the price after the discount, unit price times count, the part as a percentage of the total, the minutes between
+    two clock times, the nights between two dates, the rise, two items plus delivery; the result itself is not
+    among the stated numbers."""
+    from kevlike.data import computed
+    by_kind = {"discount": lambda n: n[0] * (100 - n[1]) / 100, "rate": lambda n: n[0] * n[1],
+               "share": lambda n: min(n) * 100 / max(n), "clock": lambda n: n[1] - n[0], "dates": lambda n: n[1] - n[0],
+               "rise": lambda n: n[1] - n[0], "total": lambda n: sum(n)}
+    seen = set()
+    for i in range(400):
+        for make in computed.OPERATIONS:
+            op = make(random.Random(i))
+            nums = _numbers_in(op.sentence)
+            assert len(nums) == (3 if op.kind == "total" else 2), op.sentence
+            assert by_kind[op.kind](nums) == op.value, (op.sentence, op.value)
+            assert op.value not in nums and op.value not in op.traps, op.sentence
+            seen.add(op.kind)
+    assert seen == set(by_kind)
+    assert _numbers_in("The outage began at 14:05 and service was back at 14:47 the same day.") == [845, 887]
+    assert computed.discount(random.Random(3)).value == _numbers_in(computed.discount(random.Random(3)).sentence)[0] \
+        * (100 - _numbers_in(computed.discount(random.Random(3)).sentence)[1]) // 100
+
+
+def test_computed_rows_are_seeded_valid_and_their_levels_and_pairs_hold_the_result():
+    """``computed`` rows: seeded per split, valid, 4–7 questions; each score's gold level (read back by
+    :func:`_wide_interval`) holds the choice gold's value and no other level does; each more-than / at-most pair's
+    gold agrees with the choice gold against the pair's cut; the exact result is almost never a number the text
+    states."""
+    from kevlike.data import computed
+    rows = computed.rows("validation")
+    assert len(rows) == computed.SPLIT_SIZES["validation"]
+    assert computed.computed(random.Random(f"computed:{reading.SPLIT_SEEDS['validation']}")) == rows[0]
+    assert SOURCES["computed"].kind == "typed" and "computed" in SYNTHETIC_SOURCES
+    assert "computed" not in seen_sources()
+    stated, n_choice, n_checked, n_score, n_pairs = 0, 0, 0, 0, 0
+    for req, gold, twins in rows + computed.rows("test"):
+        _valid(req, gold, twins)
+        assert 4 <= len(req["questions"]) <= 7
+        qs = req["questions"]
+        for qid, q in qs.items():
+            if q["type"] == "choice":
+                n_choice += 1
+                stated += gold[qid] in req["state"]
+        # each operation asks its score, then its choice of the exact result (qN, qN+1): check the score's gold
+        # level against that choice's gold where trimming kept both
+        for qid, q in qs.items():
+            if q["type"] != "score":
+                continue
+            n_score += 1
+            twin = f"q{int(qid[1:]) + 1}"
+            if qs.get(twin, {}).get("type") != "choice":
+                continue
+            unit = next((u for u, w in (("minutes", "minute"), ("minutes", "hour"), ("nights", "night"),
+                                        ("percent", "%")) if w in gold[twin]), "money")
+            h = _numbers_in(gold[twin])[0] * (60 if "hour" in gold[twin] else 1)
+            spans = [_wide_interval(lv, unit) for lv in q["criteria"]]
+            lo, hi = spans[int(gold[qid])]
+            assert lo <= h <= hi and sum(a <= h <= b for a, b in spans) == 1, (q, gold[twin])
+            n_checked += 1
+            for pair in (f"q{int(qid[1:]) + 2}", f"q{int(qid[1:]) + 3}"):     # its more-than question, if kept
+                text = qs.get(pair, {}).get("instructions", "")
+                if " more than " in text:
+                    cut = text.split(" more than ")[1]
+                    k = _numbers_in(cut)[0] * (60 if "hour" in cut else 1)
+                    assert gold[pair] == ("true" if h > k else "false"), (text, gold[twin])
+                    n_pairs += 1
+    print(f"levels checked {n_checked} of {n_score}, pairs {n_pairs}, choice golds stated {stated} of {n_choice}")
+    assert n_pairs >= 0.5 * n_checked
+    assert n_checked >= 0.6 * n_score          # the rest: the result's choice question was trimmed
+    assert stated / n_choice < 0.05
+    for split, digest in (("validation", "828d43df2aace146"), ("test", "b0c0733a592209cc")):    # golden rows
+        assert hashlib.sha256(json.dumps(computed.rows(split)).encode()).hexdigest()[:16] == digest

@@ -153,6 +153,7 @@ def test_validator_rejects_wrong_sizes():
 def test_no_question_is_worded_as_a_reading_training_question(items):
     """The split measures reading of unseen texts: none of its questions (or option sets) is worded exactly as a
     question of the generated ``documents``/``quantities``/``numbers``/``absurd`` training sources (kevlike/data/reading.py, train split),
+    of ``computed`` (kevlike/data/computed.py),
     of ``rubrics`` (kevlike/data/rubrics.py), nor of ``mentions`` (kevlike/data/mentions.py) when its data package is
     installed."""
     reading = pytest.importorskip("kevlike.data.reading")
@@ -161,8 +162,9 @@ def test_no_question_is_worded_as_a_reading_training_question(items):
         return " ".join(s.lower().split())
 
     seen_q, seen_opts = set(), set()
-    for source in ("documents", "quantities", "numbers", "absurd"):
-        for row in reading.rows(source, "train"):
+    from kevlike.data import computed
+    for source in ("documents", "quantities", "numbers", "absurd", "computed"):
+        for row in (computed.rows("train") if source == "computed" else reading.rows(source, "train")):
             for q in row[0]["questions"].values():
                 seen_q.add(norm(q["instructions"]))
                 if q.get("criteria"):

