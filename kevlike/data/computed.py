@@ -38,7 +38,8 @@ RUNS = (("test runs", "failed", "What share of the test runs failed?"),
 class Op:
     """One operation's draw: ``sentence`` (the text stating the operands), the result's ``unit`` (a key of
     :data:`kevlike.data.reading.UNITS`) and ``value`` (an int), ``operands`` (the numbers the sentence states, in
-    its order), ``traps`` (wrong results a reader who does not compute would give), the ``noun`` a yes/no question
+    its order), ``traps`` (wrong results a reader who does not compute would give, the most tempting first: a
+    stated operand), the ``noun`` a yes/no question
     names with its ``verb``, and two how-questions."""
 
     def __init__(self, kind, sentence, unit, value, operands, traps, verb, noun, hows, money="EUR {v}"):
@@ -54,7 +55,7 @@ def _computed(make):
         while True:
             op = make(rng)
             if op.value not in op.operands:
-                op.traps = set(op.traps) - {op.value}
+                op.traps = tuple(t for t in dict.fromkeys(op.traps) if t != op.value)
                 return op
     draw.__name__, draw.__doc__ = make.__name__, make.__doc__
     return draw
@@ -73,7 +74,7 @@ def discount(rng: random.Random) -> Op:
     p = quantity("money", price, money=money)
     sentence = rng.choice((f"The {item} was listed at {p}, and {off}% was taken off at the till.",
                            f"We bought the {item}: the price tag said {p}, minus the {off}% sale discount."))
-    return Op("discount", sentence, "money", paid, (price, off), {price, price * off // 100, price - off},
+    return Op("discount", sentence, "money", paid, (price, off), (price, price * off // 100, price - off),
               "was", f"the price paid for the {item}",
               (f"How much was paid for the {item}?", f"What did the {item} cost after the discount?"), money)
 
@@ -91,7 +92,7 @@ def rate_times_count(rng: random.Random) -> Op:
     hows = (("How much did the tickets cost in total?", "What was the total paid for the tickets?")
             if sentence.startswith("Tickets") else
             ("How much is the workshop fee for the whole team?", "What does the team pay in workshop fees in total?"))
-    return Op("rate", sentence, "money", each * n, (each, n), {each, each * (n + 1), each * (n - 1)}, "is", noun, hows,
+    return Op("rate", sentence, "money", each * n, (each, n), (each, each * (n + 1), each * (n - 1)), "is", noun, hows,
               money)
 
 
@@ -107,8 +108,8 @@ def share(rng: random.Random) -> Op:
     things, verb, how = rng.choice(RUNS)
     sentence = rng.choice((f"Of the {total} {things}, {part} {verb}.", f"{part} of the {total} {things} {verb}."))
     sentence = _s(sentence)
-    traps = {part, 100 - int(pct)} - {int(pct)}
-    return Op("share", sentence, "percent", int(pct), (total, part), {t for t in traps if 1 <= t <= 99}, "was",
+    traps = (part, 100 - int(pct))
+    return Op("share", sentence, "percent", int(pct), (total, part), tuple(t for t in traps if 1 <= t <= 99), "was",
               f"the share of {things} that {verb}", (how, how.replace("What share", "What percentage")))
 
 
@@ -125,7 +126,7 @@ def clock_span(rng: random.Random) -> Op:
     a, b = _clock(start), _clock(end)
     sentence = rng.choice((f"The outage began at {a} and service was back at {b} the same day.",
                            f"Checkout failed from {a} until {b}, when the fix went out."))
-    traps = {end % 60, start % 60, span + 60, abs(span - 60)} - {span, 0}
+    traps = tuple(t for t in (end % 60, start % 60, span + 60, abs(span - 60)) if t)
     return Op("clock", sentence, "minutes", span, (start, end), traps, "was", "the outage",
               ("How long did the outage last?", "For how long was the service down?"))
 
@@ -139,8 +140,8 @@ def date_span(rng: random.Random) -> Op:
     last = first + nights
     sentence = rng.choice((f"We arrive on {first} {month} and check out on {last} {month}.",
                            f"The booking runs from {month} {first} (arrival) to {month} {last} (departure)."))
-    traps = {last, first, nights + 1} - {nights}
-    return Op("dates", sentence, "nights", nights, (first, last), {t for t in traps if 1 <= t <= 30}, "is",
+    traps = (last, first, nights + 1)
+    return Op("dates", sentence, "nights", nights, (first, last), tuple(t for t in traps if 1 <= t <= 30), "is",
               "the stay", ("How many nights is the stay?", "For how many nights is the booking?"))
 
 
@@ -153,7 +154,7 @@ def rise(rng: random.Random) -> Op:
     a, b = quantity("money", before, money=money), quantity("money", before + up, money=money)
     sentence = rng.choice((f"From next month the rent goes up from {a} to {b}.",
                            f"Our monthly rent will rise from {a} to {b} when the new lease starts."))
-    return Op("rise", sentence, "money", up, (before, before + up), {before, before + up, 2 * up}, "is",
+    return Op("rise", sentence, "money", up, (before, before + up), (before + up, before, 2 * up), "is",
               "the rent increase", ("By how much does the rent go up?", "How big is the rent increase?"), money)
 
 
@@ -166,7 +167,7 @@ def order_total(rng: random.Random) -> Op:
     q = lambda v: quantity("money", v, money=money)       # noqa: E731
     sentence = (f"The order came to {q(a)} for the {a_item} and {q(b)} for the {b_item}, plus {q(ship)} for "
                 f"delivery.")
-    return Op("total", sentence, "money", a + b + ship, (a, b, ship), {a + b, a, b, max(a, b) + ship}, "was",
+    return Op("total", sentence, "money", a + b + ship, (a, b, ship), (a + b, a, b, max(a, b) + ship), "was",
               "the order's total", ("What was the order's total, delivery included?",
                                     "How much did the whole order cost with delivery?"), money)
 
@@ -182,7 +183,7 @@ def _ask(q: _Req, rng: random.Random, op: Op) -> None:
     how_score, how_choice = rng.sample(op.hows, 2)
     q.score(how_score, *_wide_levels(rng, unit, v, op.money))
     lo = UNITS[unit][1][0]
-    wrong = sorted({t for t in op.traps if t >= lo and t != v})
+    wrong = [t for t in op.traps if t >= lo]
     near = sorted({v + max(1, v // 3), max(lo, v - max(1, v // 4))} - {v} - set(wrong))
     opts = list(dict.fromkeys(say(x) for x in wrong[:3] + near))[:3]
     q.choice(how_choice, [say(v)] + [o for o in opts if o != say(v)], say(v))
