@@ -9,9 +9,8 @@ read as stated; ``quantities`` and ``numbers`` (:mod:`kevlike.data.reading`) onl
 
 Each operation (:data:`OPERATIONS`) writes one or two sentences with its operands and asks about the result: a score
 over ordered bins of it (:func:`kevlike.data.reading._wide_levels`, in the text's currency: either direction, no
-bin edge on the result), a choice
-of the exact result among the operands as stated and other wrong results (the numbers a reader who does not compute
-would pick), and a more-than / at-most pair tied as twins. A row holds one or two operations, 4–7 questions.
+bin edge on the result), a choice of the exact result among the operands as stated and other wrong results (the
+numbers a reader who does not compute would pick), and a more-than / at-most pair tied as twins. A row holds one or two operations, 4–7 questions.
 
 Rows are ``(request, gold, twins)``; seeds per split as :mod:`kevlike.data.reading` (train 1, validation 2, test 3).
 """
@@ -19,10 +18,11 @@ Rows are ``(request, gold, twins)``; seeds per split as :mod:`kevlike.data.readi
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from functools import lru_cache
 
 from kevlike.data.reading import (
-    CONNECT, FRAMES, NAMES, NUM_WORDS, PAIR_FORMS, SPLIT_SEEDS, UNITS, _Req, _s, _wide_levels, pad, quantity
+    CONNECT, FRAMES, NAMES, NUM_WORDS, PAIR_FORMS, SPLIT_SEEDS, UNITS, _Req, _wide_levels, pad, quantity
 )
 
 SPLIT_SIZES = {"train": 4000, "validation": 80, "test": 300}
@@ -35,17 +35,24 @@ RUNS = (("test runs", "failed", "What share of the test runs failed?"),
         ("invited members", "voted", "What share of the invited members voted?"))
 
 
+@dataclass
 class Op:
     """One operation's draw: ``sentence`` (the text stating the operands), the result's ``unit`` (a key of
     :data:`kevlike.data.reading.UNITS`) and ``value`` (an int), ``operands`` (the numbers the sentence states, in
     its order), ``traps`` (wrong results a reader who does not compute would give, the most tempting first: a
-    stated operand), the ``noun`` a yes/no question
-    names with its ``verb``, and two how-questions."""
+    stated operand), the ``noun`` a yes/no question names with its ``verb``, two how-questions, and the text's
+    currency format (``money``)."""
 
-    def __init__(self, kind, sentence, unit, value, operands, traps, verb, noun, hows, money="EUR {v}"):
-        self.kind, self.sentence, self.unit, self.value = kind, sentence, unit, value
-        self.operands, self.traps, self.verb, self.noun, self.hows, self.money = (
-            operands, traps, verb, noun, hows, money)
+    kind: str
+    sentence: str
+    unit: str
+    value: int
+    operands: tuple
+    traps: tuple
+    verb: str
+    noun: str
+    hows: tuple
+    money: str = "EUR {v}"
 
 
 def _computed(make):
@@ -86,12 +93,12 @@ def rate_times_count(rng: random.Random) -> Op:
     each, n = rng.randint(3, 60), rng.randint(2, 12)
     e = quantity("money", each, money=money)
     count = NUM_WORDS[n] if n <= 10 and rng.random() < 0.4 else str(n)
-    sentence = rng.choice((f"Tickets cost {e} each, and we bought {count} of them.",
-                           f"The workshop fee is {e} per person, and {count} people from our team signed up."))
-    noun = "the total for the tickets" if sentence.startswith("Tickets") else "the team's total workshop fee"
-    hows = (("How much did the tickets cost in total?", "What was the total paid for the tickets?")
-            if sentence.startswith("Tickets") else
-            ("How much is the workshop fee for the whole team?", "What does the team pay in workshop fees in total?"))
+    sentence, noun, hows = rng.choice((
+        (f"Tickets cost {e} each, and we bought {count} of them.", "the total for the tickets",
+         ("How much did the tickets cost in total?", "What was the total paid for the tickets?")),
+        (f"The workshop fee is {e} per person, and {count} people from our team signed up.",
+         "the team's total workshop fee",
+         ("How much is the workshop fee for the whole team?", "What does the team pay in workshop fees in total?"))))
     return Op("rate", sentence, "money", each * n, (each, n), (each, each * (n + 1), each * (n - 1)), "is", noun, hows,
               money)
 
@@ -107,7 +114,6 @@ def share(rng: random.Random) -> Op:
             break
     things, verb, how = rng.choice(RUNS)
     sentence = rng.choice((f"Of the {total} {things}, {part} {verb}.", f"{part} of the {total} {things} {verb}."))
-    sentence = _s(sentence)
     traps = (part, 100 - int(pct))
     return Op("share", sentence, "percent", int(pct), (total, part), tuple(t for t in traps if 1 <= t <= 99), "was",
               f"the share of {things} that {verb}", (how, how.replace("What share", "What percentage")))

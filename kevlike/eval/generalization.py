@@ -103,6 +103,8 @@ SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "targ
           "absurd", "documents", "snli_test", "abstain")
 # splits whose every item is in the validation half (:func:`half_for`), kept out of the unseen figure
 VALIDATION_ONLY = tuple(FRESH_FILES)
+# the source prefixes of the realistic splits' items (:func:`half_key`: a page's id decides its half)
+_REALISTIC_SOURCES = tuple(f"{s}/" for s in ("realistic", *FRESH_FILES))
 
 
 def check_splits(splits, half: str | None = None) -> tuple[str, ...] | None:
@@ -231,10 +233,11 @@ def realistic_examples(path: Path = REALISTIC_FILE, split: str = "realistic") ->
 
 
 @lru_cache(maxsize=4)
-def realistic_tags(path: Path = REALISTIC_FILE) -> dict[tuple[str, str], tuple[str, ...]]:
-    """``{(source, question id): tags}`` of the realistic file (source as in :func:`realistic_examples`); read
-    once per path (every summary of a run, each half and the uncalibrated one, asks for it)."""
-    return {(f"realistic/{it['id']}", qid): tuple(q.get("tags", []))
+def realistic_tags(path: Path = REALISTIC_FILE, split: str = "realistic") -> dict[tuple[str, str], tuple[str, ...]]:
+    """``{(source, question id): tags}`` of the realistic file at ``path`` read as ``split`` (source as in
+    :func:`realistic_examples`); read once per path (every summary of a run, each half and the uncalibrated one,
+    asks for it)."""
+    return {(f"{split}/{it['id']}", qid): tuple(q.get("tags", []))
             for it in realistic_items(path) for qid, q in it["questions"].items()}
 
 
@@ -243,7 +246,7 @@ def half_key(split: str, example: Example) -> str:
     source, else the state (canonical JSON of it)."""
     if split in CONTRAST_SPLITS:
         return example.source.rsplit("/", 1)[0]
-    if example.source.startswith(tuple(f"{s}/" for s in ("realistic", *FRESH_FILES))):
+    if example.source.startswith(_REALISTIC_SOURCES):
         return example.source
     return json.dumps(example.request["state"], sort_keys=True, ensure_ascii=False)
 

@@ -22,13 +22,10 @@ import re
 from pathlib import Path
 
 REALISTIC_FILE = Path(__file__).resolve().parent / "data" / "realistic.json"
-# more pages of the same kinds, written in stage 45 after every model so far was chosen: the generalization suite's
-# ``realistic_fresh`` split, all in the validation half (kevlike/eval/generalization.py says why)
-REALISTIC_FRESH_FILE = REALISTIC_FILE.with_name("realistic_fresh.json")
-# {split: file} of the batches of pages written after models were chosen, each all in the validation half: a batch
-# is "fresh" until decisions have read it (stage 45's was read by four, so stage 47 wrote a second)
-FRESH_FILES = {"realistic_fresh": REALISTIC_FRESH_FILE,
-               "realistic_fresh2": REALISTIC_FILE.with_name("realistic_fresh2.json")}
+# {split: file} of the batches of pages of the same kinds written after models were chosen (stage 45's
+# ``realistic_fresh``, stage 47's ``realistic_fresh2``), each all in the validation half (kevlike/eval/generalization.py
+# says why): a batch is "fresh" until decisions have read it (stage 45's was read by four, so stage 47 wrote a second)
+FRESH_FILES = {split: REALISTIC_FILE.with_name(f"{split}.json") for split in ("realistic_fresh", "realistic_fresh2")}
 MIN_WORDS, MAX_WORDS = 150, 600
 MIN_QUESTIONS, MAX_QUESTIONS = 4, 7
 PLAIN_TAGS = {"trap", "number", "absurd"}

@@ -12,12 +12,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from kevlike.eval.generalization import _p_yes  # noqa: E402
-from kevlike.eval.realistic import FRESH_FILES, realistic_items  # noqa: E402
+from kevlike.eval.generalization import _p_yes, realistic_tags  # noqa: E402
+from kevlike.eval.realistic import FRESH_FILES  # noqa: E402
 from kevlike.metrics import _area_and_coverage, correct, read_records, risk_coverage  # noqa: E402
 
-TAGS = {(f"{split}/{it['id']}", qid): q.get("tags", [])
-        for split, path in FRESH_FILES.items() for it in realistic_items(path) for qid, q in it["questions"].items()}
+TAGS = {k: v for split, path in FRESH_FILES.items() for k, v in realistic_tags(path, split).items()}
 GROUPS = (("realistic",), ("realistic_fresh",), ("realistic_fresh2",), ("realistic", "realistic_fresh"),
           ("realistic", "realistic_fresh", "realistic_fresh2"))
 
