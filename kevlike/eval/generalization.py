@@ -30,6 +30,8 @@ split                        what it asks
                              every shipped model was chosen, all in the validation half (below)
 ``realistic_fresh2``         :file:`kevlike/eval/data/realistic_fresh2.json`: a second such batch, written in stage 47
                              after four decisions had read the first; all in the validation half
+``realistic_fresh3``         :file:`kevlike/eval/data/realistic_fresh3.json`: a third, written in stage 48 before the
+                             candidate designed from R6's errors on the second was scored; all in the validation half
 ``absurd``                   test rows of the ``absurd`` source (:mod:`kevlike.data.reading`): questions about a property
                              the state lacks, with properties (languages, forms, topics, things) never trained
 ``documents``                test rows of the ``documents`` source: *seen templates*, new facts and numbers
@@ -39,7 +41,7 @@ split                        what it asks
 
 **Two halves.** Every item belongs to the *validation* half or the *test* half, by the sha256 of its key
 (:func:`half_of`: a contrast pair's id — both its states in one half —, a realistic item's id, else the state
-text), so a half is fixed across models and suite versions. ``realistic_fresh`` and ``realistic_fresh2``
+text), so a half is fixed across models and suite versions. The ``realistic_fresh*`` batches
 (:data:`VALIDATION_ONLY`) are all validation: the ``realistic`` split's validation pages chose stages 35–44, so a candidate that differs from the
 shipped reader is also read on pages no choice has read yet; it stays outside the unseen figure
 (:func:`unseen_records`), which keeps one meaning across stages. Every choice (steps, stages, soups, temperatures,
