@@ -4,8 +4,8 @@ import pytest
 
 from kevlike.data.sources import Example
 from kevlike.eval.generalization import (
-    coherence_pairs, generalization_summary, half_for, half_key, half_of, reading_targets, realistic_examples,
-    report_tables, unseen_records, with_halves
+    UNSEEN_FRESH_OF, check_splits, coherence_pairs, generalization_sets, generalization_summary, half_for, half_key,
+    half_of, reading_targets, realistic_examples, report_tables, unseen_records, with_halves
 )
 from kevlike.eval.realistic import FRESH_FILES
 
@@ -43,6 +43,23 @@ def test_the_fresh_pages_are_all_validation_and_outside_the_unseen_figure(split,
     assert {r["half"] for r in recs} == {"validation"}
     kept = unseen_records([*recs, {"split": "realistic", "question": "q1"}])
     assert kept == [{"split": "realistic", "question": "q1"}]
+
+
+def test_unseen_fresh_asks_new_items_of_the_unseen_splits_all_in_validation():
+    """``unseen_fresh`` (stage 48) draws the generated unseen splits again with another item seed: none of its states
+    is one the suite's own splits ask about, its sources are theirs, every item is validation (the
+    hash alone would put about half in test), and it stays out of the unseen figure and out of ``--half test``."""
+    sets = generalization_sets(quick=True, splits=(*UNSEEN_FRESH_OF, "unseen_fresh"))
+    fresh = sets.pop("unseen_fresh")
+    asked = {half_key(s, e) for s, exs in sets.items() for e in exs}
+    assert len(fresh) == 78 and not {half_key("unseen_fresh", e) for e in fresh} & asked
+    assert {e.source.split("/")[0] for e in fresh} == {e.source.split("/")[0] for exs in sets.values() for e in exs}
+    assert {half_for("unseen_fresh", e) for e in fresh} == {"validation"}
+    assert {half_of(half_key("unseen_fresh", e)) for e in fresh} == {"validation", "test"}
+    recs = [{"split": "unseen_fresh", "question": "q1"}, {"split": "heldout_source", "question": "q1"}]
+    assert unseen_records(recs) == [{"split": "heldout_source", "question": "q1"}]
+    with pytest.raises(ValueError, match="unseen_fresh is all in the validation half"):
+        check_splits(("unseen_fresh",), "test")
 
 
 def test_with_halves_lines_records_up_with_questions():

@@ -32,6 +32,10 @@ split                        what it asks
                              after four decisions had read the first; all in the validation half
 ``realistic_fresh3``         :file:`kevlike/eval/data/realistic_fresh3.json`: a third, written in stage 48 before the
                              candidate designed from R6's errors on the second was scored; all in the validation half
+``unseen_fresh``             unseen questions no choice has read (stage 48): ``heldout_wording``, ``heldout_source`` and
+                             the three ``target/*`` splits built again with item seed :data:`UNSEEN_FRESH_SEED`
+                             instead of 0, less every item whose state those splits ask about; all in the
+                             validation half (below)
 ``absurd``                   test rows of the ``absurd`` source (:mod:`kevlike.data.reading`): questions about a property
                              the state lacks, with properties (languages, forms, topics, things) never trained
 ``documents``                test rows of the ``documents`` source: *seen templates*, new facts and numbers
@@ -41,10 +45,11 @@ split                        what it asks
 
 **Two halves.** Every item belongs to the *validation* half or the *test* half, by the sha256 of its key
 (:func:`half_of`: a contrast pair's id — both its states in one half —, a realistic item's id, else the state
-text), so a half is fixed across models and suite versions. The ``realistic_fresh*`` batches
-(:data:`VALIDATION_ONLY`) are all validation: the ``realistic`` split's validation pages chose stages 35–44, so a candidate that differs from the
-shipped reader is also read on pages no choice has read yet; it stays outside the unseen figure
-(:func:`unseen_records`), which keeps one meaning across stages. Every choice (steps, stages, soups, temperatures,
+text), so a half is fixed across models and suite versions. The ``realistic_fresh*`` batches and ``unseen_fresh``
+(:data:`VALIDATION_ONLY`) are all validation: the ``realistic`` split's validation pages chose stages 35–44 and the
+unseen questions' validation half chose stages 35–47, so a candidate that differs from the shipped reader is also
+read on questions no choice has read yet; they stay outside the unseen figure (:func:`unseen_records`), which keeps
+one meaning across stages. Every choice (steps, stages, soups, temperatures,
 recipes) reads the validation half; the test half is read only to report. ``metrics.json`` carries
 ``halves.validation`` and ``halves.test`` (the full summary of each, with :func:`reading_targets`).
 
@@ -102,9 +107,14 @@ NOT_UNSEEN = ("seen_wording", "documents", "snli_test", "absurd", "abstain")
 # present); ``kevlike eval --splits`` picks among these
 SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "target/banking77_all77",
           "target/spam_balanced", "target/sentiment5", *CONTRAST_SPLITS, "realistic", *FRESH_FILES,
-          "absurd", "documents", "snli_test", "abstain")
+          "unseen_fresh", "absurd", "documents", "snli_test", "abstain")
 # splits whose every item is in the validation half (:func:`half_for`), kept out of the unseen figure
-VALIDATION_ONLY = tuple(FRESH_FILES)
+VALIDATION_ONLY = (*FRESH_FILES, "unseen_fresh")
+# the generated unseen splits ``unseen_fresh`` draws again (:func:`_build_split`), and the item seed it draws them
+# with (the suite's own splits use 0)
+UNSEEN_FRESH_OF = ("heldout_wording", "heldout_source", "target/banking77_all77", "target/spam_balanced",
+                   "target/sentiment5")
+UNSEEN_FRESH_SEED = 1
 # the source prefixes of the realistic splits' items (:func:`half_key`: a page's id decides its half)
 _REALISTIC_SOURCES = tuple(f"{s}/" for s in ("realistic", *FRESH_FILES))
 
@@ -123,8 +133,8 @@ def check_splits(splits, half: str | None = None) -> tuple[str, ...] | None:
         raise ValueError(f"splits: no split named (known: {', '.join(SPLITS)})")
     if half == "test" and set(splits) <= set(VALIDATION_ONLY):
         raise ValueError(f"splits: {', '.join(splits)} {'is' if len(splits) == 1 else 'are'} all in the validation "
-                         f"half (pages written after the shipped models were chosen; docs/guide/evaluation.md): "
-                         f"nothing to answer with --half test")
+                         f"half (questions no choice had read when the shipped models were chosen; "
+                         f"docs/guide/evaluation.md): nothing to answer with --half test")
     return splits
 
 
@@ -243,6 +253,12 @@ def realistic_tags(path: Path = REALISTIC_FILE, split: str = "realistic") -> dic
             for it in realistic_items(path) for qid, q in it["questions"].items()}
 
 
+def _state(example: Example) -> str:
+    """The state of ``example`` as canonical JSON: what decides a generated item's half and what ``unseen_fresh``
+    leaves out."""
+    return json.dumps(example.request["state"], sort_keys=True, ensure_ascii=False)
+
+
 def half_key(split: str, example: Example) -> str:
     """What decides an item's half: a contrast pair's ``SPLIT/ID`` (both states together), a realistic item's
     source, else the state (canonical JSON of it)."""
@@ -250,7 +266,7 @@ def half_key(split: str, example: Example) -> str:
         return example.source.rsplit("/", 1)[0]
     if example.source.startswith(_REALISTIC_SOURCES):
         return example.source
-    return json.dumps(example.request["state"], sort_keys=True, ensure_ascii=False)
+    return _state(example)
 
 
 def half_of(key: str) -> str:
@@ -350,6 +366,36 @@ def absent_splits(sets: dict, splits: tuple[str, ...] | None = None) -> dict[str
     return {s: ABSENT_WHY.get(s, "its data is not installed") for s in (splits or SPLITS) if s not in sets}
 
 
+def _unseen_split(split: str, size: dict, seed: int = 0) -> list[Example]:
+    """The examples of one generated unseen split (:data:`UNSEEN_FRESH_OF`) drawn with item seed ``seed``
+    (:func:`kevlike.data.families.eval_items`): 0 for the split itself, :data:`UNSEEN_FRESH_SEED` for
+    ``unseen_fresh``."""
+    if split == "heldout_wording":      # sys1bench requests carry their own wording
+        return [e for name in seen_sources() if not name.startswith("sys1_")
+                for e in eval_items(name, "test", size["seen"], seed, wordings="heldout")]
+    if split == "heldout_source":
+        return [e for name in HELDOUT_SOURCES
+                for e in eval_items(name, "test", size["heldout_source"], seed, wordings="heldout")]
+    if split == "target/banking77_all77":
+        return eval_items("banking77", "test", 6 * size["target"], seed, wordings="heldout", families=("choice",))
+    if split == "target/spam_balanced":
+        return eval_items("spam", "test", 2 * size["target"], seed, wordings="heldout")
+    if split == "target/sentiment5":
+        return eval_items("vader_movie", "test", 2 * size["target"], seed, wordings="heldout", families=("score",))
+    raise ValueError(f"split: {split!r} is not a generated unseen split (known: {', '.join(UNSEEN_FRESH_OF)})")
+
+
+def unseen_fresh_examples(size: dict) -> list[Example]:
+    """``unseen_fresh``: each split of :data:`UNSEEN_FRESH_OF` drawn with item seed :data:`UNSEEN_FRESH_SEED`, less
+    every item whose state the split itself (seed 0) asks about — the same sources, families and held-out wordings
+    as the unseen figure's generated splits, on items no choice has read. ``size`` as :data:`SIZES`."""
+    out = []
+    for split in UNSEEN_FRESH_OF:
+        asked = {_state(e) for e in _unseen_split(split, size)}
+        out += [e for e in _unseen_split(split, size, UNSEEN_FRESH_SEED) if _state(e) not in asked]
+    return out
+
+
 def _build_split(split: str, quick: bool, n: int | None, bigbench) -> list[Example] | None:
     """One split's examples (:func:`generalization_sets`); None where its data is absent (BIG-bench's archive,
     SNLI not fetched)."""
@@ -358,20 +404,13 @@ def _build_split(split: str, quick: bool, n: int | None, bigbench) -> list[Examp
         size = {k: n for k in size}
     if split == "seen_wording":
         return [e for name in seen_sources() for e in eval_items(name, "test", size["seen"], wordings="train")]
-    if split == "heldout_wording":      # sys1bench requests carry their own wording
-        return [e for name in seen_sources() if not name.startswith("sys1_")
-                for e in eval_items(name, "test", size["seen"], wordings="heldout")]
-    if split == "heldout_source":
-        return [e for name in HELDOUT_SOURCES for e in eval_items(name, "test", size["heldout_source"], wordings="heldout")]
+    if split in UNSEEN_FRESH_OF:
+        return _unseen_split(split, size)
+    if split == "unseen_fresh":
+        return unseen_fresh_examples(size)
     if split == "bigbench":
         tasks = bigbench_tasks(bigbench)
         return bigbench_examples(tasks, size["bigbench"]) if tasks else None
-    if split == "target/banking77_all77":
-        return eval_items("banking77", "test", 6 * size["target"], wordings="heldout", families=("choice",))
-    if split == "target/spam_balanced":
-        return eval_items("spam", "test", 2 * size["target"], wordings="heldout")
-    if split == "target/sentiment5":
-        return eval_items("vader_movie", "test", 2 * size["target"], wordings="heldout", families=("score",))
     # the hand-written splits are whole unless ``n`` is given: then their first ``n`` pages (or contrast pairs,
     # both states of each)
     if split in CONTRAST_SPLITS:
