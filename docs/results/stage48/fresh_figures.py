@@ -1,0 +1,56 @@
+"""Stage 48's figures on the realistic pages, per model: accuracy by type, on the `number`-tagged questions, and
+coverage at <= 5 % error (by x_abstain and by P(right)) on `realistic` (validation half), on every batch of fresh
+pages (kevlike.eval.realistic.FRESH_FILES: three since stage 48) and pooled; on each fresh batch its pair and absurd
+tags (P(yes|Q) + P(yes|Q') within 0.1, not both above 0.5, absurd P(yes) < 0.2). Stage 47's script
+(docs/results/stage47/fresh_figures.py) over any number of fresh batches, with the `number` column.
+
+    python docs/results/stage48/fresh_figures.py NAME=RECORDS[,RECORDS...] ...
+
+e.g. R6=docs/results/stage43/R6_amx_validation_records.jsonl.gz,docs/results/stage45/R6_fresh_records.jsonl.gz,\
+docs/results/stage47/R6_fresh2_records.jsonl.gz,docs/results/stage48/R6_fresh3_records.jsonl.gz
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from kevlike.eval.generalization import _p_yes, realistic_tags  # noqa: E402
+from kevlike.eval.realistic import FRESH_FILES, REALISTIC_FILE  # noqa: E402
+from kevlike.metrics import _area_and_coverage, correct, read_records, risk_coverage  # noqa: E402
+
+TAGS = {k: v for split, path in (("realistic", REALISTIC_FILE), *FRESH_FILES.items())
+        for k, v in realistic_tags(path, split).items()}
+SPLITS = ("realistic", *FRESH_FILES)
+GROUPS = (*((s,) for s in SPLITS), tuple(FRESH_FILES), SPLITS)
+
+
+def _share(rs) -> str:
+    return f"{sum(correct(r) for r in rs) / len(rs):.3f} ({len(rs)})" if rs else "–"
+
+
+for arg in sys.argv[1:]:
+    name, paths = arg.split("=", 1)
+    recs = [r for p in paths.split(",") for r in read_records(p)
+            if r.get("half") == "validation" and r["split"] in SPLITS]
+    for splits in GROUPS:
+        rs = [r for r in recs if r["split"] in splits]
+        if not rs or not all(any(r["split"] == s for r in rs) for s in splits):
+            continue
+        by_type = {t: _share([r for r in rs if r["type"] == t]) for t in ("noul", "choice", "score")}
+        number = _share([r for r in rs if "number" in TAGS[(r["source"], r["question"])]])
+        cov = {by: _area_and_coverage(risk_coverage(rs, by), 0.05)[1] for by in ("x_abstain", "p_right")}
+        print(f"{name} {' + '.join(splits)}: accuracy {_share(rs)}; by type {by_type}; number {number}; coverage at "
+              f"<= 5 % error by x_abstain {cov['x_abstain']:.3f}, by P(right) {cov['p_right']:.3f}")
+    for split in FRESH_FILES:
+        fresh = [r for r in recs if r["split"] == split]
+        groups: dict = {}
+        for r in fresh:
+            for t in TAGS[(r["source"], r["question"])]:
+                if t.startswith(("negation_pair:", "opposite_pair:")):
+                    groups.setdefault((r["source"], t), []).append(r)
+        pairs = [g for g in groups.values() if len(g) == 2]
+        absurd = [r for r in fresh if "absurd" in TAGS[(r["source"], r["question"])]]
+        if pairs:
+            print(f"{name} {split} pairs ({len(pairs)}): sum within 0.1 "
+                  f"{sum(abs(_p_yes(a) + _p_yes(b) - 1) <= 0.1 for a, b in pairs) / len(pairs):.3f}, not both yes "
+                  f"{sum(not (_p_yes(a) > 0.5 and _p_yes(b) > 0.5) for a, b in pairs) / len(pairs):.3f}; absurd "
+                  f"({len(absurd)}) P(yes) < 0.2 {sum(_p_yes(r) < 0.2 for r in absurd) / max(len(absurd), 1):.3f}")
