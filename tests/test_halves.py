@@ -5,9 +5,10 @@ import pytest
 from kevlike.data.sources import Example
 from kevlike.eval.generalization import (
     UNSEEN_FRESH_OF, check_splits, coherence_pairs, generalization_sets, generalization_summary, half_for, half_key,
-    half_of, reading_targets, realistic_examples, report_tables, unseen_records, with_halves
+    half_of, reading_targets, realistic_examples, realistic_pairs, realistic_tags, report_tables, unseen_records,
+    with_halves
 )
-from kevlike.eval.realistic import FRESH_FILES
+from kevlike.eval.realistic import FRESH_FILES, PAIR_TAG
 
 
 def test_half_is_a_fixed_hash_and_a_contrast_pair_stays_together():
@@ -43,6 +44,13 @@ def test_the_fresh_pages_are_all_validation_and_outside_the_unseen_figure(split,
     assert {r["half"] for r in recs} == {"validation"}
     kept = unseen_records([*recs, {"split": "realistic", "question": "q1"}])
     assert kept == [{"split": "realistic", "question": "q1"}]
+    answered = [{"split": split, "source": e.source, "question": q} for e in fresh for q in e.request["questions"]]
+    tagged = {(e.source, t) for e in fresh for q in e.request["questions"]
+              for t in realistic_tags(FRESH_FILES[split], split)[(e.source, q)] if PAIR_TAG.match(t)}
+    pairs = realistic_pairs(answered, FRESH_FILES[split], split)
+    assert len(pairs) == len(tagged) >= 12 and all(a["source"] == b["source"] for a, b in pairs)
+    one_answer = [r for r in answered if r is not pairs[0][0]]                          # a pair needs both answers
+    assert realistic_pairs(one_answer, FRESH_FILES[split], split) == pairs[1:]
 
 
 def test_unseen_fresh_asks_new_items_of_the_unseen_splits_all_in_validation():

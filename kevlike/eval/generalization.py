@@ -76,7 +76,7 @@ from pathlib import Path
 from kevlike.data.families import HELDOUT_SOURCES, SOURCES, SYNTHETIC_SOURCES, eval_items
 from kevlike.data.sources import DataUnavailableError, Example
 from kevlike.eval.abstention import abstention_table
-from kevlike.eval.realistic import FRESH_FILES, REALISTIC_FILE, realistic_items
+from kevlike.eval.realistic import FRESH_FILES, PAIR_TAG, REALISTIC_FILE, realistic_items
 from kevlike.metrics import summary
 from kevlike.runs import kevlike_home
 
@@ -492,15 +492,32 @@ def coherence_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
         if split in CONTRAST_SPLITS and q.startswith("q") and (split, src, "n" + q[1:]) in by:
             out.append((r, by[(split, src, "n" + q[1:])]))
     if any(r["split"] == "realistic" for r in records):
-        tags = realistic_tags()
-        groups: dict = {}
-        for r in records:
-            if r["split"] == "realistic":
-                for t in tags.get((r["source"], r["question"]), []):
-                    if t.startswith(("negation_pair:", "opposite_pair:")):
-                        groups.setdefault((r["source"], t), []).append(r)
-        out += [tuple(g) for g in groups.values() if len(g) == 2]
+        out += realistic_pairs(records)
     return out
+
+
+def realistic_pairs(records: list[dict], path: Path = REALISTIC_FILE,
+                    split: str = "realistic") -> list[tuple[dict, dict]]:
+    """The record pairs of ``split``'s ``negation_pair`` / ``opposite_pair`` tags (the realistic file at ``path``),
+    where both questions of a pair were answered."""
+    tags = realistic_tags(path, split)
+    groups: dict = {}
+    for r in records:
+        if r["split"] == split:
+            for t in tags.get((r["source"], r["question"]), ()):
+                if PAIR_TAG.match(t):
+                    groups.setdefault((r["source"], t), []).append(r)
+    return [tuple(g) for g in groups.values() if len(g) == 2]
+
+
+def pair_coherence(pairs: list[tuple[dict, dict]]) -> dict[str, float | None]:
+    """Issue 31's two coherence figures over yes/no record pairs whose answers must be opposite: the share with
+    |P(yes | Q) + P(yes | Q') − 1| ≤ 0.1 (``sum_within_0.1``) and the share not both above 0.5
+    (``not_both_yes``); None for no pairs."""
+    if not pairs:
+        return {"sum_within_0.1": None, "not_both_yes": None}
+    return {"sum_within_0.1": sum(abs(_p_yes(a) + _p_yes(b) - 1) <= 0.1 for a, b in pairs) / len(pairs),
+            "not_both_yes": sum(not (_p_yes(a) > 0.5 and _p_yes(b) > 0.5) for a, b in pairs) / len(pairs)}
 
 
 def unseen_records(records: list[dict]) -> list[dict]:
@@ -532,10 +549,9 @@ def reading_targets(records: list[dict], summ: dict) -> dict:
     out["absurd_p_yes_below_0.2"] = t(sum(_p_yes(r) < 0.2 for r in absurd) / len(absurd) if absurd else None,
                                       0.95, len(absurd))
     pairs = coherence_pairs(records)
-    out["negation_sum_within_0.1"] = t(sum(abs(_p_yes(a) + _p_yes(b) - 1) <= 0.1 for a, b in pairs) / len(pairs)
-                                       if pairs else None, 0.80, len(pairs))
-    out["opposites_not_both_yes"] = t(sum(not (_p_yes(a) > 0.5 and _p_yes(b) > 0.5) for a, b in pairs) / len(pairs)
-                                      if pairs else None, 0.90, len(pairs))
+    coherence = pair_coherence(pairs)
+    out["negation_sum_within_0.1"] = t(coherence["sum_within_0.1"], 0.80, len(pairs))
+    out["opposites_not_both_yes"] = t(coherence["not_both_yes"], 0.90, len(pairs))
     ho = [r for r in records if r["split"] == "heldout_source"]
     sc = [r for r in ho if r["type"] == "score"]
     out["heldout_source_score_accuracy"] = t(summary(sc)["accuracy"] if sc else None, 0.65, len(sc))

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from kevlike.eval.generalization import _p_yes, realistic_tags  # noqa: E402
+from kevlike.eval.generalization import _p_yes, pair_coherence, realistic_pairs, realistic_tags  # noqa: E402
 from kevlike.eval.realistic import FRESH_FILES  # noqa: E402
 from kevlike.metrics import _area_and_coverage, correct, read_records, risk_coverage  # noqa: E402
 
@@ -35,15 +35,10 @@ for arg in sys.argv[1:]:
               f"{cov['p_right']:.3f}")
     for split in FRESH_FILES:
         fresh = [r for r in recs if r["split"] == split]
-        groups: dict = {}
-        for r in fresh:
-            for t in TAGS[(r["source"], r["question"])]:
-                if t.startswith(("negation_pair:", "opposite_pair:")):
-                    groups.setdefault((r["source"], t), []).append(r)
-        pairs = [g for g in groups.values() if len(g) == 2]
+        pairs = realistic_pairs(fresh, FRESH_FILES[split], split)
         absurd = [r for r in fresh if "absurd" in TAGS[(r["source"], r["question"])]]
         if pairs:
-            print(f"{name} {split} pairs ({len(pairs)}): sum within 0.1 "
-                  f"{sum(abs(_p_yes(a) + _p_yes(b) - 1) <= 0.1 for a, b in pairs) / len(pairs):.3f}, not both yes "
-                  f"{sum(not (_p_yes(a) > 0.5 and _p_yes(b) > 0.5) for a, b in pairs) / len(pairs):.3f}; absurd "
-                  f"({len(absurd)}) P(yes) < 0.2 {sum(_p_yes(r) < 0.2 for r in absurd) / max(len(absurd), 1):.3f}")
+            c = pair_coherence(pairs)
+            print(f"{name} {split} pairs ({len(pairs)}): sum within 0.1 {c['sum_within_0.1']:.3f}, not both yes "
+                  f"{c['not_both_yes']:.3f}; absurd ({len(absurd)}) P(yes) < 0.2 "
+                  f"{sum(_p_yes(r) < 0.2 for r in absurd) / max(len(absurd), 1):.3f}")
