@@ -5,8 +5,8 @@ import pytest
 from kevlike.data.sources import Example
 from kevlike.eval.generalization import (
     UNSEEN_FRESH_OF, check_splits, coherence_pairs, generalization_sets, generalization_summary, half_for, half_key,
-    half_of, reading_targets, realistic_examples, realistic_pairs, realistic_tags, report_tables, unseen_records,
-    with_halves
+    half_of, reading_targets, realistic_examples, realistic_pairs, realistic_tag_figures, realistic_tags,
+    report_tables, unseen_records, with_halves
 )
 from kevlike.eval.realistic import FRESH_FILES, PAIR_TAG
 
@@ -51,6 +51,20 @@ def test_the_fresh_pages_are_all_validation_and_outside_the_unseen_figure(split,
     assert len(pairs) == len(tagged) >= 12 and all(a["source"] == b["source"] for a, b in pairs)
     one_answer = [r for r in answered if r is not pairs[0][0]]                          # a pair needs both answers
     assert realistic_pairs(one_answer, FRESH_FILES[split], split) == pairs[1:]
+    # hand-set P(yes): the first pair sums to 1.0 (coherent), the second to 1.3 (not within 0.1, both above 0.5),
+    # every other pair question 0.5 (sums 1.0); every absurd question 0.1 but the first, 0.3
+    for r in answered:
+        r["probs"] = [0.5, 0.5]
+    pairs[0][0]["probs"], pairs[0][1]["probs"] = [0.9, 0.1], [0.1, 0.9]
+    pairs[1][0]["probs"], pairs[1][1]["probs"] = [0.6, 0.4], [0.7, 0.3]
+    tags = realistic_tags(FRESH_FILES[split], split)
+    absurd = [r for r in answered if "absurd" in tags[(r["source"], r["question"])]]
+    for i, r in enumerate(absurd):
+        r["probs"] = [0.3 if i == 0 else 0.1, 0.7 if i == 0 else 0.9]
+    f = realistic_tag_figures(answered, FRESH_FILES[split], split)
+    n = len(pairs)
+    assert f == {"pairs": n, "sum_within_0.1": (n - 1) / n, "not_both_yes": (n - 1) / n, "absurd": len(absurd),
+                 "absurd_p_yes_below_0.2": (len(absurd) - 1) / len(absurd)}
 
 
 def test_unseen_fresh_asks_new_items_of_the_unseen_splits_all_in_validation():

@@ -510,6 +510,17 @@ def realistic_pairs(records: list[dict], path: Path = REALISTIC_FILE,
     return [tuple(g) for g in groups.values() if len(g) == 2]
 
 
+def realistic_tag_figures(records: list[dict], path: Path = REALISTIC_FILE, split: str = "realistic") -> dict:
+    """The tag figures of one realistic split's records (the file at ``path``): ``pairs`` (how many negation /
+    opposite pairs were answered whole) with their :func:`pair_coherence`, and ``absurd`` (how many ``absurd``-tagged
+    questions) with ``absurd_p_yes_below_0.2``, the share of them with P(yes) < 0.2 (None for none)."""
+    tags = realistic_tags(path, split)
+    pairs = realistic_pairs(records, path, split)
+    absurd = [r for r in records if r["split"] == split and "absurd" in tags.get((r["source"], r["question"]), ())]
+    return {"pairs": len(pairs), **pair_coherence(pairs), "absurd": len(absurd),
+            "absurd_p_yes_below_0.2": sum(_p_yes(r) < 0.2 for r in absurd) / len(absurd) if absurd else None}
+
+
 def pair_coherence(pairs: list[tuple[dict, dict]]) -> dict[str, float | None]:
     """Issue 31's two coherence figures over yes/no record pairs whose answers must be opposite: the share with
     |P(yes | Q) + P(yes | Q') − 1| ≤ 0.1 (``sum_within_0.1``) and the share not both above 0.5

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from kevlike.eval.generalization import _p_yes, pair_coherence, realistic_pairs, realistic_tags  # noqa: E402
+from kevlike.eval.generalization import realistic_tag_figures, realistic_tags  # noqa: E402
 from kevlike.eval.realistic import FRESH_FILES, REALISTIC_FILE  # noqa: E402
 from kevlike.metrics import _area_and_coverage, correct, read_records, risk_coverage  # noqa: E402
 
@@ -41,11 +41,7 @@ for arg in sys.argv[1:]:
         print(f"{name} {' + '.join(splits)}: accuracy {_share(rs)}; by type {by_type}; number {number}; coverage at "
               f"<= 5 % error by x_abstain {cov['x_abstain']:.3f}, by P(right) {cov['p_right']:.3f}")
     for split in FRESH_FILES:
-        fresh = [r for r in recs if r["split"] == split]
-        pairs = realistic_pairs(fresh, FRESH_FILES[split], split)
-        absurd = [r for r in fresh if "absurd" in TAGS[(r["source"], r["question"])]]
-        if pairs:
-            c = pair_coherence(pairs)
-            print(f"{name} {split} pairs ({len(pairs)}): sum within 0.1 {c['sum_within_0.1']:.3f}, not both yes "
-                  f"{c['not_both_yes']:.3f}; absurd ({len(absurd)}) P(yes) < 0.2 "
-                  f"{sum(_p_yes(r) < 0.2 for r in absurd) / max(len(absurd), 1):.3f}")
+        f = realistic_tag_figures(recs, FRESH_FILES[split], split)
+        if f["pairs"]:
+            print(f"{name} {split} pairs ({f['pairs']}): sum within 0.1 {f['sum_within_0.1']:.3f}, not both yes "
+                  f"{f['not_both_yes']:.3f}; absurd ({f['absurd']}) P(yes) < 0.2 {f['absurd_p_yes_below_0.2']:.3f}")
