@@ -49,9 +49,9 @@ text), so a half is fixed across models and suite versions. The ``realistic_fres
 (:data:`VALIDATION_ONLY`) are all validation: the ``realistic`` split's validation pages chose stages 35–44 and the
 unseen questions' validation half chose stages 35–47, so a candidate that differs from the shipped reader is also
 read on questions no choice has read yet; they stay outside the unseen figure (:func:`unseen_records`), which keeps
-one meaning across stages. Every choice (steps, stages, soups, temperatures,
-recipes) reads the validation half; the test half is read only to report. ``metrics.json`` carries
-``halves.validation`` and ``halves.test`` (the full summary of each, with :func:`reading_targets`).
+one meaning across stages. Every choice (steps, stages, soups, temperatures, recipes) reads the validation half;
+the test half is read only to report. ``metrics.json`` carries ``halves.validation`` and ``halves.test`` (the full
+summary of each, with :func:`reading_targets`).
 
 Reported per split: accuracy, NLL, Brier, ECE, confident errors (:mod:`kevlike.metrics`), and
 
