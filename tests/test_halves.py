@@ -6,7 +6,7 @@ from kevlike.data.sources import Example
 from kevlike.eval.generalization import (
     UNSEEN_FRESH_OF, check_splits, coherence_pairs, generalization_sets, generalization_summary, half_for, half_key,
     half_of, reading_targets, realistic_examples, realistic_pairs, realistic_tag_figures, realistic_tags,
-    report_tables, unseen_records, with_halves
+    report_tables, unseen_fresh_examples, unseen_records, with_halves
 )
 from kevlike.eval.realistic import FRESH_FILES, PAIR_TAG
 
@@ -82,6 +82,22 @@ def test_unseen_fresh_asks_new_items_of_the_unseen_splits_all_in_validation():
     assert unseen_records(recs) == [{"split": "heldout_source", "question": "q1"}]
     with pytest.raises(ValueError, match="unseen_fresh is all in the validation half"):
         check_splits(("unseen_fresh",), "test")
+
+
+def test_unseen_fresh2_asks_items_no_earlier_draw_asks_all_in_validation():
+    """``unseen_fresh2`` (stage 50) draws the same splits with item seed 2 and leaves out every state the suite's own
+    splits or ``unseen_fresh`` ask about; ``unseen_fresh`` is unchanged by its arrival (78 requests, quick sizes)."""
+    sets = generalization_sets(quick=True, splits=(*UNSEEN_FRESH_OF, "unseen_fresh", "unseen_fresh2"))
+    fresh2 = sets.pop("unseen_fresh2")
+    assert len(sets["unseen_fresh"]) == 78 and len(fresh2) == 75
+    asked = {half_key(s, e) for s, exs in sets.items() for e in exs}
+    assert not {half_key("unseen_fresh2", e) for e in fresh2} & asked
+    assert {half_for("unseen_fresh2", e) for e in fresh2} == {"validation"}
+    assert unseen_records([{"split": "unseen_fresh2", "question": "q1"}]) == []
+    with pytest.raises(ValueError, match="all in the validation half"):
+        check_splits(("unseen_fresh", "unseen_fresh2"), "test")
+    with pytest.raises(ValueError, match="not a fresh unseen draw"):
+        unseen_fresh_examples({}, "unseen_fresh3")
 
 
 def test_with_halves_lines_records_up_with_questions():

@@ -33,9 +33,11 @@ split                        what it asks
 ``realistic_fresh3``         :file:`kevlike/eval/data/realistic_fresh3.json`: a third, written in stage 48 before the
                              candidate designed from R6's errors on the second was scored; all in the validation half
 ``unseen_fresh``             unseen questions no choice has read (stage 48): ``heldout_wording``, ``heldout_source`` and
-                             the three ``target/*`` splits built again with item seed :data:`UNSEEN_FRESH_SEED`
+                             the three ``target/*`` splits built again with item seed 1 (:data:`UNSEEN_FRESH`)
                              instead of 0, less every item whose state those splits ask about; all in the
                              validation half (below)
+``unseen_fresh2``            the same drawn with item seed 2 (stage 50, after stage 49's choice read ``unseen_fresh``),
+                             less every state the seed 0 and seed 1 draws ask about; all validation
 ``absurd``                   test rows of the ``absurd`` source (:mod:`kevlike.data.reading`): questions about a property
                              the state lacks, with properties (languages, forms, topics, things) never trained
 ``documents``                test rows of the ``documents`` source: *seen templates*, new facts and numbers
@@ -107,14 +109,15 @@ NOT_UNSEEN = ("seen_wording", "documents", "snli_test", "absurd", "abstain")
 # present); ``kevlike eval --splits`` picks among these
 SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "target/banking77_all77",
           "target/spam_balanced", "target/sentiment5", *CONTRAST_SPLITS, "realistic", *FRESH_FILES,
-          "unseen_fresh", "absurd", "documents", "snli_test", "abstain")
+          "unseen_fresh", "unseen_fresh2", "absurd", "documents", "snli_test", "abstain")
 # splits whose every item is in the validation half (:func:`half_for`), kept out of the unseen figure
-VALIDATION_ONLY = (*FRESH_FILES, "unseen_fresh")
-# the generated unseen splits ``unseen_fresh`` draws again (:func:`_build_split`), and the item seed it draws them
-# with (the suite's own splits use 0)
+# the fresh draws of the generated unseen splits: split name → the item seed it draws them with (the suite's own
+# splits use 0); each leaves out every state an earlier draw asks about (:func:`unseen_fresh_examples`)
+UNSEEN_FRESH = {"unseen_fresh": 1, "unseen_fresh2": 2}
+VALIDATION_ONLY = (*FRESH_FILES, *UNSEEN_FRESH)
+# the generated unseen splits the ``unseen_fresh*`` splits draw again (:func:`_build_split`)
 UNSEEN_FRESH_OF = ("heldout_wording", "heldout_source", "target/banking77_all77", "target/spam_balanced",
                    "target/sentiment5")
-UNSEEN_FRESH_SEED = 1
 # the source prefixes of the realistic splits' items (:func:`half_key`: a page's id decides its half)
 _REALISTIC_SOURCES = tuple(f"{s}/" for s in ("realistic", *FRESH_FILES))
 
@@ -368,8 +371,8 @@ def absent_splits(sets: dict, splits: tuple[str, ...] | None = None) -> dict[str
 
 def _unseen_split(split: str, size: dict, seed: int = 0) -> list[Example]:
     """The examples of one generated unseen split (:data:`UNSEEN_FRESH_OF`) drawn with item seed ``seed``
-    (:func:`kevlike.data.families.eval_items`): 0 for the split itself, :data:`UNSEEN_FRESH_SEED` for
-    ``unseen_fresh``."""
+    (:func:`kevlike.data.families.eval_items`): 0 for the split itself, an :data:`UNSEEN_FRESH` seed for a
+    fresh draw."""
     if split == "heldout_wording":      # sys1bench requests carry their own wording
         return [e for name in seen_sources() if not name.startswith("sys1_")
                 for e in eval_items(name, "test", size["seen"], seed, wordings="heldout")]
@@ -385,15 +388,22 @@ def _unseen_split(split: str, size: dict, seed: int = 0) -> list[Example]:
     raise ValueError(f"split: {split!r} is not a generated unseen split (known: {', '.join(UNSEEN_FRESH_OF)})")
 
 
-def unseen_fresh_examples(size: dict) -> list[Example]:
-    """``unseen_fresh``: each split of :data:`UNSEEN_FRESH_OF` drawn with item seed :data:`UNSEEN_FRESH_SEED`, less
-    every item whose state the split itself (seed 0) asks about — the same sources, families and held-out wordings
-    as the unseen figure's generated splits, on items no choice has read. ``size`` as :data:`SIZES`."""
-    out = []
-    for split in UNSEEN_FRESH_OF:
-        asked = {_state(e) for e in _unseen_split(split, size)}
-        out += [e for e in _unseen_split(split, size, UNSEEN_FRESH_SEED) if _state(e) not in asked]
-    return out
+def unseen_fresh_examples(size: dict, name: str = "unseen_fresh") -> list[Example]:
+    """The fresh draw ``name`` of :data:`UNSEEN_FRESH`: each split of :data:`UNSEEN_FRESH_OF` drawn with that
+    name's item seed — the same sources, families and held-out wordings as the unseen figure's generated splits, on
+    items no choice has read — less the states earlier draws ask about. ``unseen_fresh`` (seed 1, stage 48) leaves
+    out the states its own split asks about at seed 0; a later draw leaves out every state any of the five splits
+    asks about at any lower seed (``unseen_fresh`` holds 12 states another split asks at seed 0). ``size`` as
+    :data:`SIZES`. Raises ValueError for a name not in :data:`UNSEEN_FRESH`."""
+    if name not in UNSEEN_FRESH:
+        raise ValueError(f"split: {name!r} is not a fresh unseen draw (known: {', '.join(UNSEEN_FRESH)})")
+    seed = UNSEEN_FRESH[name]
+    if seed == 1:
+        asked = {split: {_state(e) for e in _unseen_split(split, size)} for split in UNSEEN_FRESH_OF}
+    else:
+        every = {_state(e) for split in UNSEEN_FRESH_OF for s in range(seed) for e in _unseen_split(split, size, s)}
+        asked = dict.fromkeys(UNSEEN_FRESH_OF, every)
+    return [e for split in UNSEEN_FRESH_OF for e in _unseen_split(split, size, seed) if _state(e) not in asked[split]]
 
 
 def _build_split(split: str, quick: bool, n: int | None, bigbench) -> list[Example] | None:
@@ -406,8 +416,8 @@ def _build_split(split: str, quick: bool, n: int | None, bigbench) -> list[Examp
         return [e for name in seen_sources() for e in eval_items(name, "test", size["seen"], wordings="train")]
     if split in UNSEEN_FRESH_OF:
         return _unseen_split(split, size)
-    if split == "unseen_fresh":
-        return unseen_fresh_examples(size)
+    if split in UNSEEN_FRESH:
+        return unseen_fresh_examples(size, split)
     if split == "bigbench":
         tasks = bigbench_tasks(bigbench)
         return bigbench_examples(tasks, size["bigbench"]) if tasks else None
