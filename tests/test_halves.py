@@ -27,11 +27,13 @@ def test_half_is_a_fixed_hash_and_a_contrast_pair_stays_together():
 
 @pytest.mark.parametrize("split,prefixes", [("realistic_fresh", ("fa_", "fb_", "fc_")),
                                              ("realistic_fresh2", ("ga_", "gb_", "gc_")),
-                                             ("realistic_fresh3", ("ha_", "hb_", "hc_"))])
+                                             ("realistic_fresh3", ("ha_", "hb_", "hc_")),
+                                             ("realistic_fresh4", ("ia_", "ib_", "ic_"))])
 def test_the_fresh_pages_are_all_validation_and_outside_the_unseen_figure(split, prefixes):
-    """``realistic_fresh`` (stage 45), ``realistic_fresh2`` (stage 47) and ``realistic_fresh3`` (stage 48), pages no
-    choice had read when written, are all in the validation half, whatever their items' hashes say (about half of
-    them would be test), and stay out of the unseen figure; ``realistic`` keeps its hashed halves."""
+    """``realistic_fresh`` (stage 45), ``realistic_fresh2`` (stage 47), ``realistic_fresh3`` (stage 48) and
+    ``realistic_fresh4`` (stage 50), pages no choice had read when written, are all in the validation half, whatever
+    their items' hashes say (about half of them would be test), and stay out of the unseen figure; ``realistic``
+    keeps its hashed halves."""
     fresh = realistic_examples(FRESH_FILES[split], split)
     assert len(fresh) == 30 and all(e.source.startswith(tuple(f"{split}/{p}" for p in prefixes)) for e in fresh)
     assert {half_for(split, e) for e in fresh} == {"validation"}

@@ -32,6 +32,8 @@ split                        what it asks
                              after four decisions had read the first; all in the validation half
 ``realistic_fresh3``         :file:`kevlike/eval/data/realistic_fresh3.json`: a third, written in stage 48 before the
                              candidate designed from R6's errors on the second was scored; all in the validation half
+``realistic_fresh4``         :file:`kevlike/eval/data/realistic_fresh4.json`: a fourth, written in stage 50 after stage
+                             49's choice read the first three; all in the validation half
 ``unseen_fresh``             unseen questions no choice has read (stage 48): ``heldout_wording``, ``heldout_source`` and
                              the three ``target/*`` splits built again with item seed 1 (:data:`UNSEEN_FRESH`)
                              instead of 0, less every item whose state those splits ask about; all in the

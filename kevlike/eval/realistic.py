@@ -9,7 +9,8 @@ The file is :file:`kevlike/eval/data/realistic.json`; :func:`realistic_items` lo
 of stages 1–44 were chosen (the ``realistic_fresh`` split), :file:`kevlike/eval/data/realistic_fresh2.json` a
 second such batch, written in stage 47 after four decisions had read the first (``realistic_fresh2``), and
 :file:`kevlike/eval/data/realistic_fresh3.json` a third, written in stage 48 before the candidate it judges was
-scored (``realistic_fresh3``).
+scored (``realistic_fresh3``), and :file:`kevlike/eval/data/realistic_fresh4.json` a fourth, written in stage 50 after
+stage 49's choice read the first three (``realistic_fresh4``).
 
 Each item is ``{"id", "kind", "state", "questions", "evidence"}``; ``questions`` maps a question id to a
 Jev question (``noul``: gold ``"true"``/``"false"``; ``choice``: 2–8 option keys, gold one key; ``score``:
@@ -25,11 +26,12 @@ from pathlib import Path
 
 REALISTIC_FILE = Path(__file__).resolve().parent / "data" / "realistic.json"
 # {split: file} of the batches of pages of the same kinds written after models were chosen (stage 45's
-# ``realistic_fresh``, stage 47's ``realistic_fresh2``, stage 48's ``realistic_fresh3``), each all in the validation
-# half (kevlike/eval/generalization.py says why): a batch is "fresh" until decisions have read it (stage 45's was read
-# by four, so stage 47 wrote a second; stage 48's candidate was designed from R6's errors on the second, so a third)
+# ``realistic_fresh``, stage 47's ``realistic_fresh2``, stage 48's ``realistic_fresh3``, stage 50's ``realistic_fresh4``),
+# each all in the validation half (kevlike/eval/generalization.py says why): a batch is "fresh" until decisions have
+# read it (stage 45's was read by four, so stage 47 wrote a second; stage 48's candidate was designed from R6's errors
+# on the second, so a third; stage 49 chose on all three, so a fourth)
 FRESH_FILES = {split: REALISTIC_FILE.with_name(f"{split}.json")
-               for split in ("realistic_fresh", "realistic_fresh2", "realistic_fresh3")}
+               for split in ("realistic_fresh", "realistic_fresh2", "realistic_fresh3", "realistic_fresh4")}
 MIN_WORDS, MAX_WORDS = 150, 600
 MIN_QUESTIONS, MAX_QUESTIONS = 4, 7
 PLAIN_TAGS = {"trap", "number", "absurd"}

@@ -1,6 +1,6 @@
 """Stage 48's figures on the realistic pages, per model: accuracy by type, on the `number`-tagged questions, and
 coverage at <= 5 % error (by x_abstain and by P(right)) on `realistic` (validation half), on every batch of fresh
-pages (kevlike.eval.realistic.FRESH_FILES: three since stage 48) and pooled; on each fresh batch its pair and absurd
+pages the records hold (kevlike.eval.realistic.FRESH_FILES: three in stage 48, four since stage 50) and pooled; on each fresh batch its pair and absurd
 tags (P(yes|Q) + P(yes|Q') within 0.1, not both above 0.5, absurd P(yes) < 0.2). Stage 47's script
 (docs/results/stage47/fresh_figures.py) over any number of fresh batches, with the `number` column.
 
@@ -20,7 +20,6 @@ from kevlike.metrics import _area_and_coverage, correct, read_records, risk_cove
 TAGS = {k: v for split, path in (("realistic", REALISTIC_FILE), *FRESH_FILES.items())
         for k, v in realistic_tags(path, split).items()}
 SPLITS = ("realistic", *FRESH_FILES)
-GROUPS = (*((s,) for s in SPLITS), tuple(FRESH_FILES), SPLITS)
 
 
 def _share(rs) -> str:
@@ -31,10 +30,11 @@ for arg in sys.argv[1:]:
     name, paths = arg.split("=", 1)
     recs = [r for p in paths.split(",") for r in read_records(p)
             if r.get("half") == "validation" and r["split"] in SPLITS]
-    for splits in GROUPS:
+    present = [s for s in SPLITS if any(r["split"] == s for r in recs)]
+    fresh = tuple(s for s in present if s in FRESH_FILES)
+    groups = [(s,) for s in present] + [g for g in (fresh, tuple(present)) if len(g) > 1]
+    for splits in dict.fromkeys(groups):
         rs = [r for r in recs if r["split"] in splits]
-        if not rs or not all(any(r["split"] == s for r in rs) for s in splits):
-            continue
         by_type = {t: _share([r for r in rs if r["type"] == t]) for t in ("noul", "choice", "score")}
         number = _share([r for r in rs if "number" in TAGS[(r["source"], r["question"])]])
         cov = {by: _area_and_coverage(risk_coverage(rs, by), 0.05)[1] for by in ("x_abstain", "p_right")}
