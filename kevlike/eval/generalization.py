@@ -49,11 +49,13 @@ split                        what it asks
 
 **Two halves.** Every item belongs to the *validation* half or the *test* half, by the sha256 of its key
 (:func:`half_of`: a contrast pair's id — both its states in one half —, a realistic item's id, else the state
-text), so a half is fixed across models and suite versions. The ``realistic_fresh*`` batches and ``unseen_fresh``
-(:data:`VALIDATION_ONLY`) are all validation: the ``realistic`` split's validation pages chose stages 35–44 and the
-unseen questions' validation half chose stages 35–47, so a candidate that differs from the shipped reader is also
-read on questions no choice has read yet; they stay outside the unseen figure (:func:`unseen_records`), which keeps
-one meaning across stages. Every choice (steps, stages, soups, temperatures, recipes) reads the validation half;
+text), so a half is fixed across models and suite versions. The ``realistic_fresh*`` batches and the
+``unseen_fresh*`` draws (:data:`VALIDATION_ONLY`) are all validation: the ``realistic`` split's validation pages chose
+stages 35–44 and the unseen questions' validation half chose stages 35–47, so a candidate that differs from the
+shipped reader is also read on questions no choice has read yet (a batch or draw is fresh until a choice reads it:
+stage 49 chose on ``unseen_fresh`` and the first three batches, stage 50 added ``unseen_fresh2`` and
+``realistic_fresh4``); they stay outside the unseen figure (:func:`unseen_records`), which keeps one meaning across
+stages. Every choice (steps, stages, soups, temperatures, recipes) reads the validation half;
 the test half is read only to report. ``metrics.json`` carries ``halves.validation`` and ``halves.test`` (the full
 summary of each, with :func:`reading_targets`).
 
