@@ -1,8 +1,9 @@
 """Stage 48's figures on the realistic pages, per model: accuracy by type, on the `number`-tagged questions, and
 coverage at <= 5 % error (by x_abstain and by P(right)) on `realistic` (validation half), on every batch of fresh
-pages the records hold (kevlike.eval.realistic.FRESH_FILES: three in stage 48, four since stage 50) and pooled; on each fresh batch its pair and absurd
-tags (P(yes|Q) + P(yes|Q') within 0.1, not both above 0.5, absurd P(yes) < 0.2). Stage 47's script
-(docs/results/stage47/fresh_figures.py) over any number of fresh batches, with the `number` column.
+pages the records hold (kevlike.eval.realistic.FRESH_FILES: three in stage 48, four since stage 50) and pooled; on
+each fresh batch its pair and absurd tags (P(yes|Q) + P(yes|Q') within 0.1, not both above 0.5, absurd P(yes) <
+0.2). Stage 47's script (docs/results/stage47/fresh_figures.py) over any number of fresh batches, with the `number`
+column.
 
     python docs/results/stage48/fresh_figures.py NAME=RECORDS[,RECORDS...] ...
 
