@@ -38,8 +38,8 @@ split                        what it asks
                              the three ``target/*`` splits built again with item seed 1 (:data:`UNSEEN_FRESH`)
                              instead of 0, less every item whose state those splits ask about; all in the
                              validation half (below)
-``unseen_fresh2``            the same drawn with item seed 2 (stage 50, after stage 49's choice read ``unseen_fresh``),
-                             less every state the seed 0 and seed 1 draws ask about; all validation
+``unseen_fresh2``            the same drawn with item seed 2 (stage 50, after stage 49's choice read
+                             ``unseen_fresh``), less every state the seed 0 and seed 1 draws ask about; all validation
 ``absurd``                   test rows of the ``absurd`` source (:mod:`kevlike.data.reading`): questions about a property
                              the state lacks, with properties (languages, forms, topics, things) never trained
 ``documents``                test rows of the ``documents`` source: *seen templates*, new facts and numbers
@@ -114,10 +114,10 @@ NOT_UNSEEN = ("seen_wording", "documents", "snli_test", "absurd", "abstain")
 SPLITS = ("seen_wording", "heldout_wording", "heldout_source", "bigbench", "target/banking77_all77",
           "target/spam_balanced", "target/sentiment5", *CONTRAST_SPLITS, "realistic", *FRESH_FILES,
           "unseen_fresh", "unseen_fresh2", "absurd", "documents", "snli_test", "abstain")
-# splits whose every item is in the validation half (:func:`half_for`), kept out of the unseen figure
 # the fresh draws of the generated unseen splits: split name → the item seed it draws them with (the suite's own
 # splits use 0); each leaves out every state an earlier draw asks about (:func:`unseen_fresh_examples`)
 UNSEEN_FRESH = {"unseen_fresh": 1, "unseen_fresh2": 2}
+# splits whose every item is in the validation half (:func:`half_for`), kept out of the unseen figure
 VALIDATION_ONLY = (*FRESH_FILES, *UNSEEN_FRESH)
 # the generated unseen splits the ``unseen_fresh*`` splits draw again (:func:`_build_split`)
 UNSEEN_FRESH_OF = ("heldout_wording", "heldout_source", "target/banking77_all77", "target/spam_balanced",
@@ -402,7 +402,7 @@ def unseen_fresh_examples(size: dict, name: str = "unseen_fresh") -> list[Exampl
     if name not in UNSEEN_FRESH:
         raise ValueError(f"split: {name!r} is not a fresh unseen draw (known: {', '.join(UNSEEN_FRESH)})")
     seed = UNSEEN_FRESH[name]
-    if seed == 1:
+    if name == "unseen_fresh":      # stage 48's definition, kept so that its recorded figures keep their meaning
         asked = {split: {_state(e) for e in _unseen_split(split, size)} for split in UNSEEN_FRESH_OF}
     else:
         every = {_state(e) for split in UNSEEN_FRESH_OF for s in range(seed) for e in _unseen_split(split, size, s)}

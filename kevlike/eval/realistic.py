@@ -7,7 +7,7 @@ read from the text, and absurd questions whose answer is no.
 The file is :file:`kevlike/eval/data/realistic.json`; :func:`realistic_items` loads and validates it.
 :file:`kevlike/eval/data/realistic_fresh.json` holds more pages in the same format, written after the models
 of stages 1–44 were chosen (the ``realistic_fresh`` split), :file:`kevlike/eval/data/realistic_fresh2.json` a
-second such batch, written in stage 47 after four decisions had read the first (``realistic_fresh2``), and
+second such batch, written in stage 47 after four decisions had read the first (``realistic_fresh2``),
 :file:`kevlike/eval/data/realistic_fresh3.json` a third, written in stage 48 before the candidate it judges was
 scored (``realistic_fresh3``), and :file:`kevlike/eval/data/realistic_fresh4.json` a fourth, written in stage 50 after
 stage 49's choice read the first three (``realistic_fresh4``).
@@ -26,10 +26,10 @@ from pathlib import Path
 
 REALISTIC_FILE = Path(__file__).resolve().parent / "data" / "realistic.json"
 # {split: file} of the batches of pages of the same kinds written after models were chosen (stage 45's
-# ``realistic_fresh``, stage 47's ``realistic_fresh2``, stage 48's ``realistic_fresh3``, stage 50's ``realistic_fresh4``),
-# each all in the validation half (kevlike/eval/generalization.py says why): a batch is "fresh" until decisions have
-# read it (stage 45's was read by four, so stage 47 wrote a second; stage 48's candidate was designed from R6's errors
-# on the second, so a third; stage 49 chose on all three, so a fourth)
+# ``realistic_fresh``, stage 47's ``realistic_fresh2``, stage 48's ``realistic_fresh3``, stage 50's
+# ``realistic_fresh4``), each all in the validation half (kevlike/eval/generalization.py says why): a batch is
+# "fresh" until decisions have read it (stage 45's was read by four, so stage 47 wrote a second; stage 48's candidate
+# was designed from R6's errors on the second, so a third; stage 49 chose on all three, so a fourth)
 FRESH_FILES = {split: REALISTIC_FILE.with_name(f"{split}.json")
                for split in ("realistic_fresh", "realistic_fresh2", "realistic_fresh3", "realistic_fresh4")}
 MIN_WORDS, MAX_WORDS = 150, 600
